@@ -1,1 +1,92 @@
-"""training/data."""
+"""Benchmark loaders and the windowing/splitting rules shared by every stage.
+
+from training.data import load_dataset, pretrain_pairs, downstream_splits
+ds = load_dataset("msl", root="~/.cache/scjepa/datasets")
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from training.data.smd import load_smd
+from training.data.synthetic import make_synthetic
+from training.data.tabular import load_psm, load_swat, load_table_dataset
+from training.data.telemanom import load_telemanom
+from training.data.types import Dataset, Entity
+from training.data.windows import (
+    WINDOW,
+    Pairs,
+    Samples,
+    cut_windows,
+    downstream_splits,
+    fit_channel_mask,
+    pretrain_pairs,
+    split_bounds,
+    window_labels,
+)
+from training.errors import DataError
+
+# name -> (loader, sub-folder of the data root it usually lives in)
+LOADERS: dict[str, tuple[Callable[..., Dataset], str | None]] = {
+    "msl": (load_telemanom, "telemanom"),
+    "smap": (load_telemanom, "telemanom"),
+    "smd": (load_smd, "ServerMachineDataset"),
+    "psm": (load_psm, "PSM"),
+    "swat": (load_swat, "SWaT"),
+    "csv": (load_table_dataset, None),
+}
+DATASETS = (*LOADERS, "synthetic")
+
+
+def default_root() -> Path:
+    """$SCJEPA_DATA, else ~/.cache/scjepa/datasets (where shared/datasets/unpack.sh puts data)."""
+    return Path(os.environ.get("SCJEPA_DATA", "~/.cache/scjepa/datasets")).expanduser()
+
+
+def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Dataset:
+    """Load a data set by name and fit its train-only channel mask.
+
+    ``root`` is the data folder (defaults to :func:`default_root`); a loader also accepts
+    the data set's own sub-folder. ``synthetic`` needs no root; kwargs go to the loader.
+    """
+    name = name.lower()
+    if name == "synthetic":
+        ds = make_synthetic(**kwargs)
+    elif name in LOADERS:
+        loader, sub = LOADERS[name]
+        base = Path(root).expanduser() if root is not None else default_root()
+        if not base.exists():
+            raise DataError(
+                f"{base}: data root not found (unpack with shared/datasets/unpack.sh DEST, then pass --root DEST)"
+            )
+        if sub and (base / sub).is_dir() and name in ("psm", "swat"):
+            base = base / sub
+        ds = loader(base, name, **kwargs)
+    else:
+        raise DataError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    for e in ds.entities:
+        if len(e.train) == 0 or (e.test is not None and len(e.test) == 0):
+            raise DataError(f"{ds.name}/{e.name}: empty entity")
+    fit_channel_mask(ds)
+    return ds
+
+
+__all__ = [
+    "DATASETS",
+    "WINDOW",
+    "Dataset",
+    "Entity",
+    "Pairs",
+    "Samples",
+    "cut_windows",
+    "default_root",
+    "downstream_splits",
+    "fit_channel_mask",
+    "load_dataset",
+    "pretrain_pairs",
+    "split_bounds",
+    "window_labels",
+]
