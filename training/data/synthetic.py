@@ -55,7 +55,7 @@ def _inject(rng: np.random.Generator, x: np.ndarray, n_anomalies: int) -> np.nda
     slots = np.linspace(300, steps - 300, n_anomalies + 1).astype(int)
     for i in range(n_anomalies):
         onset = int(rng.integers(slots[i], max(slots[i] + 1, slots[i + 1] - 200)))
-        length = int(rng.integers(20, 150))
+        length = int(rng.integers(10, 80))
         end = min(onset + length, steps)
         chans = rng.choice(n_channels, size=max(1, n_channels // 3), replace=False)
         # Precursor: shocks of growing amplitude in the steps before the onset.
@@ -90,10 +90,10 @@ def _inject(rng: np.random.Generator, x: np.ndarray, n_anomalies: int) -> np.nda
 def make_synthetic(
     seed: int = 0,
     *,
-    n_entities: int = 3,
+    n_entities: int = 4,
     n_channels: int = 8,
-    train_steps: int = 4000,
-    test_steps: int = 4000,
+    train_steps: int = 6000,
+    test_steps: int = 8000,
     anomalies_per_entity: int = 8,
     name: str = "synthetic",
 ) -> Dataset:

@@ -150,7 +150,7 @@ def pretrain_pairs(
             w = cut_windows(e.train[:, ds.mask], window).astype(
                 np.float32
             )  # (n, window, V)
-            n_val = int(round(len(w) * val_frac))
+            n_val = round(len(w) * val_frac)
             train.append(_pairs(w[: len(w) - n_val]))
             val.append(_pairs(w[len(w) - n_val :]))
     return Pairs(np.concatenate(train), np.concatenate(val))
