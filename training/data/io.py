@@ -48,9 +48,14 @@ def numeric(df: pd.DataFrame, path: Path) -> np.ndarray:
     bad = out.isna() & df.notna()  # empty cells are NaN already; these are text
     if bad.to_numpy().any():
         row, col = np.argwhere(bad.to_numpy())[0]
+        name = df.columns[col]
+        where = (
+            f"column {col + 1}"
+            if isinstance(name, int | np.integer)
+            else f"column {name!r}"
+        )
         raise DataError(
-            f"{path}: non-numeric value {df.iat[row, col]!r} in column "
-            f"{df.columns[col]!r}, data row {row + 1}"
+            f"{path}: non-numeric value {df.iat[row, col]!r} in {where}, data row {row + 1}"
         )
     return out.to_numpy(dtype=np.float32)
 
