@@ -57,7 +57,7 @@ def _pct(x: float) -> str:
     return f"{100 * x:.2f} %"
 
 
-def _print(st: dict[str, Any], per_entity: bool) -> None:
+def print_stats(st: dict[str, Any], per_entity: bool) -> None:
     out = sys.stdout.write
     out(
         f"dataset {st['dataset']}: {st['entities']} entities, "
@@ -125,5 +125,5 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(text + "\n")
             return 0
         Path(args.json).write_text(text + "\n")
-    _print(st, args.per_entity)
+    print_stats(st, args.per_entity)
     return 0
