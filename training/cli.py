@@ -19,6 +19,8 @@ from training.errors import UserError
 # name -> (module, one-line help). Later issues add their commands here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("training.data.cli", "inspect benchmark data: loaders, windows, splits"),
+    "evaluate": ("training.evaluate", "anomaly-prediction protocol: probes, baselines, seeds, report"),
+    "report": ("training.report", "merge evaluation results into one markdown table"),
     "demo": ("training.demo", "run the main job end to end on an embedded default"),
 }
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from training.baselines import (
     FitContext,
     Scorer,
     fit_always_positive,
+    fit_feature_probe,
     fit_knn,
     fit_logistic,
     fit_pca,
@@ -29,6 +31,8 @@ from training.baselines import (
     raw_feature_probe,
 )
 from training.data import Dataset, Samples, cut_windows, downstream_splits
+from training.encode import CodeFeatures
+from training.errors import UserError
 from training.metrics import (
     METRICS,
     best_f1_threshold,
@@ -37,6 +41,8 @@ from training.metrics import (
     metrics,
     reliability,
 )
+from training.probe import ProbeConfig
+from training.results import git_commit, write_results
 
 FitFn = Callable[[FitContext, int], Scorer]
 SUBSETS = ("all", "onset", "continuation")
@@ -176,3 +182,132 @@ def evaluate(
         "_scores": scores,
         "_test": splits["test"],
     }
+
+
+# -- command line --------------------------------------------------------------------
+
+
+def add_arguments(p: Any) -> None:
+    from training.data import DATASETS
+
+    p.add_argument("--dataset", required=True, choices=DATASETS)
+    p.add_argument("--root", type=Path, help="data folder (default $SCJEPA_DATA)")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        help="pre-trained SC-JEPA checkpoint; without it only baselines run",
+    )
+    p.add_argument("--seeds", type=int, default=5, help="number of seeds (0..N-1)")
+    p.add_argument("--out", type=Path, required=True, help="results folder")
+    p.add_argument(
+        "--n-boot", type=int, default=1000, help="bootstrap resamples of the test split"
+    )
+    p.add_argument("--baselines", choices=("all", "none"), default="all")
+    p.add_argument(
+        "--probe",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="probe setting, e.g. --probe hidden=128 (see ProbeConfig)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch threads (0 = torch default)"
+    )
+
+
+def _probe_config(pairs: list[str]) -> ProbeConfig:
+    cfg = ProbeConfig()
+    for kv in pairs:
+        key, _, value = kv.partition("=")
+        if not hasattr(cfg, key):
+            raise UserError(f"--probe {kv}: unknown probe setting {key!r}")
+        setattr(
+            cfg,
+            key,
+            type(getattr(cfg, key))(value)
+            if not isinstance(getattr(cfg, key), bool)
+            else value.lower() in ("1", "true", "yes"),
+        )
+    return cfg
+
+
+def run(args: Any) -> int:
+    import shlex
+    import sys
+    from dataclasses import asdict
+
+    import torch
+
+    from training.data import load_dataset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ds = load_dataset(args.dataset, args.root)
+    probe_cfg = _probe_config(args.probe)
+    normal = normal_windows(ds)
+    methods = baseline_methods(normal) if args.baselines == "all" else {}
+    encoders: dict[str, CodeFeatures] = {}
+    model_config: dict[str, Any] | None = None
+    if args.checkpoint:
+        trained, untrained, model_config = load_encoders(args.checkpoint)
+        encoders = {
+            "SC-JEPA probe, untrained encoder": CodeFeatures(untrained),
+            "SC-JEPA probe": CodeFeatures(trained),
+        }
+        methods |= {name: fit_feature_probe(f) for name, f in encoders.items()}
+    if not methods:
+        raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
+
+    result = evaluate(
+        ds, methods, list(range(args.seeds)), probe_cfg, n_boot=args.n_boot
+    )
+    result |= {
+        "checkpoint": str(args.checkpoint) if args.checkpoint else None,
+        "config": {"probe": asdict(probe_cfg), "model": model_config, "window": 100},
+        "git_commit": git_commit(),
+        "command": "scjepa evaluate " + shlex.join(sys.argv[2:]),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path = write_results(args.out, result)
+    _figures(args.out, ds, result, encoders)
+    sys.stdout.write((args.out / "results.md").read_text())
+    sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
+    return 0
+
+
+def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:
+    """(trained model, same architecture untrained, its config) from a checkpoint."""
+    import torch
+
+    from model import SCJEPA, ModelConfig
+    from training.checkpoint import load_model
+
+    trained = load_model(path)
+    cfg = trained.config
+    torch.manual_seed(0)
+    untrained = SCJEPA(ModelConfig(**cfg.to_dict()))
+    return trained, untrained, cfg.to_dict()
+
+
+def _figures(
+    out: Path, ds: Dataset, result: dict[str, Any], encoders: dict[str, CodeFeatures]
+) -> None:
+    from training import plots
+
+    test, scores, rows = result["_test"], result["_scores"], result["rows"]
+    plots.roc_pr(out / "roc_pr.png", test, scores, rows)
+    # The timeline shows a risk, so only calibrated rows qualify: SC-JEPA when present.
+    calibrated = [n for n in rows if "reliability" in rows[n]]
+    if calibrated:
+        best = "SC-JEPA probe" if "SC-JEPA probe" in calibrated else calibrated[-1]
+        thr = float(np.mean(rows[best]["thresholds"]))
+        names = [e.name for e in ds.entities]
+        plots.risk_timeline(
+            out / "risk_timeline.png", test, scores[best].mean(0), thr, names
+        )
+        plots.reliability_plot(
+            out / "reliability.png", rows[best]["reliability"], rows[best]["brier"]
+        )
+    if "SC-JEPA probe" in encoders:
+        codes = encoders["SC-JEPA probe"].codes(test.x)  # (N, V, P)
+        plots.code_usage(out / "code_usage.png", codes[test.y == 0], codes[test.y == 1])

@@ -29,7 +29,11 @@ def brute_ap(y, s):
 
 def brute_f1(y, s, t):
     pred = s >= t
-    tp, fp, fn = (pred & (y == 1)).sum(), (pred & (y == 0)).sum(), (~pred & (y == 1)).sum()
+    tp, fp, fn = (
+        (pred & (y == 1)).sum(),
+        (pred & (y == 0)).sum(),
+        (~pred & (y == 1)).sum(),
+    )
     return 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
 
 
@@ -45,7 +49,9 @@ def test_against_brute_force(seed: int) -> None:
     for t in np.unique(s):
         assert confusion(y, s, t)["f1"] == pytest.approx(brute_f1(y, s, t))
     t = best_f1_threshold(y, s)
-    assert brute_f1(y, s, t) == pytest.approx(max(brute_f1(y, s, u) for u in np.unique(s)))
+    assert brute_f1(y, s, t) == pytest.approx(
+        max(brute_f1(y, s, u) for u in np.unique(s))
+    )
 
 
 def test_degenerate_cases() -> None:

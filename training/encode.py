@@ -1,0 +1,50 @@
+"""Frozen SC-JEPA features for the downstream probe (method.md, "Downstream probe").
+
+A window (T, V) -> code probabilities p (V, P, K) from the online encoder + codebook
+-> variable-wise max over V -> (P, K) -> flattened P * K features.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class CodeFeatures:
+    """Callable featurizer over window batches, cached per input array.
+
+    The probe is refitted for every seed on the same train/val/test arrays; encoding
+    them once keeps evaluation cost at one encoder pass per window.
+    """
+
+    def __init__(self, model: nn.Module, batch_size: int = 64) -> None:
+        self.model = model.eval()
+        self.batch_size = batch_size
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    @torch.no_grad()
+    def _encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        feats, codes = [], []
+        for i in range(0, len(x), self.batch_size):
+            p = self.model.code_probs(
+                torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
+            )  # (B, V, P, K)
+            feats.append(p.amax(dim=1).flatten(1).numpy())  # (B, P * K)
+            codes.append(p.argmax(dim=-1).to(torch.int16).numpy())  # (B, V, P)
+        return np.concatenate(feats), np.concatenate(codes)
+
+    def _lookup(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hit = self._cache.get(id(x))
+        if hit is None or hit[0] is not x:
+            feats, codes = self._encode(x)
+            hit = (x, feats, codes)
+            self._cache[id(x)] = hit  # holds x, so its id cannot be reused
+        return hit[1], hit[2]
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self._lookup(x)[0]
+
+    def codes(self, x: np.ndarray) -> np.ndarray:
+        """Dominant code per channel and patch, (N, V, P)."""
+        return self._lookup(x)[1]

@@ -1,0 +1,108 @@
+"""Results files and the markdown tables made from them (evaluation.md, item 8)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# The paper's reported F1 / ROC AUC (%, mean of 5 seeds), method.md; its own protocol.
+PAPER = {
+    "msl": (33.58, 66.08),
+    "smap": (33.64, 65.41),
+    "swat": (72.89, 84.95),
+    "psm": (61.61, 77.85),
+    "smd": (20.82, 62.29),
+}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).parent,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+        ).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def write_results(out: Path, result: dict[str, Any]) -> Path:
+    """results.json (public keys), scores.npz (test scores per row and seed), results.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    public = {k: v for k, v in result.items() if not k.startswith("_")}
+    (out / "results.json").write_text(
+        json.dumps(public, indent=2, default=float) + "\n"
+    )
+    test = result["_test"]
+    np.savez_compressed(
+        out / "scores.npz",
+        y=test.y,
+        cur=test.cur,
+        entity=test.entity,
+        t=test.t,
+        **{f"score/{name}": s for name, s in result["_scores"].items()},
+    )
+    (out / "results.md").write_text(markdown(public) + "\n")
+    return out / "results.json"
+
+
+def _cell(stat: dict[str, float]) -> str:
+    return (
+        f"{stat['mean']:.3f} ± {stat['std']:.3f}"
+        if np.isfinite(stat["mean"])
+        else "n/a"
+    )
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """One data set's table: every row, test split, mean ± std over seeds, 95 % CI."""
+    sp = res["splits"]["test"]
+    lines = [
+        f"### {res['dataset'].upper()}: test split {sp['windows']} windows, "
+        f"{sp['positives']} positive ({100 * sp['prevalence']:.1f} %), "
+        f"{sp['onsets']} onset positives; {len(res['seeds'])} seeds",
+        "",
+        "| method | F1 | ROC AUC | PR AUC | precision | recall | F1 95 % CI | AUC 95 % CI | onset AUC | continuation AUC |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in res["rows"].items():
+        a, ci = row["all"], row["ci95"]
+        lines.append(
+            f"| {name} | {_cell(a['f1'])} | {_cell(a['roc_auc'])} | {_cell(a['pr_auc'])} | "
+            f"{_cell(a['precision'])} | {_cell(a['recall'])} | "
+            f"[{ci['f1'][0]:.3f}, {ci['f1'][1]:.3f}] | [{ci['roc_auc'][0]:.3f}, {ci['roc_auc'][1]:.3f}] | "
+            f"{_cell(row['onset']['roc_auc'])} | {_cell(row['continuation']['roc_auc'])} |"
+        )
+    paper = PAPER.get(res["dataset"])
+    if paper:
+        lines.append(
+            f"| *paper (its own protocol)* | {paper[0] / 100:.4f} | {paper[1] / 100:.4f} | | | | | | | |"
+        )
+    lines.append("")
+    cal = [(n, r["brier"]) for n, r in res["rows"].items() if "brier" in r]
+    if cal:
+        lines.append(
+            "Calibrated probes, Brier score on the test split: "
+            + ", ".join(f"{n} {b:.4f}" for n, b in cal)
+            + "."
+        )
+    meta = (
+        f"commit `{res.get('git_commit', '?')}`, wall time {res['wall_time_s']:.0f} s"
+    )
+    if res.get("command"):
+        meta += f", command `{res['command']}`"
+    lines.append(meta + ".")
+    return "\n".join(lines)
