@@ -1,0 +1,74 @@
+"""Channel-independent patch encoder E: conv tokenizer, positions, pre-LN Transformer.
+
+The same weights encode 1..P tokens, so the 5 fine patches of a window and its single
+DownAvg patch share one encoder (target side encodes both in one pass, see
+:meth:`PatchEncoder.forward` ``mask``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from model.config import ModelConfig
+from model.layers import Block, init_weights
+
+
+class PatchTokenizer(nn.Module):
+    """Residual 1-D conv block over the L steps, then the MLP projection 64 -> 32 -> D.
+
+    The conv features (C channels) are average-pooled to ``tok_pool`` steps, giving the
+    C * tok_pool = 64 inputs of the paper's projection.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        C = cfg.tok_channels
+        self.stem = nn.Conv1d(1, C, kernel_size=3, padding=1)
+        self.conv1 = nn.Conv1d(C, C, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(C, C, kernel_size=3, padding=1)
+        self.pool = nn.AdaptiveAvgPool1d(cfg.tok_pool)
+        self.fc1 = nn.Linear(C * cfg.tok_pool, cfg.tok_hidden)
+        self.fc2 = nn.Linear(cfg.tok_hidden, cfg.d_model)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: (N, n, L) patches -> (N, n, D) tokens."""
+        N, n, L = x.shape
+        y = self.stem(x.reshape(N * n, 1, L))  # (N*n, C, L)
+        y = y + self.conv2(F.gelu(self.conv1(F.gelu(y))))  # residual conv block
+        y = self.pool(y).flatten(1)  # (N*n, C * tok_pool)
+        y = self.fc2(F.gelu(self.fc1(y)))  # (N*n, D)
+        return y.view(N, n, -1)  # (N, n, D)
+
+
+class PatchEncoder(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.tokenizer = PatchTokenizer(cfg)
+        self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_patches, cfg.d_model))
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(
+            Block(cfg.d_model, cfg.n_heads, cfg.ffn_mult, cfg.dropout)
+            for _ in range(cfg.n_layers)
+        )
+        self.ln = nn.LayerNorm(cfg.d_model)
+        init_weights(self)
+
+    def forward(
+        self, patches: Tensor, pos: Tensor | None = None, mask: Tensor | None = None
+    ) -> Tensor:
+        """patches: (N, n, L) -> h: (N, n, D).
+
+        ``pos`` (n,) picks each token's position (default 0..n-1); ``mask`` (n, n) bool
+        restricts attention, e.g. block-diagonal to encode two views in one pass.
+        """
+        n = patches.shape[1]
+        assert n <= self.pos.shape[0] or pos is not None, (
+            f"{n} tokens > {self.pos.shape[0]}"
+        )
+        pe = self.pos[:n] if pos is None else self.pos[pos]  # (n, D)
+        x = self.drop(self.tokenizer(patches) + pe)  # (N, n, D)
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.ln(x)

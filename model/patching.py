@@ -1,0 +1,42 @@
+"""RevIN normalisation and the two views of a window: fine patches and DownAvg.
+
+RevIN (Kim et al., ICLR 2022, https://openreview.net/forum?id=cGDAkQo1C0p) is applied per
+window and per channel, without affine parameters; the statistics are returned so the
+reconstruction can be de-normalised.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def revin(x: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor, Tensor]:
+    """Normalise over the last (time) axis. x: (..., T) -> (x_norm, mean, std), stats (..., 1)."""
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    std = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps)  # (..., 1)
+    return (x - mean) / std, mean, std
+
+
+def revin_inverse(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """Undo :func:`revin`; mean/std broadcast against x."""
+    return x * std + mean
+
+
+def patchify(x: Tensor, patch_len: int) -> Tensor:
+    """Non-overlapping patches. x: (N, T) -> (N, P, L), P = T // L."""
+    N, T = x.shape
+    assert T % patch_len == 0, f"window of {T} steps is not a multiple of {patch_len}"
+    return x.reshape(N, T // patch_len, patch_len)  # (N, P, L)
+
+
+def down_avg(x: Tensor, n_patches: int) -> Tensor:
+    """DownAvg_P: mean of each P consecutive steps (stride P). x: (N, T) -> (N, 1, T // P)."""
+    N, T = x.shape
+    return x.reshape(N, T // n_patches, n_patches).mean(-1).unsqueeze(1)  # (N, 1, L)
+
+
+def fold_channels(x: Tensor) -> Tensor:
+    """Channel independence: (B, T, V) raw windows -> (B*V, T) one-channel series."""
+    B, T, V = x.shape
+    return x.transpose(1, 2).reshape(B * V, T)  # (B*V, T)

@@ -1,0 +1,144 @@
+"""SC-JEPA: the online branch, the EMA target branch, and the served sub-computation.
+
+Online (W_t):   RevIN -> P patches -> E -> h -> Q -> (Pi_t, z) -> decoder -> X_hat
+                Pi_t -> fine predictor -> p_hat_fine, z_hat;  -> coarse predictor -> p_hat_coarse
+Target (W_{t+1}, EMA of E and Q, no grad): fine patches and the DownAvg patch in ONE
+encoder pass: a 6-token sequence with a block-diagonal attention mask (fine tokens see
+fine tokens, the coarse token sees itself) and positions [0..P-1, 0], which equals two
+separate passes while keeping one set of large matmuls.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import Tensor, nn
+
+from model.codebook import SoftCodebook
+from model.config import ModelConfig
+from model.decoder import PatchDecoder
+from model.encoder import PatchEncoder
+from model.patching import down_avg, fold_channels, patchify, revin, revin_inverse
+from model.predictor import CoarsePredictor, FinePredictor
+
+
+class SCJEPA(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        K, D = cfg.n_codes, cfg.d_model
+        self.encoder = PatchEncoder(cfg)
+        self.codebook = SoftCodebook(K, D, cfg.tau) if cfg.use_codebook else None
+        width = K if cfg.use_codebook else D  # what the predictors read and predict
+        self.fine_predictor = FinePredictor(cfg, width, width)
+        self.coarse_predictor = (
+            CoarsePredictor(cfg, width, width) if cfg.use_coarse else None
+        )
+        self.decoder = PatchDecoder(cfg)
+
+    def encode(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """x: (N, T) one-channel windows -> (h (N, P, D), patches (N, P, L), mean, std)."""
+        xn, mean, std = revin(x, self.cfg.revin_eps)  # (N, T), (N, 1), (N, 1)
+        patches = patchify(xn, self.cfg.patch_len)  # (N, P, L)
+        return self.encoder(patches), patches, mean, std
+
+    @torch.no_grad()
+    def code_probs(self, x: Tensor) -> Tensor:
+        """The served sub-computation. x: (B, T, V) raw windows -> p: (B, V, P, K)."""
+        assert self.codebook is not None, "code_probs needs the codebook module"
+        B, steps, V = x.shape
+        assert steps == self.cfg.seq_len, (
+            f"window of {steps} steps, model expects {self.cfg.seq_len}"
+        )
+        h, _, _, _ = self.encode(fold_channels(x))  # (B*V, P, D)
+        p = self.codebook.probs(h)  # (B*V, P, K)
+        return p.view(B, V, *p.shape[1:])  # (B, V, P, K)
+
+    def forward(
+        self, x: Tensor, predict: bool = True, reconstruct: bool = True
+    ) -> dict[str, Tensor]:
+        """Online branch on W_t. x: (N, T) one-channel windows.
+
+        Returns h, z (N, P, D); probs (N, P, K) with the codebook; x_hat (N, P, L)
+        de-normalised; fine (N, P, K|D) logits or latents, z_hat (N, P, D); coarse
+        (N, 1, K|D), z_hat_coarse (N, 1, D).
+        """
+        h, _, mean, std = self.encode(x)
+        out = {"h": h}
+        if self.codebook is not None:
+            out["probs"], out["z"] = self.codebook(h)  # (N, P, K), (N, P, D)
+            pred_in = out["probs"]
+        else:
+            out["z"] = pred_in = h  # continuous latents
+        if reconstruct:
+            x_hat = self.decoder(out["z"])  # (N, P, L), normalised scale
+            out["x_hat"] = revin_inverse(x_hat, mean.unsqueeze(-1), std.unsqueeze(-1))
+        if predict:
+            fine = self.fine_predictor(pred_in)  # (N, P, K|D)
+            out["fine"] = fine
+            out["z_hat"] = self._latent(fine)  # (N, P, D)
+            if self.coarse_predictor is not None:
+                out["coarse"] = coarse = self.coarse_predictor(pred_in)  # (N, 1, K|D)
+                out["z_hat_coarse"] = self._latent(coarse)  # (N, 1, D)
+        return out
+
+    def _latent(self, pred: Tensor) -> Tensor:
+        """Predictor output -> latent: the soft code embedding of the predicted logits
+        (as the paper's bound assumes), or the prediction itself without a codebook."""
+        if self.codebook is None:
+            return pred
+        return self.codebook.probs_to_codes(pred.softmax(-1))
+
+
+class TargetEncoder(nn.Module):
+    """EMA copies of E and Q; encodes W_{t+1} (fine and coarse) in one pass."""
+
+    def __init__(self, model: SCJEPA) -> None:
+        super().__init__()
+        self.cfg = cfg = model.cfg
+        self.encoder = copy.deepcopy(model.encoder)
+        self.codebook = copy.deepcopy(model.codebook)
+        P = cfg.n_patches
+        n = P + 1 if cfg.use_coarse else P
+        mask = torch.zeros(n, n, dtype=torch.bool)
+        mask[:P, :P] = True
+        mask[P:, P:] = True
+        self.register_buffer("mask", mask, persistent=False)
+        self.register_buffer(
+            "pos", torch.arange(n) % P, persistent=False
+        )  # [0..P-1, 0]
+        self.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> TargetEncoder:
+        return super().train(False)  # the target is always in eval mode (no dropout)
+
+    @torch.no_grad()
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        """x: (N, T) W_{t+1} -> z_fine (N, P, D), probs_fine (N, P, K), and *_coarse (N, 1, .)."""
+        cfg = self.cfg
+        xn, _, _ = revin(x, cfg.revin_eps)  # (N, T)
+        views = patchify(xn, cfg.patch_len)  # (N, P, L)
+        if cfg.use_coarse:
+            views = torch.cat(
+                [views, down_avg(xn, cfg.n_patches)], dim=1
+            )  # (N, P+1, L)
+            mask = self.mask
+        else:
+            mask = None
+        h = self.encoder(views, self.pos, mask)  # (N, P(+1), D)
+        out = {}
+        if self.codebook is not None:
+            p, z = self.codebook(h)  # (N, P(+1), K), (N, P(+1), D)
+        else:
+            p, z = None, h
+        P = cfg.n_patches
+        out["z_fine"] = z[:, :P]
+        if p is not None:
+            out["probs_fine"] = p[:, :P]
+        if cfg.use_coarse:
+            out["z_coarse"] = z[:, P:]
+            if p is not None:
+                out["probs_coarse"] = p[:, P:]
+        return out
