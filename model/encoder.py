@@ -28,7 +28,8 @@ class PatchTokenizer(nn.Module):
         self.stem = nn.Conv1d(1, C, kernel_size=3, padding=1)
         self.conv1 = nn.Conv1d(C, C, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(C, C, kernel_size=3, padding=1)
-        self.pool = nn.AdaptiveAvgPool1d(cfg.tok_pool)
+        assert cfg.patch_len % cfg.tok_pool == 0, "patch_len must divide by tok_pool"
+        self.tok_pool = cfg.tok_pool
         self.fc1 = nn.Linear(C * cfg.tok_pool, cfg.tok_hidden)
         self.fc2 = nn.Linear(cfg.tok_hidden, cfg.d_model)
 
@@ -37,7 +38,9 @@ class PatchTokenizer(nn.Module):
         N, n, L = x.shape
         y = self.stem(x.reshape(N * n, 1, L))  # (N*n, C, L)
         y = y + self.conv2(F.gelu(self.conv1(F.gelu(y))))  # residual conv block
-        y = self.pool(y).flatten(1)  # (N*n, C * tok_pool)
+        # Average pool to tok_pool steps as a reshape + mean: exports to ONNX with a
+        # dynamic batch (adaptive pooling does not) and equals AdaptiveAvgPool1d here.
+        y = y.view(N * n, -1, self.tok_pool, L // self.tok_pool).mean(-1).flatten(1)
         y = self.fc2(F.gelu(self.fc1(y)))  # (N*n, D)
         return y.view(N, n, -1)  # (N, n, D)
 
