@@ -181,6 +181,7 @@ def evaluate(
         "wall_time_s": time.time() - t0,
         "_scores": scores,
         "_test": splits["test"],
+        "_fitted": fitted,
     }
 
 
@@ -269,10 +270,45 @@ def run(args: Any) -> int:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     path = write_results(args.out, result)
+    if "SC-JEPA probe" in result["_fitted"]:
+        save_served_probe(
+            args.out / "probe.pt", result, "SC-JEPA probe", args.checkpoint
+        )
     _figures(args.out, ds, result, encoders)
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
     return 0
+
+
+def save_served_probe(
+    path: Path, result: dict[str, Any], name: str, checkpoint: Path | None
+) -> Path:
+    """Save the probe `scjepa export` will serve: the seed with the best val PR AUC."""
+    import torch
+
+    runs: list[Fitted] = result["_fitted"][name]
+    i = int(np.argmax([f.val["pr_auc"] for f in runs]))  # chosen on validation only
+    chosen, probe = runs[i], runs[i].scorer.probe  # type: ignore[attr-defined]
+    test = result["_test"]
+    torch.save(
+        {
+            "state_dict": probe.net.state_dict(),
+            "n_features": probe.net[0].in_features,
+            "probe": probe.state(),
+            "threshold": chosen.threshold,
+            "checkpoint": str(checkpoint) if checkpoint else None,
+            "dataset": result["dataset"],
+            "metrics": {
+                "val": chosen.val,
+                "test": metrics(test.y, result["_scores"][name][i], chosen.threshold),
+                "test_mean_over_seeds": {
+                    k: v["mean"] for k, v in result["rows"][name]["all"].items()
+                },
+            },
+        },
+        path,
+    )
+    return path
 
 
 def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:

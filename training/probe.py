@@ -31,6 +31,16 @@ class ProbeConfig:
     calibration: str = "platt"  # "platt" | "none"
 
 
+def build_probe_net(n_features: int, hidden: int, dropout: float) -> nn.Sequential:
+    """The probe's MLP; export rebuilds the same module from a saved state dict."""
+    return nn.Sequential(
+        nn.Linear(n_features, hidden),
+        nn.GELU(),
+        nn.Dropout(dropout),
+        nn.Linear(hidden, 1),
+    )
+
+
 class Platt:
     """sigmoid(a * logit + b), fitted by maximum likelihood on validation logits."""
 
@@ -63,12 +73,7 @@ class Probe:
     def __init__(self, n_features: int, cfg: ProbeConfig, seed: int) -> None:
         self.cfg, self.seed = cfg, seed
         torch.manual_seed(seed)
-        self.net = nn.Sequential(
-            nn.Linear(n_features, cfg.hidden),
-            nn.GELU(),
-            nn.Dropout(cfg.dropout),
-            nn.Linear(cfg.hidden, 1),
-        )
+        self.net = build_probe_net(n_features, cfg.hidden, cfg.dropout)
         self.calibrator: Platt | None = None
         self.history: list[dict[str, float]] = []
 

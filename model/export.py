@@ -1,0 +1,81 @@
+"""The served model: one graph from a raw window batch to a calibrated risk.
+
+    window (B, T, V_in) float32  ->  risk (B,)            calibrated P(next window anomalous)
+                                     channel_contrib (B, V_in)  share of the variable-wise
+                                                          max won by each input channel
+                                     codes (B, P) int64   dominant code per patch
+
+The zero-variance channel mask and RevIN are inside the graph, so training and serving
+share one definition. Only this inference-only wrapper is exported (no loss branches).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from model.scjepa import SCJEPA
+
+
+class ServedModel(nn.Module):
+    def __init__(
+        self,
+        model: SCJEPA,
+        probe: nn.Module,
+        mask: list[bool],
+        platt: tuple[float, float],
+    ) -> None:
+        super().__init__()
+        self.model = model.eval()
+        self.probe = probe.eval()
+        self.n_in = len(mask)
+        kept = torch.tensor(
+            [i for i, keep in enumerate(mask) if keep], dtype=torch.long
+        )
+        self.register_buffer("kept", kept, persistent=False)
+        self.register_buffer(
+            "platt", torch.tensor(platt, dtype=torch.float32), persistent=False
+        )
+
+    def forward(self, window: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """window: (B, T, V_in) -> risk (B,), channel_contrib (B, V_in), codes (B, P)."""
+        x = window.index_select(2, self.kept)  # (B, T, V) kept channels
+        p = self.model.code_probs(x)  # (B, V, P, K)
+        pooled, winner = p.max(
+            dim=1
+        )  # (B, P, K) variable-wise max, (B, P, K) channel index
+        logit = self.probe(pooled.flatten(1)).squeeze(1)  # (B,)
+        risk = torch.sigmoid(self.platt[0] * logit + self.platt[1])  # calibrated
+        V = x.shape[2]
+        won = nn.functional.one_hot(winner, V).to(pooled.dtype) * pooled.unsqueeze(
+            -1
+        )  # (B, P, K, V)
+        share = won.sum(dim=(1, 2)) / pooled.sum(dim=(1, 2)).unsqueeze(1)  # (B, V)
+        contrib = window.new_zeros(window.shape[0], self.n_in).index_copy(
+            1, self.kept, share
+        )  # (B, V_in)
+        codes = pooled.argmax(dim=-1)  # (B, P)
+        return risk, contrib, codes
+
+
+def export_onnx(served: ServedModel, path: Path, opset: int = 17) -> Path:
+    """Write ``served`` as ONNX with a dynamic batch axis."""
+    example = torch.randn(2, served.model.cfg.seq_len, served.n_in)
+    torch.onnx.export(
+        served,
+        (example,),
+        str(path),
+        input_names=["window"],
+        output_names=["risk", "channel_contrib", "codes"],
+        dynamic_axes={
+            "window": {0: "batch"},
+            "risk": {0: "batch"},
+            "channel_contrib": {0: "batch"},
+            "codes": {0: "batch"},
+        },
+        opset_version=opset,
+        dynamo=False,
+    )
+    return path
