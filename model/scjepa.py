@@ -37,6 +37,10 @@ class SCJEPA(nn.Module):
         )
         self.decoder = PatchDecoder(cfg)
 
+    @property
+    def config(self) -> ModelConfig:
+        return self.cfg
+
     def encode(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """x: (N, T) one-channel windows -> (h (N, P, D), patches (N, P, L), mean, std)."""
         xn, mean, std = revin(x, self.cfg.revin_eps)  # (N, T), (N, 1), (N, 1)

@@ -1,0 +1,61 @@
+"""Checkpoints that carry their own config: ``load_model(path)`` needs nothing else.
+
+Layout of a ``.pt`` file (a plain dict):
+    config        ModelConfig as a dict   -> SCJEPA(ModelConfig(**ckpt["config"]))
+    model         online state_dict (encoder, codebook, predictors, decoder)
+    target        EMA target state_dict (encoder, codebook)
+    train_config  the resolved TrainConfig as a dict
+    optimizer, step, epoch, best, rng     what --resume needs
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from model import SCJEPA, ModelConfig, TargetEncoder
+from training.errors import UserError
+
+
+def save_checkpoint(path: str | Path, **state: Any) -> None:
+    """Write atomically (tmp file + rename) so a killed run never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, Any]:
+    """Read a checkpoint dict; a missing or foreign file raises UserError."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # corrupt / not a torch file: say which file, then stop
+        raise UserError(f"{path}: not a readable checkpoint ({e})") from e
+    if not isinstance(ckpt, dict) or "config" not in ckpt or "model" not in ckpt:
+        raise UserError(f"{path}: not an SC-JEPA checkpoint (no config/model)")
+    return ckpt
+
+
+def build_model(ckpt: dict[str, Any]) -> SCJEPA:
+    """SCJEPA(ModelConfig(**ckpt["config"])) with the stored online weights."""
+    model = SCJEPA(ModelConfig(**ckpt["config"]))
+    model.load_state_dict(ckpt["model"])
+    return model
+
+
+def load_model(path: str | Path, map_location: str = "cpu") -> SCJEPA:
+    """The online model of a checkpoint, in eval mode."""
+    return build_model(load_checkpoint(path, map_location)).eval()
+
+
+def load_target(ckpt: dict[str, Any], model: SCJEPA) -> TargetEncoder:
+    target = TargetEncoder(model)
+    target.load_state_dict(ckpt["target"])
+    return target
