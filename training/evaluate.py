@@ -302,7 +302,7 @@ def save_served_probe(
                 "val": chosen.val,
                 "test": metrics(test.y, result["_scores"][name][i], chosen.threshold),
                 "test_mean_over_seeds": {
-                    k: v["mean"] for k, v in result["rows"][name]["all"].items()
+                    k: result["rows"][name]["all"][k]["mean"] for k in METRICS
                 },
             },
         },
@@ -319,7 +319,7 @@ def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     from training.checkpoint import load_model
 
     trained = load_model(path)
-    cfg = trained.config
+    cfg = trained.cfg
     torch.manual_seed(0)
     untrained = SCJEPA(ModelConfig(**cfg.to_dict()))
     return trained, untrained, cfg.to_dict()
