@@ -272,7 +272,7 @@ def run(args: Any) -> int:
     path = write_results(args.out, result)
     if "SC-JEPA probe" in result["_fitted"]:
         save_served_probe(
-            args.out / "probe.pt", result, "SC-JEPA probe", args.checkpoint
+            args.out / "probe.pt", result, "SC-JEPA probe", args.checkpoint, ds
         )
     _figures(args.out, ds, result, encoders)
     sys.stdout.write((args.out / "results.md").read_text())
@@ -281,7 +281,11 @@ def run(args: Any) -> int:
 
 
 def save_served_probe(
-    path: Path, result: dict[str, Any], name: str, checkpoint: Path | None
+    path: Path,
+    result: dict[str, Any],
+    name: str,
+    checkpoint: Path | None,
+    ds: Dataset,
 ) -> Path:
     """Save the probe `scjepa export` will serve: the seed with the best val PR AUC."""
     import torch
@@ -298,6 +302,9 @@ def save_served_probe(
             "threshold": chosen.threshold,
             "checkpoint": str(checkpoint) if checkpoint else None,
             "dataset": result["dataset"],
+            "channels": ds.channels,
+            "mask": ds.mask.tolist(),
+            "data_fingerprint": ds.fingerprint(),
             "metrics": {
                 "val": chosen.val,
                 "test": metrics(test.y, result["_scores"][name][i], chosen.threshold),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,3 +61,15 @@ class Dataset:
     @property
     def n_channels(self) -> int:
         return int(self.mask.sum())
+
+    def fingerprint(self) -> str:
+        """sha256 over names, channels, mask and every array: what a model was fit on."""
+        h = hashlib.sha256(f"{self.name}|{','.join(self.channels)}".encode())
+        h.update(self.mask.tobytes())
+        for e in self.entities:
+            h.update(e.name.encode())
+            for a in (e.train, e.test, e.labels):
+                if a is not None:
+                    h.update(str(a.shape).encode())
+                    h.update(a.tobytes())
+        return h.hexdigest()
