@@ -21,6 +21,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("training.data.cli", "inspect benchmark data: loaders, windows, splits"),
     "evaluate": ("training.evaluate", "anomaly-prediction protocol: probes, baselines, seeds, report"),
     "report": ("training.report", "merge evaluation results into one markdown table"),
+    "pretrain": ("training.train", "self-supervised SC-JEPA pre-training (DDP-ready)"),
+    "bench": ("training.bench", "throughput and memory: bench train"),
+    "export": ("training.export", "write the ONNX model artifact + manifest for the service"),
     "demo": ("training.demo", "run the main job end to end on an embedded default"),
 }
 

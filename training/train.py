@@ -54,6 +54,13 @@ def load_pairs(names: list[str], root: str | None, cfg: TrainConfig) -> Any:
     return pretrain_pairs(sets, window=cfg.data.window, val_frac=cfg.data.val_frac)
 
 
+def make_optimizer(model: SCJEPA, cfg: TrainConfig) -> torch.optim.Adam:
+    """Adam over the trainable parameters; fused kernel (one op for all tensors)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    o = cfg.optim
+    return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay, fused=True)
+
+
 def train_step(model, target, opt, batch: Tensor, cfg: TrainConfig, lam: float, amp):
     """One optimiser step on a (B, 2, T) batch of pairs; returns the named loss terms."""
     x, x_next = batch[:, 0], batch[:, 1]  # (B, T) each
@@ -119,8 +126,7 @@ def pretrain(
     # -- model, EMA target, optimiser (all ranks start from the same seed)
     model = SCJEPA(cfg.model).to(device)
     target = make_target(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    opt = make_optimizer(model, cfg)
     start_epoch, step, best, bad = 0, 0, math.inf, 0
     if resume and (out / "last.pt").is_file():
         ck = load_checkpoint(out / "last.pt", map_location=str(device))
