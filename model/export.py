@@ -11,6 +11,7 @@ share one definition. Only this inference-only wrapper is exported (no loss bran
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -63,6 +64,13 @@ class ServedModel(nn.Module):
 def export_onnx(served: ServedModel, path: Path, opset: int = 17) -> Path:
     """Write ``served`` as ONNX with a dynamic batch axis."""
     example = torch.randn(2, served.model.cfg.seq_len, served.n_in)
+    with warnings.catch_warnings():  # shape asserts become constants: intended
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        _export(served, example, path, opset)
+    return path
+
+
+def _export(served: ServedModel, example: Tensor, path: Path, opset: int) -> None:
     torch.onnx.export(
         served,
         (example,),
@@ -78,4 +86,3 @@ def export_onnx(served: ServedModel, path: Path, opset: int = 17) -> Path:
         opset_version=opset,
         dynamo=False,
     )
-    return path
