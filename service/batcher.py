@@ -1,0 +1,102 @@
+"""Micro-batching: windows from many streams and requests go to onnxruntime together.
+
+Callers ``await batcher.score(windows)``; one worker task collects submissions until
+``max_batch`` windows are waiting or ``max_wait`` has passed since the first, runs the
+model once in a worker thread (the event loop keeps serving), and hands each caller its
+slice of the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from service import metrics
+from service.inference import Scores
+
+Job = tuple[np.ndarray, asyncio.Future[Scores]]
+
+
+class Batcher:
+    def __init__(
+        self,
+        score: Callable[[np.ndarray], Scores],
+        *,
+        max_batch: int,
+        max_wait_s: float,
+    ) -> None:
+        self._score = score
+        self.max_batch = max_batch
+        self.max_wait_s = max_wait_s
+        self._queue: asyncio.Queue[Job] = asyncio.Queue()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="scjepa-infer")
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="scjepa-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        self._executor.shutdown(wait=True)
+
+    async def score(self, windows: np.ndarray) -> Scores:
+        """Score (k, window, V) windows as part of the next micro-batch."""
+        if self._task is None or self._task.done():
+            raise RuntimeError("batcher is not running")
+        fut: asyncio.Future[Scores] = asyncio.get_running_loop().create_future()
+        await self._queue.put((windows, fut))
+        return await fut
+
+    async def _collect(self) -> list[Job]:
+        jobs = [await self._queue.get()]
+        size = len(jobs[0][0])
+        deadline = time.monotonic() + self.max_wait_s
+        while size < self.max_batch:
+            timeout = deadline - time.monotonic()
+            try:
+                job = (
+                    self._queue.get_nowait()
+                    if timeout <= 0
+                    else await asyncio.wait_for(self._queue.get(), timeout)
+                )
+            except (TimeoutError, asyncio.QueueEmpty):
+                break
+            jobs.append(job)
+            size += len(job[0])
+        return jobs
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = await self._collect()
+            start = time.perf_counter()
+            try:
+                batch = np.concatenate([w for w, _ in jobs])
+                out = await loop.run_in_executor(self._executor, self._score, batch)
+            except Exception as e:  # hand the failure to every waiting caller
+                for _, fut in jobs:
+                    if not fut.done():
+                        fut.set_exception(e)
+                continue
+            metrics.INFERENCE_LATENCY.observe(time.perf_counter() - start)
+            metrics.BATCH_SIZE.observe(len(batch))
+            i = 0
+            for w, fut in jobs:
+                k = len(w)
+                if not fut.done():
+                    fut.set_result(
+                        Scores(
+                            out.risk[i : i + k],
+                            out.contrib[i : i + k],
+                            out.codes[i : i + k],
+                        )
+                    )
+                i += k

@@ -1,0 +1,60 @@
+"""Service settings, read once from ``SCJEPA_*`` environment variables (or a .env file).
+
+    SCJEPA_ARTIFACT=artifacts/msl SCJEPA_REDIS_URL=redis://localhost:6379/0 scjepa serve
+
+Without ``SCJEPA_REDIS_URL`` the service keeps its state in memory (one process only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="SCJEPA_", env_file=".env", extra="ignore"
+    )
+
+    # --- model
+    artifact: Path = Path("artifacts/latest")  # folder with model.onnx + manifest.json
+    provider: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when it is active
+    precision: Literal["fp32", "int8"] = "fp32"  # int8 loads model.int8.onnx
+    intra_op_threads: Annotated[int, Field(ge=0)] = 1  # 0 = onnxruntime's default
+    inter_op_threads: Annotated[int, Field(ge=0)] = 1
+    # --- windows and batching
+    # readings between scored windows (100 = non-overlapping); None = the manifest's
+    hop: Annotated[int | None, Field(ge=1)] = None
+    max_batch: Annotated[int, Field(ge=1)] = 64  # windows per onnxruntime call
+    max_wait_ms: Annotated[float, Field(ge=0)] = (
+        2.0  # how long a batch waits for more windows
+    )
+    max_windows_per_ingest: Annotated[int, Field(ge=1)] = (
+        32  # per stream and call; latest kept
+    )
+    # --- state
+    redis_url: str | None = None  # None: in-memory store (single process)
+    key_prefix: str = "scjepa"
+    redis_timeout_s: Annotated[float, Field(gt=0)] = 1.0
+    stream_ttl_s: Annotated[int, Field(ge=1)] = (
+        7 * 24 * 3600
+    )  # idle streams are forgotten
+    history_len: Annotated[int, Field(ge=1)] = 500  # risk records kept per stream
+    dedupe_horizon: Annotated[int, Field(ge=1)] = (
+        10_000  # timestamps remembered for duplicates
+    )
+    # --- API
+    api_keys: Annotated[list[str], NoDecode] = []  # comma-separated; empty = open
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
+    max_readings_per_request: Annotated[int, Field(ge=1)] = 10_000
+    top_channels: Annotated[int, Field(ge=1)] = 5  # contributing channels in GET /risk
+
+    @field_validator("api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, v: object) -> object:
+        if isinstance(v, str):
+            return [k.strip() for k in v.split(",") if k.strip()]
+        return v

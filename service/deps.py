@@ -1,0 +1,58 @@
+"""Dependencies: what the lifespan put on ``app.state``, as Annotated aliases."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Annotated, cast
+
+from fastapi import Depends, Header, HTTPException, Request, status
+
+from service.config import Settings
+from service.inference import Model
+from service.scoring import Scorer
+from service.store import Store
+
+
+def get_settings(request: Request) -> Settings:
+    return cast(Settings, request.app.state.settings)
+
+
+def get_model(request: Request) -> Model:
+    return cast(Model, request.app.state.model)
+
+
+def get_store(request: Request) -> Store:
+    return cast(Store, request.app.state.store)
+
+
+def get_scorer(request: Request) -> Scorer:
+    return cast(Scorer, request.app.state.scorer)
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+ModelDep = Annotated[Model, Depends(get_model)]
+StoreDep = Annotated[Store, Depends(get_store)]
+ScorerDep = Annotated[Scorer, Depends(get_scorer)]
+
+
+def require_api_key(
+    settings: SettingsDep,
+    x_api_key: Annotated[
+        str | None, Header(description="one of SCJEPA_API_KEYS")
+    ] = None,
+) -> None:
+    """Open when no keys are configured; otherwise the X-API-Key header must match one."""
+    if not settings.api_keys:
+        return
+    if x_api_key is None or not any(
+        secrets.compare_digest(x_api_key.encode(), k.encode())
+        for k in settings.api_keys
+    ):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            detail="missing or unknown X-API-Key",
+            headers={"WWW-Authenticate": "X-API-Key"},
+        )
+
+
+ApiKey = Depends(require_api_key)

@@ -1,0 +1,217 @@
+"""ONNX Runtime session for one artifact: load, check against the manifest, warm up, score.
+
+Knows numpy and onnxruntime only (no FastAPI, no PyTorch), so it is tested without HTTP:
+
+    model = load_model(Path("artifacts/msl"), provider="auto")
+    scores = model.score(windows)  # (B, 100, V) float32 -> risk (B,), contrib (B, V), codes
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnxruntime as ort
+
+from service.manifest import (
+    INT8_FILE,
+    MODEL_FILE,
+    ArtifactError,
+    Manifest,
+    load_manifest,
+    sha256_file,
+)
+
+log = logging.getLogger(__name__)
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+OUTPUTS = ("risk", "channel_contrib", "codes")
+
+
+class WindowError(ValueError):
+    """A window batch the model cannot score (wrong shape, NaN or infinite values)."""
+
+
+@dataclass(frozen=True)
+class Scores:
+    risk: np.ndarray  # (B,) float32, calibrated probability
+    contrib: np.ndarray  # (B, V) float32, share of the variable-wise max per channel
+    codes: np.ndarray  # (B, P) int64, dominant code per patch
+
+    def __len__(self) -> int:
+        return len(self.risk)
+
+
+def requested_providers(preference: Literal["auto", "cpu", "cuda"]) -> list[str]:
+    """Providers to ask for; whether CUDA is really used is known only after loading."""
+    if preference == "cpu":
+        return [CPU]
+    available = ort.get_available_providers()
+    if CUDA in available:
+        return [CUDA, CPU]
+    if preference == "cuda":
+        raise ArtifactError(
+            f"provider 'cuda' requested but onnxruntime offers only {available} "
+            "(install onnxruntime-gpu and the CUDA runtime)"
+        )
+    return [CPU]
+
+
+def validate_windows(x: np.ndarray, window: int, n_channels: int) -> np.ndarray:
+    """Return ``x`` as a C-contiguous float32 (B, window, n_channels) array, or raise."""
+    x = np.asarray(x)
+    if x.ndim == 2:
+        x = x[None]
+    if x.ndim != 3 or x.shape[1:] != (window, n_channels):
+        raise WindowError(
+            f"window shape {tuple(x.shape)} does not match the model's "
+            f"(batch, {window}, {n_channels})"
+        )
+    if not np.issubdtype(x.dtype, np.number):
+        raise WindowError(f"window dtype {x.dtype} is not numeric")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        b, t, v = (int(i) for i in np.argwhere(bad)[0])
+        what = "NaN" if np.isnan(x[b, t, v]) else "an infinite value"
+        raise WindowError(
+            f"window {b} holds {what} at step {t}, channel {v} "
+            f"({int(bad.sum())} non-finite cells); fill missing values before scoring"
+        )
+    return x
+
+
+class Model:
+    """One loaded artifact: the session, its manifest and the provider actually running it."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        manifest: Manifest,
+        *,
+        precision: Literal["fp32", "int8"],
+        max_batch: int,
+    ) -> None:
+        self.session = session
+        self.manifest = manifest
+        self.precision = precision
+        self.max_batch = max_batch
+        self.provider: str = session.get_providers()[0]  # the ACTIVE one
+        self.window = manifest.window
+        self.n_channels = manifest.n_channels
+        self.warmed = False
+        self._check_graph()
+
+    def _check_graph(self) -> None:
+        m = self.manifest
+        inputs = self.session.get_inputs()
+        if [i.name for i in inputs] != ["window"]:
+            raise ArtifactError(
+                f"graph inputs {[i.name for i in inputs]} != ['window'] (the contract)"
+            )
+        shape = inputs[0].shape
+        if len(shape) != 3 or shape[1:] != [m.window, m.n_channels]:
+            raise ArtifactError(
+                f"graph input 'window' has shape {shape}; the manifest says "
+                f"[batch, {m.window}, {m.n_channels}] ({m.n_channels} channels)"
+            )
+        if isinstance(shape[0], int) and shape[0] != -1:
+            raise ArtifactError(f"graph input 'window' has a fixed batch of {shape[0]}")
+        outputs = {o.name: o.shape for o in self.session.get_outputs()}
+        missing = [name for name in OUTPUTS if name not in outputs]
+        if missing:
+            raise ArtifactError(f"graph outputs {sorted(outputs)} lack {missing}")
+        contrib = outputs["channel_contrib"]  # the exporter may leave dim 1 symbolic
+        if len(contrib) != 2 or (
+            isinstance(contrib[1], int) and contrib[1] != m.n_channels
+        ):
+            raise ArtifactError(
+                f"graph output 'channel_contrib' has shape {contrib}; "
+                f"expected [batch, {m.n_channels}]"
+            )
+
+    def score(self, windows: np.ndarray) -> Scores:
+        """Score (B, window, V) windows, in chunks of at most ``max_batch``."""
+        x = validate_windows(windows, self.window, self.n_channels)
+        parts = [
+            self.session.run(list(OUTPUTS), {"window": x[i : i + self.max_batch]})
+            for i in range(0, len(x), self.max_batch)
+        ]
+        risk, contrib, codes = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        if risk.shape != (len(x),) or contrib.shape != (len(x), self.n_channels):
+            raise ArtifactError(
+                f"graph returned risk {risk.shape}, channel_contrib {contrib.shape} for "
+                f"{len(x)} windows of {self.n_channels} channels (contract broken)"
+            )
+        return Scores(
+            risk=risk.astype(np.float32, copy=False).reshape(len(x)),
+            contrib=contrib.astype(np.float32, copy=False),
+            codes=codes.astype(np.int64, copy=False),
+        )
+
+    def warmup(self, batch_sizes: tuple[int, ...] | None = None) -> None:
+        """Run the batch sizes the batcher will use, so the first request is not slow."""
+        sizes = batch_sizes or tuple(
+            sorted({1, min(8, self.max_batch), self.max_batch})
+        )
+        rng = np.random.default_rng(0)
+        for b in sizes:
+            self.score(rng.standard_normal((b, self.window, self.n_channels)))
+        self.warmed = True
+
+
+def session_options(intra_op_threads: int, inter_op_threads: int) -> ort.SessionOptions:
+    """Latency-oriented options: every graph optimisation, sequential execution."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.intra_op_num_threads = intra_op_threads
+    so.inter_op_num_threads = inter_op_threads
+    return so
+
+
+def load_model(
+    artifact: Path,
+    *,
+    provider: Literal["auto", "cpu", "cuda"] = "auto",
+    precision: Literal["fp32", "int8"] = "fp32",
+    intra_op_threads: int = 1,
+    inter_op_threads: int = 1,
+    max_batch: int = 64,
+) -> Model:
+    """Open an artifact folder; raises :class:`ArtifactError` naming the failed check.
+
+    ``precision="int8"`` loads ``model.int8.onnx`` (checked against the manifest's
+    ``quantization.int8_sha256``); an artifact without one is refused.
+    """
+    artifact = Path(artifact)
+    manifest = load_manifest(artifact)
+    path = artifact / MODEL_FILE
+    if precision == "int8":
+        path = artifact / INT8_FILE
+        if not path.is_file():
+            raise ArtifactError(f"{path}: precision int8 requested but no int8 model")
+        q = manifest.quantization
+        if q is None or q.int8_sha256 != sha256_file(path):
+            raise ArtifactError(
+                f"{path}: SHA-256 does not match the manifest's quantization.int8_sha256"
+            )
+    wanted = requested_providers(provider)
+    try:
+        session = ort.InferenceSession(
+            str(path),
+            sess_options=session_options(intra_op_threads, inter_op_threads),
+            providers=wanted,
+        )
+    except Exception as e:  # onnxruntime raises its own untyped errors
+        raise ArtifactError(f"{path}: onnxruntime cannot load it ({e})") from None
+    active = session.get_providers()[0]
+    if provider == "cuda" and active != CUDA:
+        raise ArtifactError(f"provider 'cuda' requested but {active} is active")
+    if CUDA in wanted and active != CUDA:
+        log.warning("CUDA requested but inactive after loading; running on %s", active)
+    return Model(session, manifest, precision=precision, max_batch=max_batch)

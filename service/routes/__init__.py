@@ -1,0 +1,1 @@
+"""HTTP routes: thin handlers over service.scoring and service.inference."""

@@ -1,0 +1,47 @@
+"""Liveness, readiness and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.schemas import HealthResponse
+from service.store import StoreUnavailable
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> HealthResponse:
+    """The process is up."""
+    return HealthResponse(status="ok")
+
+
+@router.get("/readyz", responses={503: {"model": HealthResponse}})
+async def readyz(request: Request) -> JSONResponse:
+    """Model loaded and warmed, store reachable, active provider named; else 503."""
+    model = getattr(request.app.state, "model", None)
+    store = getattr(request.app.state, "store", None)
+    checks: dict[str, object] = {
+        "model": model is not None and model.warmed,
+        "provider": model.provider if model is not None else None,
+    }
+    try:
+        if store is None:
+            raise StoreUnavailable("no store")
+        await store.ping()
+        checks["store"] = True
+    except StoreUnavailable as e:
+        checks["store"] = False
+        checks["store_error"] = str(e)
+    ok = bool(checks["model"] and checks["store"] and checks["provider"])
+    body = HealthResponse(status="ok" if ok else "unavailable", checks=checks)
+    code = status.HTTP_200_OK if ok else status.HTTP_503_SERVICE_UNAVAILABLE
+    return JSONResponse(body.model_dump(), status_code=code)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics() -> Response:
+    """Prometheus exposition format."""
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,37 @@
+"""GET /models: the loaded artifact's manifest and how it runs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from service.deps import ApiKey, ModelDep
+from service.manifest import Manifest
+
+router = APIRouter(prefix="/models", tags=["models"], dependencies=[ApiKey])
+
+
+class LoadedModel(BaseModel):
+    manifest: Manifest
+    provider: str  # the ACTIVE onnxruntime execution provider
+    precision: str
+    warmed: bool
+
+
+class ModelsResponse(BaseModel):
+    models: list[LoadedModel]
+
+
+@router.get("")
+async def models(model: ModelDep) -> ModelsResponse:
+    """Manifests of the loaded artifacts."""
+    return ModelsResponse(
+        models=[
+            LoadedModel(
+                manifest=model.manifest,
+                provider=model.provider,
+                precision=model.precision,
+                warmed=model.warmed,
+            )
+        ]
+    )

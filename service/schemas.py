@@ -1,0 +1,173 @@
+"""Request and response bodies (pydantic), one naming ladder: Reading -> StreamReadings
+-> IngestRequest -> IngestResponse; RiskRecord -> RiskResponse / RiskHistory."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# No braces (the Redis hash tag), no slashes (the URL path), bounded length.
+StreamName = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9._:\-]{1,128}$", examples=["pump-7"])
+]
+
+
+class Reading(BaseModel):
+    """One time step of a stream: every input channel, in the model's channel order."""
+
+    ts: float = Field(allow_inf_nan=False, examples=[1700000000.0])  # seconds
+    values: list[float | None] = Field(
+        min_length=1,
+        description="One value per input channel; null (or NaN) = missing, forward-"
+        "filled from the stream's last accepted value. Infinities are refused.",
+    )
+
+    @field_validator("values")
+    @classmethod
+    def _no_infinities(cls, v: list[float | None]) -> list[float | None]:
+        for i, x in enumerate(v):
+            if x is not None and math.isinf(x):
+                raise ValueError(f"values[{i}] is {x}: infinite values are refused")
+        return [None if x is None or math.isnan(x) else x for x in v]
+
+
+def _increasing(readings: list[Reading] | None) -> list[Reading] | None:
+    for i in range(1, len(readings or ())):
+        assert readings is not None
+        if readings[i].ts <= readings[i - 1].ts:
+            raise ValueError(
+                f"readings[{i}].ts = {readings[i].ts} is not greater than "
+                f"readings[{i - 1}].ts = {readings[i - 1].ts}: timestamps "
+                "must increase within a request"
+            )
+    return readings
+
+
+class StreamReadings(BaseModel):
+    stream: StreamName
+    readings: list[Reading] = Field(min_length=1)
+
+    _increasing = field_validator("readings")(_increasing)
+
+
+class IngestRequest(BaseModel):
+    """Either one stream (``stream`` + ``readings``) or many (``streams``)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "stream": "pump-7",
+                    "readings": [{"ts": 1700000000.0, "values": [0.1, 2.3, None]}],
+                },
+                {"streams": [{"stream": "pump-7", "readings": []}]},
+            ]
+        }
+    )
+
+    stream: StreamName | None = None
+    readings: list[Reading] | None = None
+    streams: list[StreamReadings] | None = Field(None, min_length=1)
+
+    _increasing = field_validator("readings")(_increasing)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> IngestRequest:
+        single = self.stream is not None or self.readings is not None
+        if single == (self.streams is not None):
+            raise ValueError(
+                "send either 'stream' + 'readings' or 'streams' (a list of those)"
+            )
+        if single and (self.stream is None or not self.readings):
+            raise ValueError("'stream' and a non-empty 'readings' go together")
+        names = [s.stream for s in self.items()]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"streams listed more than once: {dupes}")
+        return self
+
+    def items(self) -> list[StreamReadings]:
+        if self.streams is not None:
+            return self.streams
+        assert self.stream is not None and self.readings is not None
+        return [
+            StreamReadings.model_construct(stream=self.stream, readings=self.readings)
+        ]
+
+
+class StreamIngestResult(BaseModel):
+    stream: str
+    accepted: int
+    duplicates: int  # timestamps already accepted: ignored
+    rejected: int  # older than the newest accepted reading (late): not stored
+    readings_total: int  # accepted by this stream so far
+    windows_completed: int
+    windows_scored: int  # the latest max_windows_per_ingest of the completed ones
+    risk: float | None = None  # of the latest window scored by this call
+    alert: bool | None = None
+
+
+class IngestResponse(BaseModel):
+    results: list[StreamIngestResult]
+
+
+class ChannelShare(BaseModel):
+    name: str
+    share: float
+
+
+class ModelRef(BaseModel):
+    name: str
+    version: str
+
+
+class RiskRecord(BaseModel):
+    """One scored window (the store keeps the latest ``history_len`` per stream)."""
+
+    n: int = Field(description="the stream's reading count that completed the window")
+    risk: float
+    threshold: float
+    alert: bool
+    window_start: float
+    window_end: float
+    top_channels: list[ChannelShare]
+    codes: list[int]
+    model: ModelRef
+    computed_at: datetime
+
+
+class RiskResponse(BaseModel):
+    stream: str
+    status: Literal["ok", "warming_up"]
+    readings_total: int
+    readings_buffered: int
+    progress: float = Field(description="readings_buffered / window, 1.0 once scored")
+    risk: float | None = None
+    threshold: float
+    alert: bool | None = None
+    window_start: float | None = None
+    window_end: float | None = None
+    top_channels: list[ChannelShare] = []
+    model: ModelRef
+    computed_at: datetime | None = None
+
+
+class RiskHistory(BaseModel):
+    stream: str
+    items: list[RiskRecord]  # newest first
+
+
+class StreamsResponse(BaseModel):
+    streams: list[str]
+
+
+class ErrorResponse(BaseModel):
+    detail: Any
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok", "unavailable"]
+    checks: dict[str, Any] = {}

@@ -1,0 +1,158 @@
+"""Per-stream state: reading buffers, dedupe, completed windows and risk records.
+
+Two implementations behind one interface: :class:`RedisStore` (production; any replica
+can answer) and :class:`MemoryStore` (the embedded default, one process). Both apply the
+same rules, once per ingest call and stream, atomically:
+
+- a reading whose timestamp was already accepted is a *duplicate*: counted, not stored;
+- a reading older than the newest accepted one is *late*: counted, not stored;
+- a missing value (None/NaN) is forward-filled from the stream's last accepted value of
+  that channel; a channel never observed stays missing (filled when the window is cut,
+  see :func:`fill_leading`);
+- the stream's N-th accepted reading completes a window of the last ``window`` readings
+  when ``N >= window`` and ``(N - window) % hop == 0``; if one call completes several,
+  the latest ``max_windows`` are returned (oldest first) and the others only counted.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import numpy as np
+
+Values = list[float | None]
+
+
+class StoreUnavailable(RuntimeError):
+    """The backing store cannot be reached; requests get 503 and nothing is lost."""
+
+
+@dataclass(frozen=True)
+class Window:
+    n: int  # the stream's reading count that completed it (1-based)
+    start_ts: float
+    end_ts: float
+    values: np.ndarray  # (window, V) float32, NaN only for never-observed channels
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    accepted: int
+    duplicates: int
+    late: int
+    total: int  # readings accepted by the stream so far
+    completed: int  # windows completed by this call (>= len(windows))
+    windows: list[Window]
+
+
+@dataclass(frozen=True)
+class StreamState:
+    total: int
+    buffered: int
+    last_ts: float | None
+
+
+def completed_ends(n0: int, total: int, window: int, hop: int) -> list[int]:
+    """Reading counts in (n0, total] that complete a window, ascending."""
+    first = max(n0 + 1, window)
+    first = (
+        window + -(-(first - window) // hop) * hop
+    )  # next multiple of hop past window
+    return list(range(first, total + 1, hop))
+
+
+def fill_leading(values: np.ndarray) -> np.ndarray:
+    """Fill a window's remaining NaNs (a channel not yet observed when its readings came).
+
+    As training does for a series' leading gap: the channel's first observed value in the
+    window, or 0 when the window never observed it (training masks such channels).
+    """
+    missing = np.isnan(values)
+    if not missing.any():
+        return values
+    out = values.copy()
+    for v in np.flatnonzero(missing.any(axis=0)):
+        seen = np.flatnonzero(~missing[:, v])
+        out[missing[:, v], v] = values[seen[0], v] if len(seen) else 0.0
+    return out
+
+
+class Store(ABC):
+    """The operations the service needs; every method is one round trip or script."""
+
+    @abstractmethod
+    async def append(
+        self,
+        stream: str,
+        ts: list[float],
+        values: list[Values],
+        *,
+        window: int,
+        hop: int,
+        max_windows: int,
+    ) -> AppendResult:
+        """Apply the rules above to readings with strictly increasing ``ts``."""
+
+    @abstractmethod
+    async def state(self, stream: str) -> StreamState | None:
+        """Reading counts of a known stream, None for an unknown (or expired) one."""
+
+    @abstractmethod
+    async def put_risks(self, stream: str, records: list[tuple[int, str]]) -> None:
+        """Add (window count n, JSON record) pairs to the stream's capped history."""
+
+    @abstractmethod
+    async def risks(self, stream: str, limit: int) -> list[str]:
+        """The latest ``limit`` risk records (JSON), newest first."""
+
+    @abstractmethod
+    async def streams(self) -> list[str]:
+        """Names of the streams not idle for longer than the TTL, sorted."""
+
+    @abstractmethod
+    async def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` when the store cannot be reached."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+def make_store(
+    redis_url: str | None,
+    *,
+    prefix: str = "scjepa",
+    ttl_s: int = 7 * 24 * 3600,
+    history_len: int = 500,
+    dedupe_horizon: int = 10_000,
+    timeout_s: float = 1.0,
+) -> Store:
+    """RedisStore when a URL is given, else the in-process MemoryStore."""
+    if redis_url:
+        from service.store.redis_store import RedisStore
+
+        return RedisStore(
+            redis_url,
+            prefix=prefix,
+            ttl_s=ttl_s,
+            history_len=history_len,
+            dedupe_horizon=dedupe_horizon,
+            timeout_s=timeout_s,
+        )
+    from service.store.memory import MemoryStore
+
+    return MemoryStore(
+        ttl_s=ttl_s, history_len=history_len, dedupe_horizon=dedupe_horizon
+    )
+
+
+__all__ = [
+    "AppendResult",
+    "Store",
+    "StoreUnavailable",
+    "StreamState",
+    "Window",
+    "completed_ends",
+    "fill_leading",
+    "make_store",
+]
