@@ -61,28 +61,22 @@ class ServedModel(nn.Module):
         return risk, contrib, codes
 
 
-def export_onnx(served: ServedModel, path: Path, opset: int = 17) -> Path:
-    """Write ``served`` as ONNX with a dynamic batch axis."""
+def export_onnx(served: ServedModel, path: Path, opset: int = 18) -> Path:
+    """Write ``served`` as ONNX (torch.export-based exporter) with a dynamic batch axis."""
     example = torch.randn(2, served.model.cfg.seq_len, served.n_in)
-    with warnings.catch_warnings():  # shape asserts become constants: intended
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        _export(served, example, path, opset)
+    batch = torch.export.Dim("batch", min=1, max=65536)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            served,
+            (example,),
+            str(path),
+            input_names=["window"],
+            output_names=["risk", "channel_contrib", "codes"],
+            dynamic_shapes={"window": {0: batch}},
+            opset_version=opset,
+            dynamo=True,
+            optimize=True,
+            verbose=False,
+        )
     return path
-
-
-def _export(served: ServedModel, example: Tensor, path: Path, opset: int) -> None:
-    torch.onnx.export(
-        served,
-        (example,),
-        str(path),
-        input_names=["window"],
-        output_names=["risk", "channel_contrib", "codes"],
-        dynamic_axes={
-            "window": {0: "batch"},
-            "risk": {0: "batch"},
-            "channel_contrib": {0: "batch"},
-            "codes": {0: "batch"},
-        },
-        opset_version=opset,
-        dynamo=False,
-    )
