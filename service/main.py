@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -128,12 +129,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_middleware(TimingAndLimits, max_body_bytes=settings.max_body_bytes)
+    app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(StoreUnavailable, _store_unavailable)
     app.add_exception_handler(WindowError, _bad_window)
     app.add_exception_handler(Exception, _internal)
     for r in (ingest.router, risk.router, models.router, health.router):
         app.include_router(r)
     return app
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """422 naming each bad field (loc) and why (msg); the input is not echoed back
+    (it can be large, or hold infinities that JSON cannot carry)."""
+    assert isinstance(exc, RequestValidationError)
+    detail = [
+        {
+            "loc": list(e.get("loc", ())),
+            "msg": e.get("msg", ""),
+            "type": e.get("type", ""),
+        }
+        for e in exc.errors()
+    ]
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 async def _store_unavailable(request: Request, exc: Exception) -> JSONResponse:

@@ -40,7 +40,9 @@ class TinyServed(nn.Module):
             1, self.kept, share
         )  # (B, V_in)
         z = (x - x.mean(dim=1, keepdim=True)) / std.unsqueeze(1)  # (B, T, V)
-        patches = z.mean(dim=2).reshape(window.shape[0], self.n_patches, -1)  # (B, P, L)
+        patches = z.mean(dim=2).reshape(
+            window.shape[0], self.n_patches, -1
+        )  # (B, P, L)
         codes = (patches @ self.proj).argmax(dim=-1)  # (B, P)
         return risk, contrib, codes
 
@@ -63,12 +65,16 @@ def build_artifact(
         str(directory / "model.onnx"),
         input_names=["window"],
         output_names=["risk", "channel_contrib", "codes"],
-        dynamic_axes={k: {0: "batch"} for k in ("window", "risk", "channel_contrib", "codes")},
+        dynamic_axes={
+            k: {0: "batch"} for k in ("window", "risk", "channel_contrib", "codes")
+        },
         opset_version=17,
         dynamo=False,
     )
     if int8:  # same graph under the int8 name: enough to test the file selection
-        (directory / "model.int8.onnx").write_bytes((directory / "model.onnx").read_bytes())
+        (directory / "model.int8.onnx").write_bytes(
+            (directory / "model.onnx").read_bytes()
+        )
     manifest = Manifest(
         name="tiny",
         version="0.0.1",

@@ -1,0 +1,277 @@
+"""The HTTP API against both stores (in-memory and a real redis-server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
+
+from tests.service.conftest import ClientFactory
+
+V = 4  # the test artifact's channels: a, b, c, flat (masked)
+T0 = 1_700_000_000.0
+
+
+def series(n: int, start: int = 0, seed: int = 0) -> np.ndarray:
+    """(n, V) readings, 4 decimals so they survive JSON/Lua round trips exactly."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(start + n, V)) * np.array([1.0, 3.0, 0.5, 0.0]) + 2.0
+    return np.round(x[start:], 4)
+
+
+def body(stream: str, x: np.ndarray, start: int = 0) -> dict[str, Any]:
+    return {
+        "stream": stream,
+        "readings": [
+            {
+                "ts": T0 + start + i,
+                "values": [None if np.isnan(v) else float(v) for v in row],
+            }
+            for i, row in enumerate(x)
+        ],
+    }
+
+
+def ingest(
+    client: TestClient, stream: str, x: np.ndarray, start: int = 0
+) -> dict[str, Any]:
+    r = client.post("/ingest", json=body(stream, x, start))
+    assert r.status_code == 200, r.text
+    (result,) = r.json()["results"]
+    return dict(result)
+
+
+def direct_risk(client: TestClient, window: np.ndarray) -> float:
+    model = client.app.state.model  # type: ignore[attr-defined]
+    return float(model.score(window.astype(np.float32)[None]).risk[0])
+
+
+def test_ingest_to_first_score(client: TestClient) -> None:
+    x = series(100)
+    res = ingest(client, "pump-7", x[:99])
+    assert (res["accepted"], res["windows_scored"], res["risk"]) == (99, 0, None)
+
+    r = client.get("/risk/pump-7")
+    assert r.status_code == 200
+    warm = r.json()
+    assert warm["status"] == "warming_up"
+    assert warm["readings_buffered"] == 99
+    assert warm["progress"] == pytest.approx(0.99)
+    assert warm["risk"] is None
+
+    res = ingest(client, "pump-7", x[99:], start=99)
+    assert (res["accepted"], res["windows_completed"], res["windows_scored"]) == (
+        1,
+        1,
+        1,
+    )
+    expected = direct_risk(client, x)
+    assert res["risk"] == pytest.approx(expected, abs=1e-6)
+
+    out = client.get("/risk/pump-7").json()
+    assert out["status"] == "ok"
+    assert out["risk"] == pytest.approx(expected, abs=1e-6)
+    assert out["alert"] == (expected >= out["threshold"])
+    assert (out["window_start"], out["window_end"]) == (T0, T0 + 99)
+    assert out["model"] == {"name": "tiny", "version": "0.0.1"}
+    names = [c["name"] for c in out["top_channels"]]
+    assert names and set(names) <= {"a", "b", "c"}  # "flat" is masked
+    assert out["computed_at"] is not None
+
+
+def test_hop_scores_every_completed_window(make_client: ClientFactory) -> None:
+    client = make_client(hop=10)
+    x = series(140)
+    res = ingest(client, "s", x[:130])
+    assert (res["windows_completed"], res["windows_scored"]) == (4, 4)  # 100..130
+    hist = client.get("/risk/s/history", params={"limit": 10}).json()["items"]
+    assert [h["n"] for h in hist] == [130, 120, 110, 100]
+    for h in hist:
+        n = h["n"]
+        assert (h["window_start"], h["window_end"]) == (T0 + n - 100, T0 + n - 1)
+        assert h["risk"] == pytest.approx(direct_risk(client, x[n - 100 : n]), abs=1e-6)
+    assert ingest(client, "s", x[130:135], start=130)["windows_scored"] == 0
+    assert ingest(client, "s", x[135:140], start=135)["windows_scored"] == 1
+    assert client.get("/risk/s").json()["window_end"] == T0 + 139
+
+
+def test_max_windows_per_ingest_keeps_the_latest(make_client: ClientFactory) -> None:
+    client = make_client(hop=1, max_windows_per_ingest=3)
+    res = ingest(client, "s", series(110))
+    assert (res["windows_completed"], res["windows_scored"]) == (11, 3)
+    hist = client.get("/risk/s/history").json()["items"]
+    assert [h["n"] for h in hist] == [110, 109, 108]
+
+
+def test_duplicates_and_late_readings(client: TestClient) -> None:
+    x = series(60)
+    assert ingest(client, "s", x[:50])["accepted"] == 50
+    res = ingest(client, "s", x[40:60], start=40)  # a retry overlapping new data
+    assert (res["accepted"], res["duplicates"], res["rejected"]) == (10, 10, 0)
+    late = {"stream": "s", "readings": [{"ts": T0 + 5.5, "values": [1, 2, 3, 4]}]}
+    res = client.post("/ingest", json=late).json()["results"][0]
+    assert (res["accepted"], res["duplicates"], res["rejected"]) == (0, 0, 1)
+    res = ingest(client, "s", x[:60])  # the whole series again: all duplicates
+    assert (res["accepted"], res["duplicates"], res["readings_total"]) == (0, 60, 60)
+    assert client.get("/risk/s").json()["readings_buffered"] == 60
+
+
+def test_missing_values_are_forward_filled(client: TestClient) -> None:
+    x = series(100)
+    sent = x.copy()
+    sent[:3, 1] = np.nan  # leading gap: the window's first observed value
+    sent[50:55, 0] = np.nan  # gap: the last accepted value
+    sent[99, 2] = np.nan  # in the reading that completes the window
+    filled = x.copy()
+    filled[:3, 1] = x[3, 1]
+    filled[50:55, 0] = x[49, 0]
+    filled[99, 2] = x[98, 2]
+    ingest(client, "s", sent[:50])
+    res = ingest(client, "s", sent[50:], start=50)  # fill crosses the request border
+    assert res["risk"] == pytest.approx(direct_risk(client, filled), abs=1e-6)
+
+
+def test_batch_form_and_streams(client: TestClient) -> None:
+    x = series(100)
+    req = {"streams": [body("a-1", x), body("b-2", x[:10])]}
+    r = client.post("/ingest", json=req)
+    assert r.status_code == 200
+    res = {s["stream"]: s for s in r.json()["results"]}
+    assert res["a-1"]["windows_scored"] == 1 and res["b-2"]["windows_scored"] == 0
+    assert res["b-2"]["accepted"] == 10
+    assert client.get("/streams").json()["streams"] == ["a-1", "b-2"]
+    assert client.get("/risk/b-2").json()["status"] == "warming_up"
+
+
+def test_unknown_stream_is_404(client: TestClient) -> None:
+    for path in ("/risk/nope", "/risk/nope/history"):
+        r = client.get(path)
+        assert r.status_code == 404
+        assert "nope" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"stream": "s", "readings": [{"ts": T0, "values": [1, 2, 3]}]}, "values"),
+        ({"stream": "s", "readings": [{"ts": T0, "values": [1, 2, 3, 1e999]}]}, "values"),
+        ({"stream": "s", "readings": [{"ts": T0 + 1, "values": [1, 2, 3, 4]},
+                                      {"ts": T0, "values": [1, 2, 3, 4]}]}, "ts"),
+        ({"stream": "s", "readings": [{"values": [1, 2, 3, 4]}]}, "ts"),
+        ({"stream": "bad/{name}", "readings": [{"ts": T0, "values": [1, 2, 3, 4]}]}, "stream"),
+        ({"readings": [{"ts": T0, "values": [1, 2, 3, 4]}]}, "stream"),
+        ({"streams": [body("s", series(2)), body("s", series(2))]}, "streams"),
+        ({"streams": [body("s", series(2)), {"stream": "t", "readings": [
+            {"ts": T0, "values": [1]}]}]}, "values"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_422_naming_the_field(
+    client: TestClient, payload: dict[str, Any], field: str
+) -> None:
+    assert ingest(client, "s", series(50))["accepted"] == 50
+    r = client.post(  # json.dumps writes inf as Infinity, which the server parses
+        "/ingest",
+        content=json.dumps(payload),
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422
+    assert r.headers["content-type"] == "application/json"
+    assert field in r.text
+    assert "Traceback" not in r.text
+    # a rejected request stores nothing and loses nothing
+    assert client.get("/risk/s").json()["readings_total"] == 50
+    assert client.get("/risk/t").status_code == 404
+
+
+def test_channel_count_error_location(client: TestClient) -> None:
+    payload = {"streams": [body("ok", series(2)), {"stream": "t", "readings": [
+        {"ts": T0, "values": [1, 2, 3, 4]}, {"ts": T0 + 1, "values": [1]}]}]}  # fmt: skip
+    detail = client.post("/ingest", json=payload).json()["detail"]
+    assert detail[0]["loc"] == ["body", "streams", 1, "readings", 1, "values"]
+    assert "expected 4 values" in detail[0]["msg"]
+
+
+def test_limits(make_client: ClientFactory) -> None:
+    client = make_client(max_readings_per_request=10, max_body_bytes=4096)
+    r = client.post("/ingest", json=body("s", series(11)))
+    assert r.status_code == 413 and "10" in r.json()["detail"]
+    r = client.post("/ingest", content=b"{" + b" " * 5000 + b"}",
+                    headers={"content-type": "application/json"})  # fmt: skip
+    assert r.status_code == 413 and "bytes" in r.json()["detail"]
+
+
+def metric(name: str, labels: dict[str, str] | None = None) -> float:
+    return REGISTRY.get_sample_value(name, labels or {}) or 0.0
+
+
+def test_metrics(client: TestClient) -> None:
+    before = {
+        o: metric("scjepa_readings_total", {"outcome": o})
+        for o in ("accepted", "duplicate", "rejected")
+    }
+    scored = metric("scjepa_windows_scored_total")
+    batches = metric("scjepa_inference_batch_size_count")
+    ingest(client, "secret-stream-id", series(120))
+    ingest(client, "secret-stream-id", series(10))  # 10 duplicates
+    client.get("/risk/secret-stream-id")
+    assert (
+        metric("scjepa_readings_total", {"outcome": "accepted"}) - before["accepted"]
+        == 120
+    )
+    assert (
+        metric("scjepa_readings_total", {"outcome": "duplicate"}) - before["duplicate"]
+        == 10
+    )
+    assert (
+        metric("scjepa_readings_total", {"outcome": "rejected"}) == before["rejected"]
+    )
+    assert metric("scjepa_windows_scored_total") - scored == 1
+    assert metric("scjepa_inference_batch_size_count") - batches == 1
+
+    text = client.get("/metrics").text
+    for name in (
+        "scjepa_http_request_duration_seconds_bucket",
+        "scjepa_inference_duration_seconds_bucket",
+        "scjepa_store_duration_seconds_bucket"
+        if client.app.state.settings.redis_url
+        else "",  # type: ignore[attr-defined]
+        "scjepa_streams_tracked",
+        "scjepa_streams_in_alert",
+        "scjepa_max_risk",
+        "scjepa_inference_info{",
+        'le="0.0001"',
+        'route="/risk/{stream}"',
+    ):
+        assert name in text, name
+    assert 'provider="CPUExecutionProvider"' in text
+    assert "secret-stream-id" not in text  # no stream id as a label
+
+
+def test_api_keys(make_client: ClientFactory) -> None:
+    client = make_client(api_keys=["k1", "k2"])
+    assert client.get("/streams").status_code == 401
+    assert client.get("/streams", headers={"X-API-Key": "nope"}).status_code == 401
+    assert client.get("/streams", headers={"X-API-Key": "k2"}).status_code == 200
+    assert client.get("/healthz").status_code == 200  # probes stay open
+
+
+def test_models_and_openapi(client: TestClient) -> None:
+    (m,) = client.get("/models").json()["models"]
+    assert m["provider"] == "CPUExecutionProvider" and m["warmed"] is True
+    assert m["manifest"]["name"] == "tiny"
+    assert m["manifest"]["model_config"] == {"window": 100, "n_patches": 5}
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/ingest", "/risk/{stream}", "/risk/{stream}/history", "/streams",
+            "/healthz", "/readyz", "/models"} <= set(paths)  # fmt: skip
+
+
+def test_readyz(client: TestClient) -> None:
+    r = client.get("/readyz")
+    assert r.status_code == 200
+    checks = r.json()["checks"]
+    assert checks["provider"] == "CPUExecutionProvider"
+    assert checks["model"] is True and checks["store"] is True
