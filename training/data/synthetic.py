@@ -59,11 +59,11 @@ def _inject(rng: np.random.Generator, x: np.ndarray, n_anomalies: int) -> np.nda
         end = min(onset + length, steps)
         chans = rng.choice(n_channels, size=max(1, n_channels // 3), replace=False)
         # Precursor: shocks of growing amplitude in the steps before the onset.
-        lead = int(rng.integers(40, 120))
+        lead = int(rng.integers(80, 180))
         pre = np.arange(max(0, onset - lead), onset)
         ramp = np.linspace(0.1, 1.0, len(pre))[:, None]
-        shocks = (rng.random((len(pre), len(chans))) < 0.25) * rng.normal(
-            0, 1.0, (len(pre), len(chans))
+        shocks = (rng.random((len(pre), len(chans))) < 0.5) * rng.normal(
+            0, 2.5, (len(pre), len(chans))
         )
         x[np.ix_(pre, chans)] += ramp * shocks * scale[chans]
         # The anomaly itself.
@@ -93,7 +93,7 @@ def make_synthetic(
     n_entities: int = 4,
     n_channels: int = 8,
     train_steps: int = 6000,
-    test_steps: int = 8000,
+    test_steps: int = 12000,
     anomalies_per_entity: int = 8,
     name: str = "synthetic",
 ) -> Dataset:
