@@ -106,8 +106,12 @@ class StreamIngestResult(BaseModel):
     readings_total: int  # accepted by this stream so far
     windows_completed: int
     windows_scored: int  # the latest max_windows_per_ingest of the completed ones
-    risk: float | None = None  # of the latest window scored by this call
+    # the latest window scored by this call: its risk, and the reading count and
+    # timestamp that completed it
+    risk: float | None = None
     alert: bool | None = None
+    window_n: int | None = None
+    window_end: float | None = None
 
 
 class IngestResponse(BaseModel):

@@ -105,6 +105,8 @@ class Scorer:
                     windows_scored=len(recs),
                     risk=recs[-1].risk if recs else None,
                     alert=recs[-1].alert if recs else None,
+                    window_n=recs[-1].n if recs else None,
+                    window_end=recs[-1].window_end if recs else None,
                 )
             )
         return results

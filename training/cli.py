@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("training.train", "self-supervised SC-JEPA pre-training (DDP-ready)"),
     "bench": ("training.bench", "throughput and memory: bench train"),
     "export": ("training.export", "write the ONNX model artifact + manifest for the service"),
+    "serve": ("service.cli", "run the risk service (FastAPI + onnxruntime, no PyTorch)"),
+    "replay": ("service.replay", "stream a CSV or benchmark series through /ingest"),
     "demo": ("training.demo", "run the main job end to end on an embedded default"),
 }
 

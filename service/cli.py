@@ -1,0 +1,71 @@
+"""`scjepa serve`: run the risk service with uvicorn.
+
+    scjepa serve --artifact artifacts/msl --redis-url redis://localhost:6379/0 --port 8000
+
+Every option also reads from its SCJEPA_* variable (see service/config.py); options given
+here win. Without a Redis URL state is in memory, so only one worker is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from service.manifest import ArtifactError, load_manifest
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--artifact", type=Path, help="folder with model.onnx + manifest.json"
+    )
+    p.add_argument("--redis-url", help="redis://host:6379/0 (default: in-memory state)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)"
+    )
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--hop", type=int, help="readings between scored windows (default: manifest)"
+    )
+    p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--precision", choices=["fp32", "int8"])
+    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument("--log-level", default="info")
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = {
+        "SCJEPA_ARTIFACT": args.artifact,
+        "SCJEPA_REDIS_URL": args.redis_url,
+        "SCJEPA_HOP": args.hop,
+        "SCJEPA_PROVIDER": args.provider,
+        "SCJEPA_PRECISION": args.precision,
+    }
+    for key, value in overrides.items():
+        if value is not None:
+            os.environ[key] = str(value)  # worker processes read the same settings
+
+    from service.config import Settings
+
+    settings = Settings()
+    try:
+        load_manifest(settings.artifact)  # fail here, with one line, not in a worker
+    except ArtifactError as e:
+        print(f"scjepa serve: error: {e}", file=sys.stderr)
+        return 2
+    if args.workers > 1 and not settings.redis_url:
+        print("scjepa serve: error: --workers > 1 needs --redis-url", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    uvicorn.run(
+        "service.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
+    return 0

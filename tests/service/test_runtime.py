@@ -1,0 +1,141 @@
+"""The artifact contract and the onnxruntime runtime, without HTTP."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.inference import WindowError, load_model, validate_windows
+from service.manifest import ArtifactError, Manifest, load_manifest, write_manifest
+from tests.service.artifact import build_artifact
+
+
+@pytest.fixture
+def art(tmp_path: Path, artifact_dir: Path) -> Path:
+    d = tmp_path / "art"
+    shutil.copytree(artifact_dir, d)
+    return d
+
+
+def edit_manifest(d: Path, **changes: object) -> None:
+    raw = json.loads((d / "manifest.json").read_text())
+    raw.update(changes)
+    (d / "manifest.json").write_text(json.dumps(raw))
+
+
+def test_good_manifest_round_trips(art: Path) -> None:
+    m = load_manifest(art)
+    assert (m.name, m.n_channels, m.window, m.hop) == ("tiny", 4, 100, 100)
+    assert m.channel_mask == [True, True, True, False]
+    assert m.model_cfg == {"window": 100, "n_patches": 5}
+    assert json.loads((art / "manifest.json").read_text())["model_config"]
+    assert m.quantization is not None and m.quantization.int8_sha256 == m.onnx_sha256
+
+
+def test_tampered_model_is_refused(art: Path) -> None:
+    with (art / "model.onnx").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ArtifactError, match=r"SHA-256 .* does not match"):
+        load_model(art)
+
+
+@pytest.mark.parametrize("version", [0, 2])
+def test_other_format_versions_are_refused(art: Path, version: int) -> None:
+    edit_manifest(art, format_version=version)
+    with pytest.raises(
+        ArtifactError, match=f"format_version {version} is not supported"
+    ):
+        load_manifest(art)
+
+
+def test_missing_files_are_refused(art: Path) -> None:
+    (art / "model.onnx").unlink()
+    with pytest.raises(ArtifactError, match=r"model\.onnx: file not found"):
+        load_manifest(art)
+    (art / "manifest.json").unlink()
+    with pytest.raises(ArtifactError, match=r"manifest\.json: file not found"):
+        load_manifest(art)
+
+
+def test_inconsistent_manifest_is_refused(art: Path) -> None:
+    edit_manifest(art, channel_mask=[True, False])
+    with pytest.raises(ArtifactError, match="channel_mask has 2 entries for 4"):
+        load_manifest(art)
+
+
+def test_graph_channels_must_match_the_manifest(art: Path) -> None:
+    m = load_manifest(art)
+    wider = m.model_copy(
+        update={"channels": [*m.channels, "extra"], "n_channels": 5,
+                "channel_mask": [*m.channel_mask, True]}
+    )  # fmt: skip
+    write_manifest(art, Manifest.model_validate(wider.model_dump()))
+    with pytest.raises(ArtifactError, match=r"\[batch, 100, 5\] \(5 channels\)"):
+        load_model(art)
+
+
+def test_provider_is_the_active_one(artifact_dir: Path) -> None:
+    model = load_model(artifact_dir, provider="auto")
+    assert model.provider == "CPUExecutionProvider"
+    assert model.session.get_providers()[0] == model.provider
+    assert load_model(artifact_dir, provider="cpu").provider == "CPUExecutionProvider"
+
+
+def test_int8_file_selection(art: Path) -> None:
+    model = load_model(art, precision="int8")
+    assert model.precision == "int8"
+    assert model.session._model_path.endswith("model.int8.onnx")  # type: ignore[attr-defined]
+    (art / "model.int8.onnx").unlink()
+    with pytest.raises(ArtifactError, match="no int8 model"):
+        load_model(art, precision="int8")
+
+
+def test_bad_windows_are_refused(artifact_dir: Path) -> None:
+    model = load_model(artifact_dir)
+    with pytest.raises(WindowError, match=r"shape \(2, 99, 4\)"):
+        model.score(np.zeros((2, 99, 4), np.float32))
+    with pytest.raises(WindowError, match=r"shape \(1, 100, 3\)"):
+        model.score(np.zeros((1, 100, 3), np.float32))
+    x = np.zeros((3, 100, 4), np.float32)
+    x[1, 7, 2] = np.nan
+    with pytest.raises(WindowError, match="window 1 holds NaN at step 7, channel 2"):
+        model.score(x)
+    x[1, 7, 2] = np.inf
+    with pytest.raises(WindowError, match="infinite"):
+        validate_windows(x, 100, 4)
+    assert issubclass(WindowError, ValueError)
+
+
+def test_batch_scoring_equals_one_by_one(artifact_dir: Path) -> None:
+    model = load_model(artifact_dir, max_batch=4)  # 10 windows -> chunks 4, 4, 2
+    rng = np.random.default_rng(1)
+    x = (rng.normal(size=(10, 100, 4)) * [1, 2, 3, 0] + [0, 1, -1, 5]).astype(
+        np.float32
+    )
+    batch = model.score(x)
+    single = [model.score(w) for w in x]
+    np.testing.assert_allclose(batch.risk, [s.risk[0] for s in single], atol=1e-6)
+    np.testing.assert_allclose(
+        batch.contrib, np.concatenate([s.contrib for s in single])
+    )
+    np.testing.assert_array_equal(
+        batch.codes, np.concatenate([s.codes for s in single])
+    )
+    assert batch.risk.shape == (10,) and batch.codes.shape == (10, 5)
+    assert np.all((batch.risk > 0) & (batch.risk < 1))
+    np.testing.assert_allclose(batch.contrib.sum(1), 1.0, atol=1e-6)
+    assert np.all(batch.contrib[:, 3] == 0)  # the masked channel never contributes
+
+
+def test_masked_channel_is_inert(tmp_path: Path) -> None:
+    build_artifact(tmp_path, channels=["x", "dead", "y"], mask=[True, False, True])
+    model = load_model(tmp_path)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(4, 100, 3)).astype(np.float32)
+    y = x.copy()
+    y[:, :, 1] = 1e6
+    np.testing.assert_allclose(model.score(x).risk, model.score(y).risk, atol=1e-6)
