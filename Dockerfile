@@ -1,12 +1,106 @@
-# Minimal service image for now; the deployment issue makes it multi-stage with a CUDA
-# runtime base, a CPU-slim target and a training target.
-FROM python:3.11-slim
-WORKDIR /app
+# syntax=docker/dockerfile:1
+#
+# Targets (the last stage, `runtime`, is the default):
+#   runtime      the service on an NVIDIA CUDA runtime base with onnxruntime-gpu; uses the
+#                GPU when the container gets one (--gpus / compose profile `gpu`), CPU
+#                otherwise. No PyTorch.          docker build -t scjepa:runtime .
+#   runtime-cpu  the service on python:3.11-slim with onnxruntime (CPU). No PyTorch.
+#                                                docker build --target runtime-cpu -t scjepa:cpu .
+#   train        PyTorch (CPU wheels by default) for scjepa pretrain / evaluate / export;
+#                CUDA wheels: --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124
+#                                                docker build --target train -t scjepa:train .
+#
+# Every service image runs `scjepa serve` as a non-root user, reads its settings from
+# SCJEPA_* environment variables (service/config.py) and expects the model artifact
+# (model.onnx + manifest.json) mounted read-only at /models/current.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+
+# ---------------------------------------------------------------- CPU service builder
+FROM ${PYTHON_IMAGE} AS build-cpu
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
 COPY pyproject.toml README.md ./
 COPY model ./model
 COPY training ./training
 COPY service ./service
-RUN pip install --no-cache-dir ".[cpu]"
-RUN useradd --create-home --uid 10001 scjepa
-USER scjepa
-CMD ["scjepa", "--help"]
+# Versions come from pyproject.toml (the project itself is what is installed).
+# hadolint ignore=DL3013
+RUN pip install ".[cpu]"
+
+# ------------------------------------------------------------------------------ train
+FROM ${PYTHON_IMAGE} AS train
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_SPEC=torch==2.13.0
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH
+WORKDIR /app
+# TORCH_SPEC is pinned (build arg)
+# hadolint ignore=DL3013
+RUN python -m venv /opt/venv \
+    && pip install --index-url "${TORCH_INDEX_URL}" "${TORCH_SPEC}"
+COPY pyproject.toml README.md ./
+COPY model ./model
+COPY training ./training
+COPY service ./service
+COPY configs ./configs
+# hadolint ignore=DL3013
+RUN pip install ".[train,cpu]" \
+    && useradd --create-home --uid 10001 scjepa \
+    && mkdir -p /app/runs /app/artifacts /app/results \
+    && chown scjepa:scjepa /app/runs /app/artifacts /app/results
+USER 10001:10001
+ENTRYPOINT ["scjepa"]
+CMD ["--help"]
+
+# ------------------------------------------------------------------------ runtime-cpu
+FROM ${PYTHON_IMAGE} AS runtime-cpu
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/opt/venv/bin:$PATH \
+    SCJEPA_ARTIFACT=/models/current SCJEPA_PROVIDER=cpu
+COPY --from=build-cpu /opt/venv /opt/venv
+RUN useradd --create-home --uid 10001 scjepa && mkdir -p /models
+WORKDIR /home/scjepa
+USER 10001:10001
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
+
+# ---------------------------------------------------------------- GPU service builder
+FROM ${CUDA_IMAGE} AS build-gpu
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
+COPY pyproject.toml README.md ./
+COPY model ./model
+COPY training ./training
+COPY service ./service
+# hadolint ignore=DL3013
+RUN pip install ".[gpu]"
+
+# ---------------------------------------------------------------------------- runtime
+FROM ${CUDA_IMAGE} AS runtime
+ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+    PATH=/opt/venv/bin:$PATH SCJEPA_ARTIFACT=/models/current SCJEPA_PROVIDER=auto
+# The venv's interpreter is this image's /usr/bin/python3 (same base as build-gpu).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --create-home --uid 10001 scjepa \
+    && mkdir -p /models
+COPY --from=build-gpu /opt/venv /opt/venv
+WORKDIR /home/scjepa
+USER 10001:10001
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=5 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
