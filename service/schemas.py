@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+FLOAT32_MAX = 3.4028234663852886e38
+
 # No braces (the Redis hash tag), no slashes (the URL path), bounded length.
 StreamName = Annotated[
     str, Field(pattern=r"^[A-Za-z0-9._:\-]{1,128}$", examples=["pump-7"])
@@ -31,6 +33,10 @@ class Reading(BaseModel):
         for i, x in enumerate(v):
             if x is not None and math.isinf(x):
                 raise ValueError(f"values[{i}] is {x}: infinite values are refused")
+            if x is not None and abs(x) > FLOAT32_MAX:
+                raise ValueError(
+                    f"values[{i}] = {x:g} overflows float32 (the model's type)"
+                )
         return [None if x is None or math.isnan(x) else x for x in v]
 
 
@@ -63,7 +69,18 @@ class IngestRequest(BaseModel):
                     "stream": "pump-7",
                     "readings": [{"ts": 1700000000.0, "values": [0.1, 2.3, None]}],
                 },
-                {"streams": [{"stream": "pump-7", "readings": []}]},
+                {
+                    "streams": [
+                        {
+                            "stream": "pump-7",
+                            "readings": [{"ts": 1.0, "values": [1, 2, 3]}],
+                        },
+                        {
+                            "stream": "fan-2",
+                            "readings": [{"ts": 1.0, "values": [4, 5, 6]}],
+                        },
+                    ]
+                },
             ]
         }
     )

@@ -159,6 +159,7 @@ def test_unknown_stream_is_404(client: TestClient) -> None:
     [
         ({"stream": "s", "readings": [{"ts": T0, "values": [1, 2, 3]}]}, "values"),
         ({"stream": "s", "readings": [{"ts": T0, "values": [1, 2, 3, 1e999]}]}, "values"),
+        ({"stream": "s", "readings": [{"ts": T0, "values": [1, 2, 3, 1e39]}]}, "float32"),
         ({"stream": "s", "readings": [{"ts": T0 + 1, "values": [1, 2, 3, 4]},
                                       {"ts": T0, "values": [1, 2, 3, 4]}]}, "ts"),
         ({"stream": "s", "readings": [{"values": [1, 2, 3, 4]}]}, "ts"),
