@@ -46,3 +46,16 @@ def cleanup() -> None:
 def barrier() -> None:
     if dist.is_initialized():
         dist.barrier()
+
+
+@torch.no_grad()
+def replica_spread(tensors: list[torch.Tensor]) -> float:
+    """Max |theta_rank - theta_rank0| over all ranks and tensors (0.0 = in sync)."""
+    if not dist.is_initialized():
+        return 0.0
+    flat = torch.cat([t.detach().float().flatten() for t in tensors])
+    ref = flat.clone()
+    dist.broadcast(ref, src=0)
+    spread = (flat - ref).abs().max().reshape(1)
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)
+    return float(spread.item())

@@ -205,6 +205,9 @@ def pretrain(
         elif epoch + 1 >= cfg.optim.select_from:
             bad += 1
         row |= {"best": best, "improved": improved}
+        if dd.world > 1:  # DDP sanity check: every replica holds the same weights
+            tensors = [*model.parameters(), *target.parameters()]
+            row["replica_spread"] = distributed.replica_spread(tensors)
         if dd.main:
             state = _state(model, target, opt, cfg, epoch + 1, step, best, bad, device)
             save_checkpoint(out / "last.pt", **state)
@@ -277,7 +280,8 @@ def _plots(out: Path) -> None:
                 ax.plot(ep, [r.get(k, np.nan) for r in rows], marker=".", label=k)
         ax.set_title(title)
         ax.set_xlabel("epoch")
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "curves.png", dpi=90)
     plt.close(fig)

@@ -1,0 +1,133 @@
+"""Loss terms: pure functions, the lambda_r schedule, and every ablation switch."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from train_helpers import TINY_MODEL
+
+from model import SCJEPA, ModelConfig, TargetEncoder
+from training.config import LossConfig
+from training.losses import entropy_terms, kl_div, lambda_r, patch_sq_err, scjepa_loss
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+
+
+def test_kl_matches_torch_and_vanishes_on_equal_inputs() -> None:
+    logits_t, logits_p = torch.randn(4, 5, 8), torch.randn(4, 5, 8)
+    p_t = logits_t.softmax(-1)
+    ref = (
+        F.kl_div(logits_p.log_softmax(-1), p_t, reduction="sum") / 4
+    )  # sum P,K; mean N
+    torch.testing.assert_close(kl_div(p_t, logits_p), ref)
+    assert kl_div(p_t, logits_t).abs() < 1e-5
+    assert kl_div(p_t, logits_p) > 0
+
+
+def test_reductions_sum_patches_mean_features() -> None:
+    a = torch.zeros(2, 5, 4)
+    b = torch.ones(2, 5, 4) * 2  # squared error 4 everywhere
+    assert patch_sq_err(a, b).item() == pytest.approx(5 * 4.0)  # 5 patches x mean 4
+    uniform = torch.full((3, 5, 16), 1 / 16)
+    sample, batch = entropy_terms(uniform)
+    assert sample.item() == pytest.approx(math.log(16), rel=1e-5)
+    assert batch.item() == pytest.approx(math.log(16), rel=1e-5)
+    one_hot = F.one_hot(torch.zeros(3, 5, dtype=torch.long), 16).float()
+    assert entropy_terms(one_hot)[1].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_lambda_r_anneals_linearly_over_the_run() -> None:
+    assert lambda_r(0, 101) == pytest.approx(0.5)
+    assert lambda_r(50, 101) == pytest.approx(0.3)
+    assert lambda_r(100, 101) == pytest.approx(0.1)
+    assert lambda_r(500, 101) == pytest.approx(0.1)  # clamped
+
+
+def _run(arch: dict | None = None, **loss: bool) -> tuple[SCJEPA, dict]:
+    torch.manual_seed(0)
+    model = SCJEPA(ModelConfig(**(TINY_MODEL | (arch or {}))))
+    target = TargetEncoder(model)
+    cfg = LossConfig(**loss)
+    x, x_next = torch.randn(2, 8, 100).cumsum(-1)
+    online = model(x, predict=cfg.pred, reconstruct=cfg.rec)
+    terms = scjepa_loss(online, target(x_next) if cfg.pred else None, x, cfg, 0.3)
+    terms["loss"].backward()
+    return model, terms
+
+
+def _has_grad(module: torch.nn.Module | None) -> bool:
+    assert module is not None
+    return any(
+        p.grad is not None and p.grad.abs().sum() > 0 for p in module.parameters()
+    )
+
+
+def test_full_objective_combines_terms_and_reaches_every_module() -> None:
+    model, t = _run()
+    c = LossConfig()
+    pred = (
+        c.lambda_f * (t["kl_fine"] + c.gamma * t["mse_fine"])
+        + c.lambda_c * t["kl_coarse"]
+    )
+    code = c.commit * t["commit"] + c.quant * t["quant"]
+    code = code + c.entropy * t["ent_sample"] - c.diversity * t["ent_batch"]
+    torch.testing.assert_close(t["pred"], pred)
+    torch.testing.assert_close(t["code"], code)
+    torch.testing.assert_close(t["loss"].detach(), pred + code + 0.3 * t["rec"])
+    assert all(t[k] > 0 for k in ("kl_fine", "kl_coarse", "mse_fine", "commit", "rec"))
+    for m in ("encoder", "codebook", "fine_predictor", "coarse_predictor", "decoder"):
+        assert _has_grad(getattr(model, m)), m
+
+
+def test_without_kl_only_latent_mse_predicts() -> None:
+    model, t = _run(kl=False)
+    c = LossConfig()
+    assert t["kl_fine"] == 0 and t["kl_coarse"] == 0
+    expected = c.gamma * (c.lambda_f * t["mse_fine"] + c.lambda_c * t["mse_coarse"])
+    torch.testing.assert_close(t["pred"], expected)
+    assert _has_grad(model.fine_predictor) and _has_grad(model.coarse_predictor)
+
+
+def test_without_reconstruction_the_decoder_is_idle() -> None:
+    model, t = _run(rec=False)
+    assert t["rec"] == 0 and t["lambda_r"] == 0
+    assert not _has_grad(model.decoder)
+    assert _has_grad(model.encoder)
+
+
+def test_without_prediction_no_target_and_idle_predictors() -> None:
+    model, t = _run(pred=False)
+    assert t["pred"] == 0 and t["kl_fine"] == 0 and t["mse_fine"] == 0
+    assert not _has_grad(model.fine_predictor) and not _has_grad(model.coarse_predictor)
+    assert _has_grad(model.encoder) and _has_grad(model.codebook)
+
+
+def test_without_codebook_losses_the_bottleneck_stays() -> None:
+    model, t = _run(code=False)
+    assert t["code"] == 0 and t["commit"] == 0 and t["quant"] == 0
+    assert t["kl_fine"] > 0  # codes still predicted through the bottleneck
+    assert _has_grad(model.codebook)  # via z (reconstruction) and z_hat (MSE)
+
+
+def test_without_codebook_module_continuous_latents_mse() -> None:
+    model, t = _run({"use_codebook": False})
+    assert model.codebook is None
+    c = LossConfig()
+    assert t["kl_fine"] == 0 and t["code"] == 0 and t["ent_batch"] == 0
+    torch.testing.assert_close(
+        t["pred"], c.lambda_f * t["mse_fine"] + c.lambda_c * t["mse_coarse"]
+    )
+    assert t["mse_fine"] > 0 and t["mse_coarse"] > 0
+
+
+def test_without_downsampling_no_coarse_term() -> None:
+    model, t = _run({"use_coarse": False})
+    assert model.coarse_predictor is None
+    assert t["kl_coarse"] == 0 and t["mse_coarse"] == 0 and t["kl_fine"] > 0
