@@ -48,7 +48,7 @@ class TimingAndLimits:
                 limit = f"{self.max_body_bytes} bytes (SCJEPA_MAX_BODY_BYTES)"
                 too_large = JSONResponse(
                     {"detail": f"request body over {limit}"},
-                    status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+                    status_code=413,
                 )
                 await too_large(scope, receive, send_status)
             else:

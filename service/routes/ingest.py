@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter, HTTPException
 from fastapi.exceptions import RequestValidationError
 
 from service.deps import ApiKey, ScorerDep, SettingsDep
@@ -32,7 +32,7 @@ async def ingest(
     n = sum(len(item.readings) for item in items)
     if n > settings.max_readings_per_request:
         raise HTTPException(
-            status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            413,
             detail=f"{n} readings in one request; the limit is "
             f"{settings.max_readings_per_request} (SCJEPA_MAX_READINGS_PER_REQUEST)",
         )

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 
-from tests.service.conftest import ClientFactory
+from service.config import Settings
+from service.main import create_app
+from tests.service.conftest import ClientFactory, RedisServer
 
 V = 4  # the test artifact's channels: a, b, c, flat (masked)
 T0 = 1_700_000_000.0
@@ -276,3 +280,29 @@ def test_readyz(client: TestClient) -> None:
     checks = r.json()["checks"]
     assert checks["provider"] == "CPUExecutionProvider"
     assert checks["model"] is True and checks["store"] is True
+
+
+def test_history_is_capped(make_client: ClientFactory) -> None:
+    client = make_client(hop=10, history_len=3)
+    ingest(client, "s", series(150))  # windows end at 100, 110, ..., 150
+    hist = client.get("/risk/s/history", params={"limit": 50}).json()["items"]
+    assert [h["n"] for h in hist] == [150, 140, 130]
+    assert client.get("/risk/s/history", params={"limit": 0}).status_code == 422
+
+
+def test_redis_keys_hash_tag_trim_and_ttl(
+    redis_server: RedisServer, artifact_dir: Path
+) -> None:
+    p = "layout"
+    settings = Settings(artifact=artifact_dir, redis_url=redis_server.url, key_prefix=p,
+                        stream_ttl_s=600)  # fmt: skip
+    with TestClient(create_app(settings)) as client:
+        ingest(client, "pump-7", series(130))
+    r = redis.Redis.from_url(redis_server.url)
+    keys = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
+    tagged = [f"{p}:{{pump-7}}:{k}" for k in ("buf", "meta", "risk", "seen")]
+    assert keys == [f"{p}:streams", *tagged]  # one Cluster slot per stream
+    assert r.llen(f"{p}:{{pump-7}}:buf") == 100  # trimmed to the window
+    assert r.zcard(f"{p}:{{pump-7}}:seen") == 130  # dedupe horizon (10 000)
+    for k in tagged:
+        assert 0 < r.ttl(k) <= 600  # idle streams expire
