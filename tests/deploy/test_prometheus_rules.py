@@ -1,0 +1,214 @@
+"""Prometheus config and rules, validated by promtool: `check config` (which also checks
+the rule files it loads), `check rules`, and `test rules` (unit tests of the alerts in
+deploy/prometheus/tests/). Every metric the rules use must be one service/metrics.py
+exports, so a renamed metric cannot silently empty a rule."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deploy_helpers import (
+    PROM_DIR,
+    explain,
+    exported_metric_names,
+    load_yaml,
+    recorded_names,
+    referenced_metrics,
+    referenced_recorded,
+    require_tool,
+    run_tool,
+)
+
+RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
+TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
+REQUIRED_ALERTS = {
+    "AnomalyRiskHigh",
+    "ScjepaApiDown",
+    "HighInferenceLatency",
+    "ReadingsRejectedSpike",
+    "NoReadingsIngested",
+}
+
+
+def all_rules() -> list[dict[str, Any]]:
+    return [
+        rule
+        for path in RULE_FILES
+        for group in load_yaml(path)["groups"]
+        for rule in group["rules"]
+    ]
+
+
+def test_there_are_rule_and_test_files() -> None:
+    assert RULE_FILES and TEST_FILES
+
+
+# --- promtool
+
+
+def test_promtool_check_config() -> None:
+    promtool = require_tool("promtool")
+    proc = run_tool(promtool, "check", "config", PROM_DIR / "prometheus.yml")
+    assert proc.returncode == 0, explain(proc)
+    # the rule_files glob must pick up every rule file (a wrong glob checks nothing)
+    assert f"SUCCESS: {len(RULE_FILES)} rule files found" in proc.stdout, proc.stdout
+
+
+def test_promtool_check_rules() -> None:
+    promtool = require_tool("promtool")
+    proc = run_tool(promtool, "check", "rules", *RULE_FILES)
+    assert proc.returncode == 0, explain(proc)
+
+
+def test_promtool_test_rules() -> None:
+    promtool = require_tool("promtool")
+    proc = run_tool(promtool, "test", "rules", *TEST_FILES)
+    assert proc.returncode == 0, explain(proc)
+    assert "SUCCESS" in proc.stdout
+
+
+def test_promtool_check_config_rejects_a_broken_config(tmp_path: Path) -> None:
+    promtool = require_tool("promtool")
+    text = (PROM_DIR / "prometheus.yml").read_text()
+    assert "scrape_interval: 15s" in text
+    shutil.copytree(PROM_DIR / "rules", tmp_path / "rules")
+    bad = tmp_path / "prometheus.yml"
+    bad.write_text(text.replace("scrape_interval: 15s", "scrape_interval: fast", 1))
+    proc = run_tool(promtool, "check", "config", bad)
+    assert proc.returncode != 0, explain(proc)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"alert": "Broken", "expr": "sum by (job (scjepa_streams_in_alert)"},
+        {"alert": "Broken", "expr": "scjepa_max_risk > 0", "for": "five minutes"},
+        {"record": "not a metric name", "expr": "sum(scjepa_max_risk)"},
+    ],
+    ids=["bad-promql", "bad-duration", "bad-record-name"],
+)
+def test_promtool_check_rules_rejects_broken_rules(
+    tmp_path: Path, rule: dict[str, Any]
+) -> None:
+    promtool = require_tool("promtool")
+    bad = tmp_path / "bad.yml"
+    bad.write_text(yaml.safe_dump({"groups": [{"name": "bad", "rules": [rule]}]}))
+    proc = run_tool(promtool, "check", "rules", bad)
+    assert proc.returncode != 0, explain(proc)
+
+
+def _firing_at_10m() -> list[dict[str, Any]]:
+    """The expected AnomalyRiskHigh alert (labels and annotations) at 10m, taken from the
+    committed unit test (its first case: streams in alert from minute 5)."""
+    case = load_yaml(PROM_DIR / "tests" / "alerts_test.yml")["tests"][0]
+    (check,) = [
+        t
+        for t in case["alert_rule_test"]
+        if t["alertname"] == "AnomalyRiskHigh" and t["eval_time"] == "10m"
+    ]
+    assert check["exp_alerts"], "the committed test expects the alert at 10m"
+    return check["exp_alerts"]
+
+
+def _unit_test(tmp_path: Path, eval_time: str, firing: bool) -> Any:
+    """A promtool unit test of AnomalyRiskHigh on the real rule files: streams in alert
+    from minute 5 on, asserted firing (or not) at ``eval_time``."""
+    case = {
+        "rule_files": [str(p) for p in RULE_FILES],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {
+                        "series": 'scjepa_streams_in_alert{job="scjepa-api", instance="api:8000"}',
+                        "values": "0x4 1x20",
+                    }
+                ],
+                "alert_rule_test": [
+                    {
+                        "eval_time": eval_time,
+                        "alertname": "AnomalyRiskHigh",
+                        "exp_alerts": _firing_at_10m() if firing else [],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / f"case_{eval_time}_{firing}.yml"
+    path.write_text(yaml.safe_dump(case))
+    return run_tool(require_tool("promtool"), "test", "rules", path)
+
+
+def test_promtool_test_rules_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
+    """The unit-test machinery really evaluates the rule's timing: the same expectation
+    passes at 10m (control) but fails one minute early (9m, still pending), and
+    claiming silence at 10m fails too."""
+    control = _unit_test(tmp_path, "10m", firing=True)
+    assert control.returncode == 0, explain(control)
+    early = _unit_test(tmp_path, "9m", firing=True)
+    assert early.returncode != 0, explain(early)
+    assert "FAILED" in early.stdout + early.stderr
+    silent = _unit_test(tmp_path, "10m", firing=False)
+    assert silent.returncode != 0, explain(silent)
+    quiet_before = _unit_test(tmp_path, "9m", firing=False)
+    assert quiet_before.returncode == 0, explain(quiet_before)
+
+
+# --- structure
+
+
+def test_required_alerts_exist_with_severity_and_summary() -> None:
+    alerts = {r["alert"]: r for r in all_rules() if "alert" in r}
+    assert set(alerts) >= REQUIRED_ALERTS, sorted(REQUIRED_ALERTS - set(alerts))
+    for name, rule in alerts.items():
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
+        assert rule["annotations"]["summary"], name
+        assert rule["annotations"]["description"], name
+    assert alerts["AnomalyRiskHigh"]["for"] == "5m"
+    assert "scjepa_streams_in_alert" in alerts["AnomalyRiskHigh"]["expr"]
+    assert "up" in alerts["ScjepaApiDown"]["expr"]
+
+
+def test_every_alert_rule_is_unit_tested() -> None:
+    tested = set()
+    for path in TEST_FILES:
+        for case in load_yaml(path)["tests"]:
+            tested.update(t["alertname"] for t in case.get("alert_rule_test", []))
+    assert tested >= REQUIRED_ALERTS, sorted(REQUIRED_ALERTS - tested)
+
+
+def test_rules_use_only_exported_metrics_and_known_recordings() -> None:
+    exported = exported_metric_names()
+    assert "scjepa_readings_total" in exported  # prometheus_client's counter suffix
+    assert "scjepa_inference_info" in exported
+    recorded = recorded_names()
+    for rule in all_rules():
+        expr = rule["expr"]
+        unknown = referenced_metrics(expr) - exported
+        assert not unknown, f"{rule.get('alert') or rule.get('record')}: {unknown}"
+        missing = referenced_recorded(expr) - recorded
+        assert not missing, f"{rule.get('alert') or rule.get('record')}: {missing}"
+
+
+def test_the_metric_check_catches_a_renamed_metric() -> None:
+    assert (
+        referenced_metrics("rate(scjepa_reading_total[1m])") - exported_metric_names()
+    )
+    assert not referenced_metrics("job:scjepa_readings:rate1m")
+
+
+def test_scrape_config_targets_the_compose_api() -> None:
+    config = load_yaml(PROM_DIR / "prometheus.yml")
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    api = jobs["scjepa-api"]
+    assert api.get("metrics_path", "/metrics") == "/metrics"
+    targets = [t for sc in api["static_configs"] for t in sc["targets"]]
+    assert targets == ["api:8000"]
+    gpu = jobs["scjepa-api-gpu"]
+    assert gpu["dns_sd_configs"][0]["names"] == ["api-gpu"]
+    assert config["rule_files"] == ["rules/*.yml"]
