@@ -63,7 +63,9 @@ class OptimConfig:
 class RunConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    amp: bool = False  # bf16 autocast on CUDA
+    amp: bool = (
+        False  # bf16 autocast (CUDA, or a CPU with AVX512-BF16); recorded in run.json
+    )
     threads: int = 0  # torch intra-op threads; 0 = all cores (per process)
     progress: bool = True  # tqdm bar
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -30,10 +31,18 @@ def test_two_cpu_processes_keep_identical_replicas(tmp_path: Path) -> None:
     cmd += ["--standalone", "-m", "training.train", "--dataset", "synthetic"]
     cmd += ["--config", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "run")]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run(
-        cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
+    # own session: on a timeout the workers are killed with torchrun, not orphaned
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, err[-3000:]
     rows = [
         json.loads(x) for x in (tmp_path / "run/metrics.jsonl").read_text().splitlines()
     ]
