@@ -48,13 +48,22 @@ WINDOWS_SKIPPED = Counter(
     "Completed windows not scored (more than max_windows_per_ingest in one call).",
 )
 PROVIDER = Info("scjepa_inference", "Loaded model and the ACTIVE execution provider.")
+# Store-wide (every replica reports the same numbers; aggregate with max, not sum).
+# Refreshed from the store on each scrape of GET /metrics.
 STREAMS_TRACKED = Gauge(
-    "scjepa_streams_tracked", "Streams scored by this process (within the TTL)."
+    "scjepa_streams_tracked", "Streams that sent readings within the idle TTL."
 )
 STREAMS_IN_ALERT = Gauge(
     "scjepa_streams_in_alert", "Streams whose latest risk is at or above threshold."
 )
 MAX_RISK = Gauge("scjepa_max_risk", "Highest latest risk over the tracked streams.")
+
+
+def set_summary(streams: int, in_alert: int, max_risk: float) -> None:
+    STREAMS_TRACKED.set(streams)
+    STREAMS_IN_ALERT.set(in_alert)
+    MAX_RISK.set(max_risk)
+
 
 for outcome in ("accepted", "duplicate", "rejected"):
     READINGS.labels(outcome=outcome)  # export zeros from the start

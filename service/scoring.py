@@ -5,7 +5,6 @@ shared micro-batch, keep the risk records. Knows the store, batcher and model; n
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,6 @@ class Scorer:
         self.hop = settings.hop or model.manifest.hop
         m = model.manifest
         self.ref = ModelRef(name=m.name, version=m.version)
-        self._latest: dict[str, tuple[float, bool, float]] = {}  # risk, alert, when
 
     # -- validation that needs the model (pydantic did the rest)
     def problems(
@@ -86,11 +84,12 @@ class Scorer:
                 records.setdefault(stream, []).append(rec)
             await asyncio.gather(
                 *(
-                    self.store.put_risks(s, [(r.n, r.model_dump_json()) for r in recs])
+                    self.store.put_risks(
+                        s, [(r.n, r.model_dump_json()) for r in recs], recs[-1].risk
+                    )
                     for s, recs in records.items()
                 )
             )
-            self._track(records)
         results = []
         for item, res in zip(items, appended, strict=True):
             recs = records.get(item.stream, [])
@@ -155,22 +154,6 @@ class Scorer:
             model=self.ref,
             computed_at=now_utc(),
         )
-
-    def _track(self, records: dict[str, list[RiskRecord]]) -> None:
-        """Gauges over the streams this process scored within the TTL."""
-        now = time.monotonic()
-        for stream, recs in records.items():
-            self._latest[stream] = (recs[-1].risk, recs[-1].alert, now)
-        stale = [
-            s
-            for s, (_, _, t) in self._latest.items()
-            if now - t > self.settings.stream_ttl_s
-        ]
-        for s in stale:
-            del self._latest[s]
-        metrics.STREAMS_TRACKED.set(len(self._latest))
-        metrics.STREAMS_IN_ALERT.set(sum(a for _, a, _ in self._latest.values()))
-        metrics.MAX_RISK.set(max((r for r, _, _ in self._latest.values()), default=0.0))
 
     # -- reads
     async def risk(self, stream: str) -> RiskResponse | None:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from service import metrics
 from service.schemas import HealthResponse
 from service.store import StoreUnavailable
 
@@ -42,6 +43,14 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=Response)
-async def metrics() -> Response:
-    """Prometheus exposition format."""
+async def prometheus(request: Request) -> Response:
+    """Prometheus exposition format; the stream gauges are refreshed from the store."""
+    store = getattr(request.app.state, "store", None)
+    model = getattr(request.app.state, "model", None)
+    if store is not None and model is not None:
+        try:
+            s = await store.summary(model.manifest.threshold)
+            metrics.set_summary(s.streams, s.in_alert, s.max_risk)
+        except StoreUnavailable:
+            pass  # keep the last values; readyz reports the store
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -47,6 +47,15 @@ class AppendResult:
 
 
 @dataclass(frozen=True)
+class Summary:
+    """Over the live streams (not idle longer than the TTL), whatever replica fed them."""
+
+    streams: int
+    in_alert: int  # latest risk >= threshold
+    max_risk: float  # 0.0 when nothing was scored yet
+
+
+@dataclass(frozen=True)
 class StreamState:
     total: int
     buffered: int
@@ -99,8 +108,11 @@ class Store(ABC):
         """Reading counts of a known stream, None for an unknown (or expired) one."""
 
     @abstractmethod
-    async def put_risks(self, stream: str, records: list[tuple[int, str]]) -> None:
-        """Add (window count n, JSON record) pairs to the stream's capped history."""
+    async def put_risks(
+        self, stream: str, records: list[tuple[int, str]], latest_risk: float
+    ) -> None:
+        """Add (window count n, JSON record) pairs to the stream's capped history and
+        note ``latest_risk`` (of the newest record) for :meth:`summary`."""
 
     @abstractmethod
     async def risks(self, stream: str, limit: int) -> list[str]:
@@ -109,6 +121,10 @@ class Store(ABC):
     @abstractmethod
     async def streams(self) -> list[str]:
         """Names of the streams not idle for longer than the TTL, sorted."""
+
+    @abstractmethod
+    async def summary(self, threshold: float) -> Summary:
+        """Counts for the gauges: live streams, streams in alert, highest latest risk."""
 
     @abstractmethod
     async def ping(self) -> None:
@@ -151,6 +167,7 @@ __all__ = [
     "Store",
     "StoreUnavailable",
     "StreamState",
+    "Summary",
     "Window",
     "completed_ends",
     "fill_leading",

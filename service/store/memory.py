@@ -16,6 +16,7 @@ from service.store import (
     AppendResult,
     Store,
     StreamState,
+    Summary,
     Values,
     Window,
     completed_ends,
@@ -30,6 +31,7 @@ class _Stream:
     total: int = 0
     last_ts: float | None = None
     risks: list[tuple[int, str]] = field(default_factory=list)  # ascending n
+    latest_risk: float | None = None
     touched: float = field(default_factory=time.monotonic)
 
 
@@ -99,8 +101,11 @@ class MemoryStore(Store):
             return None
         return StreamState(s.total, len(s.buf), s.last_ts)
 
-    async def put_risks(self, stream: str, records: list[tuple[int, str]]) -> None:
+    async def put_risks(
+        self, stream: str, records: list[tuple[int, str]], latest_risk: float
+    ) -> None:
         s = self._get(stream) or self._streams.setdefault(stream, _Stream())
+        s.latest_risk = latest_risk
         for rec in records:
             bisect.insort(s.risks, rec, key=lambda r: r[0])
         del s.risks[: -self.history_len]
@@ -111,6 +116,13 @@ class MemoryStore(Store):
 
     async def streams(self) -> list[str]:
         return sorted(name for name in list(self._streams) if self._get(name))
+
+    async def summary(self, threshold: float) -> Summary:
+        live = [s for name in list(self._streams) if (s := self._get(name))]
+        risks = [s.latest_risk for s in live if s.latest_risk is not None]
+        return Summary(
+            len(live), sum(r >= threshold for r in risks), max(risks, default=0.0)
+        )
 
     async def ping(self) -> None:
         return None

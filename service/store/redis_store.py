@@ -6,7 +6,8 @@ stream's keys share a Redis Cluster slot and the script may touch them all.
     scjepa:{pump-7}:seen   zset of accepted timestamps (the dedupe horizon)
     scjepa:{pump-7}:meta   hash: n (readings accepted), last_ts
     scjepa:{pump-7}:risk   zset of JSON risk records scored by window count n
-    scjepa:streams         zset stream -> last ingest time (GET /streams)
+    scjepa:{global}:streams  zset stream -> last ingest time (GET /streams, TTL)
+    scjepa:{global}:latest   zset stream -> latest risk (the gauges)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from service.store import (
     Store,
     StoreUnavailable,
     StreamState,
+    Summary,
     Values,
     Window,
 )
@@ -134,6 +136,9 @@ class RedisStore(Store):
     def _key(self, stream: str, what: str) -> str:
         return f"{self.prefix}:{{{stream}}}:{what}"
 
+    def _global(self, what: str) -> str:
+        return f"{self.prefix}:{{global}}:{what}"  # one slot, so ZINTER may join them
+
     async def _call(self, op: str, coro: Awaitable[T]) -> T:
         start = time.perf_counter()
         try:
@@ -170,7 +175,7 @@ class RedisStore(Store):
         if accepted:
             await self._call(
                 "touch",
-                self.client.zadd(f"{self.prefix}:streams", {stream: time.time()}),
+                self.client.zadd(self._global("streams"), {stream: time.time()}),
             )
         return AppendResult(
             int(accepted), int(dup), int(late), int(total), int(count), windows
@@ -185,12 +190,15 @@ class RedisStore(Store):
             return None
         return StreamState(int(n), int(buffered), float(last_ts))
 
-    async def put_risks(self, stream: str, records: list[tuple[int, str]]) -> None:
+    async def put_risks(
+        self, stream: str, records: list[tuple[int, str]], latest_risk: float
+    ) -> None:
         key = self._key(stream, "risk")
-        pipe = self.client.pipeline(transaction=True)
+        pipe = self.client.pipeline(transaction=False)  # keys in two Cluster slots
         pipe.zadd(key, {rec: n for n, rec in records})
         pipe.zremrangebyrank(key, 0, -self.history_len - 1)
         pipe.expire(key, self.ttl_s)
+        pipe.zadd(self._global("latest"), {stream: latest_risk})
         await self._call("put_risks", pipe.execute())
 
     async def risks(self, stream: str, limit: int) -> list[str]:
@@ -198,13 +206,26 @@ class RedisStore(Store):
         raw = await self._call("risks", self.client.zrevrange(key, 0, limit - 1))
         return [cast(bytes, r).decode() for r in raw]
 
-    async def streams(self) -> list[str]:
-        key = f"{self.prefix}:streams"
+    async def _live(self) -> list[Any]:
+        """Forget streams idle past the TTL, in the registry and the latest risks."""
+        streams, latest = self._global("streams"), self._global("latest")
         pipe = self.client.pipeline(transaction=False)
-        pipe.zremrangebyscore(key, "-inf", time.time() - self.ttl_s)
-        pipe.zrange(key, 0, -1)
-        _, names = await self._call("streams", pipe.execute())
-        return sorted(bytes(n).decode() for n in names)
+        pipe.zremrangebyscore(streams, "-inf", time.time() - self.ttl_s)
+        pipe.zinterstore(latest, {latest: 1, streams: 0})  # keeps live members only
+        pipe.zrange(streams, 0, -1)
+        pipe.zrevrange(latest, 0, -1, withscores=True)
+        return list(await self._call("live", pipe.execute()))
+
+    async def streams(self) -> list[str]:
+        names = (await self._live())[2]
+        return sorted(cast(bytes, n).decode() for n in names)
+
+    async def summary(self, threshold: float) -> Summary:
+        _, _, names, latest = await self._live()
+        risks = [float(r) for _, r in latest]
+        return Summary(
+            len(names), sum(r >= threshold for r in risks), max(risks, default=0.0)
+        )
 
     async def ping(self) -> None:
         await self._call("ping", self.client.ping())

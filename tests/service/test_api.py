@@ -220,12 +220,13 @@ def test_metrics(client: TestClient) -> None:
     }
     scored = metric("scjepa_windows_scored_total")
     batches = metric("scjepa_inference_batch_size_count")
-    ingest(client, "secret-stream-id", series(120))
+    res = ingest(client, "secret-stream-id", series(120))
     ingest(client, "secret-stream-id", series(10))  # 10 duplicates
+    ingest(client, "warming", series(10))
     client.get("/risk/secret-stream-id")
     assert (
         metric("scjepa_readings_total", {"outcome": "accepted"}) - before["accepted"]
-        == 120
+        == 130
     )
     assert (
         metric("scjepa_readings_total", {"outcome": "duplicate"}) - before["duplicate"]
@@ -238,6 +239,10 @@ def test_metrics(client: TestClient) -> None:
     assert metric("scjepa_inference_batch_size_count") - batches == 1
 
     text = client.get("/metrics").text
+    # store-wide gauges, refreshed by the scrape
+    assert metric("scjepa_streams_tracked") == 2
+    assert metric("scjepa_streams_in_alert") == int(res["alert"])
+    assert metric("scjepa_max_risk") == pytest.approx(res["risk"])
     for name in (
         "scjepa_http_request_duration_seconds_bucket",
         "scjepa_inference_duration_seconds_bucket",
@@ -301,7 +306,8 @@ def test_redis_keys_hash_tag_trim_and_ttl(
     r = redis.Redis.from_url(redis_server.url)
     keys = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
     tagged = [f"{p}:{{pump-7}}:{k}" for k in ("buf", "meta", "risk", "seen")]
-    assert keys == [f"{p}:streams", *tagged]  # one Cluster slot per stream
+    shared = [f"{p}:{{global}}:{k}" for k in ("latest", "streams")]
+    assert keys == sorted([*shared, *tagged])  # one Cluster slot per stream
     assert r.llen(f"{p}:{{pump-7}}:buf") == 100  # trimmed to the window
     assert r.zcard(f"{p}:{{pump-7}}:seen") == 130  # dedupe horizon (10 000)
     for k in tagged:
