@@ -1,0 +1,316 @@
+"""JSON Schemas (draft 2020-12) for the Grafana files this repo provisions: the subset of
+Grafana's provisioning formats and dashboard model that the deployment relies on,
+written from Grafana's file-provisioning documentation. Grafana itself is not
+installable here, so these stand in for it: a typo in a key Grafana requires, a wrong
+type, or a panel without a datasource fails validation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+UID = {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,40}$"}
+DURATION = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w))+$"}
+DS_REF = {
+    "type": "object",
+    "required": ["type", "uid"],
+    "properties": {"type": {"type": "string"}, "uid": UID},
+}
+
+DATASOURCES: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "datasources"],
+    "properties": {
+        "apiVersion": {"const": 1},
+        "datasources": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["name", "uid", "type", "access", "url"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "uid": UID,
+                    "type": {"type": "string"},
+                    "access": {"enum": ["proxy", "direct"]},
+                    "url": {"type": "string", "pattern": "^https?://"},
+                    "isDefault": {"type": "boolean"},
+                    "editable": {"type": "boolean"},
+                    "jsonData": {"type": "object"},
+                },
+            },
+        },
+    },
+}
+
+DASHBOARD_PROVIDERS: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "providers"],
+    "properties": {
+        "apiVersion": {"const": 1},
+        "providers": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["name", "type", "options"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "orgId": {"type": "integer"},
+                    "folder": {"type": "string"},
+                    "type": {"const": "file"},
+                    "disableDeletion": {"type": "boolean"},
+                    "allowUiUpdates": {"type": "boolean"},
+                    "updateIntervalSeconds": {"type": "integer", "minimum": 1},
+                    "options": {
+                        "type": "object",
+                        "required": ["path"],
+                        "properties": {"path": {"type": "string", "pattern": "^/"}},
+                    },
+                },
+            },
+        },
+    },
+}
+
+_QUERY = {
+    "type": "object",
+    "required": ["refId", "datasourceUid", "model"],
+    "properties": {
+        "refId": {"type": "string", "pattern": "^[A-Z]$"},
+        "datasourceUid": {"type": "string"},
+        "relativeTimeRange": {
+            "type": "object",
+            "required": ["from", "to"],
+            "properties": {
+                "from": {"type": "integer", "minimum": 0},
+                "to": {"type": "integer", "minimum": 0},
+            },
+        },
+        "model": {
+            "type": "object",
+            "required": ["refId"],
+            "properties": {
+                "refId": {"type": "string"},
+                "expr": {"type": "string", "minLength": 1},
+                "type": {
+                    "enum": [
+                        "reduce",
+                        "threshold",
+                        "math",
+                        "resample",
+                        "classic_conditions",
+                    ]
+                },
+                "expression": {"type": "string"},
+            },
+        },
+    },
+}
+
+ALERT_RULES: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "groups"],
+    "properties": {
+        "apiVersion": {"const": 1},
+        "groups": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["orgId", "name", "folder", "interval", "rules"],
+                "properties": {
+                    "orgId": {"type": "integer"},
+                    "name": {"type": "string", "minLength": 1},
+                    "folder": {"type": "string", "minLength": 1},
+                    "interval": DURATION,
+                    "rules": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": [
+                                "uid",
+                                "title",
+                                "condition",
+                                "data",
+                                "for",
+                                "noDataState",
+                                "execErrState",
+                                "labels",
+                                "annotations",
+                            ],
+                            "properties": {
+                                "uid": UID,
+                                "title": {"type": "string", "minLength": 1},
+                                "condition": {"type": "string"},
+                                "data": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": _QUERY,
+                                },
+                                "for": DURATION,
+                                "noDataState": {
+                                    "enum": ["OK", "NoData", "Alerting", "KeepLast"]
+                                },
+                                "execErrState": {
+                                    "enum": ["OK", "Error", "Alerting", "KeepLast"]
+                                },
+                                "isPaused": {"type": "boolean"},
+                                "labels": {
+                                    "type": "object",
+                                    "required": ["severity"],
+                                    "additionalProperties": {"type": "string"},
+                                },
+                                "annotations": {
+                                    "type": "object",
+                                    "required": ["summary"],
+                                    "additionalProperties": {"type": "string"},
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+CONTACT_POINTS: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "contactPoints"],
+    "properties": {
+        "apiVersion": {"const": 1},
+        "contactPoints": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["orgId", "name", "receivers"],
+                "properties": {
+                    "orgId": {"type": "integer"},
+                    "name": {"type": "string"},
+                    "receivers": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["uid", "type", "settings"],
+                            "properties": {
+                                "uid": UID,
+                                "type": {"type": "string"},
+                                "settings": {"type": "object"},
+                            },
+                            "if": {"properties": {"type": {"const": "webhook"}}},
+                            "then": {
+                                "properties": {
+                                    "settings": {"required": ["url"]},
+                                }
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+_ROUTE: dict[str, Any] = {
+    "type": "object",
+    "required": ["receiver"],
+    "properties": {
+        "receiver": {"type": "string"},
+        "group_by": {"type": "array", "items": {"type": "string"}},
+        "group_wait": DURATION,
+        "group_interval": DURATION,
+        "repeat_interval": DURATION,
+        "object_matchers": {
+            "type": "array",
+            "items": {
+                "type": "array",
+                "prefixItems": [
+                    {"type": "string"},
+                    {"enum": ["=", "!=", "=~", "!~"]},
+                    {"type": "string"},
+                ],
+                "minItems": 3,
+                "maxItems": 3,
+            },
+        },
+        "routes": {"type": "array", "items": {"$ref": "#/$defs/route"}},
+    },
+}
+
+POLICIES: dict[str, Any] = {
+    "$defs": {"route": _ROUTE},
+    "type": "object",
+    "required": ["apiVersion", "policies"],
+    "properties": {
+        "apiVersion": {"const": 1},
+        "policies": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "allOf": [
+                    {"$ref": "#/$defs/route"},
+                    {"required": ["orgId"]},
+                ]
+            },
+        },
+    },
+}
+
+_PANEL: dict[str, Any] = {
+    "type": "object",
+    "required": ["id", "type", "title", "gridPos"],
+    "properties": {
+        "id": {"type": "integer", "minimum": 1},
+        "type": {"type": "string"},
+        "title": {"type": "string", "minLength": 1},
+        "gridPos": {
+            "type": "object",
+            "required": ["x", "y", "w", "h"],
+            "properties": {
+                "x": {"type": "integer", "minimum": 0, "maximum": 23},
+                "y": {"type": "integer", "minimum": 0},
+                "w": {"type": "integer", "minimum": 1, "maximum": 24},
+                "h": {"type": "integer", "minimum": 1},
+            },
+        },
+        "datasource": DS_REF,
+        "targets": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["refId", "expr", "datasource"],
+                "properties": {
+                    "refId": {"type": "string"},
+                    "expr": {"type": "string", "minLength": 1},
+                    "datasource": DS_REF,
+                    "legendFormat": {"type": "string"},
+                },
+            },
+        },
+    },
+    # a data panel (anything but a row) needs a datasource and at least one query
+    "if": {"properties": {"type": {"not": {"const": "row"}}}},
+    "then": {
+        "required": ["datasource", "targets"],
+        "properties": {"targets": {"minItems": 1}},
+    },
+}
+
+DASHBOARD: dict[str, Any] = {
+    "type": "object",
+    "required": ["uid", "title", "schemaVersion", "panels", "time"],
+    "properties": {
+        "uid": UID,
+        "title": {"type": "string", "minLength": 1},
+        "schemaVersion": {"type": "integer", "minimum": 30},
+        "refresh": {"type": "string"},
+        "time": {
+            "type": "object",
+            "required": ["from", "to"],
+        },
+        "panels": {"type": "array", "minItems": 1, "items": _PANEL},
+    },
+}
