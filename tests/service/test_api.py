@@ -11,10 +11,10 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
+from service_helpers import ClientFactory, RedisServer
 
 from service.config import Settings
 from service.main import create_app
-from tests.service.conftest import ClientFactory, RedisServer
 
 V = 4  # the test artifact's channels: a, b, c, flat (masked)
 T0 = 1_700_000_000.0

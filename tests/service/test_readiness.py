@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from service_helpers import REDIS_BIN, RedisServer
 
 from service.config import Settings
 from service.main import create_app
-from tests.service.conftest import REDIS_BIN, RedisServer
 
 
 @pytest.mark.skipif(REDIS_BIN is None, reason="redis-server not on PATH")

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from service_artifact import build_artifact
 
 from service.inference import WindowError, load_model, validate_windows
 from service.manifest import ArtifactError, Manifest, load_manifest, write_manifest
-from tests.service.artifact import build_artifact
 
 
 @pytest.fixture
