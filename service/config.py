@@ -16,7 +16,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="SCJEPA_", env_file=".env", extra="ignore"
+        env_prefix="SCJEPA_",
+        env_file=".env",
+        env_ignore_empty=True,  # compose's `SCJEPA_HOP:` (empty) means "the default"
+        extra="ignore",
     )
 
     # --- model

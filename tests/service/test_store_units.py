@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from service.batcher import Batcher
+from service.config import Settings
 from service.inference import Scores
 from service.store import completed_ends, fill_leading
 
@@ -93,3 +96,23 @@ def test_service_never_imports_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+def test_settings_from_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no .env file
+    monkeypatch.setenv("SCJEPA_API_KEYS", "k1, k2,")
+    monkeypatch.setenv("SCJEPA_HOP", "")  # empty = unset = the manifest's hop
+    monkeypatch.setenv("SCJEPA_MAX_BATCH", "8")
+    monkeypatch.setenv("SCJEPA_REDIS_URL", "redis://r:6379/0")
+    s = Settings()
+    assert (s.api_keys, s.hop, s.max_batch, s.redis_url) == (
+        ["k1", "k2"],
+        None,
+        8,
+        "redis://r:6379/0",
+    )
+    monkeypatch.setenv("SCJEPA_HOP", "0")
+    with pytest.raises(ValidationError, match="hop"):
+        Settings()
