@@ -109,6 +109,22 @@ def exported_metric_names() -> set[str]:
     return names
 
 
+def documented_metric_names() -> set[str]:
+    """One name per metric, as an operator queries it: histograms by their base name,
+    counters with ``_total``, info metrics with ``_info``."""
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from service import metrics
+
+    doc = {"counter": "_total", "info": "_info"}
+    return {
+        family.name + doc.get(family.type, "")
+        for obj in vars(metrics).values()
+        if isinstance(obj, MetricWrapperBase)
+        for family in obj.describe()
+    }
+
+
 METRIC_RE = re.compile(r"(?<![\w:])(scjepa_[a-z0-9_]+)")
 RECORDED_RE = re.compile(r"(?<![\w:])([a-z_]+:scjepa_[a-z0-9_]+:[a-z0-9_]+)")
 
