@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import redis
@@ -312,3 +314,30 @@ def test_redis_keys_hash_tag_trim_and_ttl(
     assert r.zcard(f"{p}:{{pump-7}}:seen") == 130  # dedupe horizon (10 000)
     for k in tagged:
         assert 0 < r.ttl(k) <= 600  # idle streams expire
+
+
+def test_concurrent_retries_store_each_reading_once(
+    store_kind: str, request: pytest.FixtureRequest, artifact_dir: Path
+) -> None:
+    """Five copies of one request racing: exactly one set of readings is stored."""
+    url = request.getfixturevalue("redis_server").url if store_kind == "redis" else None
+    settings = Settings(artifact=artifact_dir, redis_url=url, key_prefix="race", hop=10)
+    payload = body("s", series(120))
+
+    async def main() -> list[dict[str, Any]]:
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                rs = await asyncio.gather(
+                    *(c.post("/ingest", json=payload) for _ in range(5))
+                )
+                hist = (await c.get("/risk/s/history")).json()["items"]
+        assert all(r.status_code == 200 for r in rs)
+        return [r.json()["results"][0] for r in rs] + [{"hist": hist}]
+
+    *results, last = asyncio.run(main())
+    assert sum(r["accepted"] for r in results) == 120
+    assert sum(r["duplicates"] for r in results) == 4 * 120
+    assert sum(r["windows_scored"] for r in results) == 3  # 100, 110, 120, each once
+    assert sorted(h["n"] for h in last["hist"]) == [100, 110, 120]
