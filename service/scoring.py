@@ -12,7 +12,7 @@ import numpy as np
 from service import metrics
 from service.batcher import Batcher
 from service.config import Settings
-from service.inference import Model
+from service.inference import Model, Scores
 from service.manifest import now_utc
 from service.schemas import (
     ChannelShare,
@@ -23,7 +23,7 @@ from service.schemas import (
     StreamIngestResult,
     StreamReadings,
 )
-from service.store import AppendResult, Store, fill_leading
+from service.store import AppendResult, Store, Window, fill_leading
 
 
 class Scorer:
@@ -73,15 +73,7 @@ class Scorer:
             x = np.stack([fill_leading(w.values) for _, w in windows])
             scores = await self.batcher.score(x)
             for j, (stream, w) in enumerate(windows):
-                rec = self._record(
-                    w.n,
-                    w.start_ts,
-                    w.end_ts,
-                    scores.risk[j],
-                    scores.contrib[j],
-                    scores.codes[j],
-                )
-                records.setdefault(stream, []).append(rec)
+                records.setdefault(stream, []).append(self._record(w, scores, j))
             await asyncio.gather(
                 *(
                     self.store.put_risks(
@@ -125,16 +117,10 @@ class Scorer:
         metrics.WINDOWS_SKIPPED.inc(res.completed - len(res.windows))
         return res
 
-    def _record(
-        self,
-        n: int,
-        start: float,
-        end: float,
-        risk: np.floating[Any],
-        contrib: np.ndarray,
-        codes: np.ndarray,
-    ) -> RiskRecord:
+    def _record(self, w: Window, scores: Scores, j: int) -> RiskRecord:
+        """The risk record of window ``w``, row ``j`` of the batch ``scores``."""
         m = self.model.manifest
+        risk, contrib = float(scores.risk[j]), scores.contrib[j]
         order = np.argsort(-contrib, kind="stable")[: self.settings.top_channels]
         top = [
             ChannelShare(name=m.channels[i], share=round(float(contrib[i]), 6))
@@ -143,14 +129,14 @@ class Scorer:
         ]
         metrics.WINDOWS_SCORED.inc()
         return RiskRecord(
-            n=n,
-            risk=float(risk),
+            n=w.n,
+            risk=risk,
             threshold=m.threshold,
-            alert=bool(risk >= m.threshold),
-            window_start=start,
-            window_end=end,
+            alert=risk >= m.threshold,
+            window_start=w.start_ts,
+            window_end=w.end_ts,
             top_channels=top,
-            codes=[int(c) for c in codes],
+            codes=[int(c) for c in scores.codes[j]],
             model=self.ref,
             computed_at=now_utc(),
         )
