@@ -1,4 +1,7 @@
-"""Dependencies: what the lifespan put on ``app.state``, as Annotated aliases."""
+"""Dependencies: what the lifespan put on ``app.state``, as Annotated aliases.
+
+All ``async def``: FastAPI would run plain ``def`` dependencies in its thread pool, a
+thread hop per dependency per request for what is an attribute read."""
 
 from __future__ import annotations
 
@@ -13,19 +16,19 @@ from service.scoring import Scorer
 from service.store import Store
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 
-def get_model(request: Request) -> Model:
+async def get_model(request: Request) -> Model:
     return cast(Model, request.app.state.model)
 
 
-def get_store(request: Request) -> Store:
+async def get_store(request: Request) -> Store:
     return cast(Store, request.app.state.store)
 
 
-def get_scorer(request: Request) -> Scorer:
+async def get_scorer(request: Request) -> Scorer:
     return cast(Scorer, request.app.state.scorer)
 
 
@@ -35,7 +38,7 @@ StoreDep = Annotated[Store, Depends(get_store)]
 ScorerDep = Annotated[Scorer, Depends(get_scorer)]
 
 
-def require_api_key(
+async def require_api_key(
     settings: SettingsDep,
     x_api_key: Annotated[
         str | None, Header(description="one of SCJEPA_API_KEYS")

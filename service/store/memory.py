@@ -64,22 +64,28 @@ class MemoryStore(Store):
         s = self._get(stream) or self._streams.setdefault(stream, _Stream())
         s.touched = time.monotonic()
         n0, dup, late = s.total, 0, 0
-        rows: list[tuple[float, np.ndarray]] = []
-        for t, vals in zip(ts, values, strict=True):
+        keep: list[int] = []
+        for i, t in enumerate(ts):
             if s.last_ts is not None and t <= s.last_ts:
                 if t in s.seen:
                     dup += 1
                 else:
                     late += 1
                 continue
-            x = np.array([np.nan if v is None else v for v in vals], dtype=np.float32)
-            prev = rows[-1][1] if rows else (s.buf[-1][1] if s.buf else None)
-            if prev is not None:
-                x = np.where(np.isnan(x), prev, x)  # forward fill
-            rows.append((t, x))
+            keep.append(i)
             s.seen.add(t)
             s.seen_order.append(t)
             s.last_ts = t
+        x = np.array(
+            [[np.nan if v is None else v for v in values[i]] for i in keep],
+            dtype=np.float32,
+        )
+        gaps = np.isnan(x).any(axis=1) if len(keep) else np.zeros(0, dtype=bool)
+        for j in np.flatnonzero(gaps).tolist():  # forward fill, in time order
+            prev = x[j - 1] if j > 0 else (s.buf[-1][1] if s.buf else None)
+            if prev is not None:
+                x[j] = np.where(np.isnan(x[j]), prev, x[j])
+        rows = [(ts[i], x[j]) for j, i in enumerate(keep)]
         s.total += len(rows)
         while len(s.seen_order) > self.dedupe_horizon:
             s.seen.discard(s.seen_order.popleft())
