@@ -1,9 +1,10 @@
 """Micro-batching: windows from many streams and requests go to onnxruntime together.
 
-Callers ``await batcher.score(windows)``; one worker task collects submissions until
-``max_batch`` windows are waiting or ``max_wait`` has passed since the first, runs the
-model once in a worker thread (the event loop keeps serving), and hands each caller its
-slice of the result.
+Callers ``await batcher.score(windows)``; one worker task takes every submission queued
+(up to ``max_batch`` windows), runs the model once in a worker thread (the event loop
+keeps serving) and hands each caller its slice of the result. While one batch runs the
+next one fills, so batches grow with load and a lone request waits for nothing;
+``max_wait_s > 0`` additionally holds a batch that long for more windows.
 """
 
 from __future__ import annotations
