@@ -23,37 +23,31 @@ class Settings(BaseSettings):
     )
 
     # --- model
-    artifact: Path = Path("artifacts/latest")  # folder with model.onnx + manifest.json
-    provider: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA when it is active
+    artifact: Path = Path("artifacts/latest")  # folder: model.onnx + manifest.json
+    provider: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA if it is active
     precision: Literal["fp32", "int8"] = "fp32"  # int8 loads model.int8.onnx
-    intra_op_threads: Annotated[int, Field(ge=0)] = 1  # 0 = onnxruntime's default
+    intra_op_threads: Annotated[int, Field(ge=0)] = 1  # 0 = onnxruntime's choice
     inter_op_threads: Annotated[int, Field(ge=0)] = 1
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None
     max_batch: Annotated[int, Field(ge=1)] = 64  # windows per onnxruntime call
-    max_wait_ms: Annotated[float, Field(ge=0)] = (
-        2.0  # how long a batch waits for more windows
-    )
-    max_windows_per_ingest: Annotated[int, Field(ge=1)] = (
-        32  # per stream and call; latest kept
-    )
+    # 0: a batch takes what queued while the previous one ran, adding no delay
+    max_wait_ms: Annotated[float, Field(ge=0)] = 0.0
+    # windows scored per stream and call; when more complete, the latest are kept
+    max_windows_per_ingest: Annotated[int, Field(ge=1)] = 32
     # --- state
     redis_url: str | None = None  # None: in-memory store (single process)
     key_prefix: str = "scjepa"
     redis_timeout_s: Annotated[float, Field(gt=0)] = 1.0
-    stream_ttl_s: Annotated[int, Field(ge=1)] = (
-        7 * 24 * 3600
-    )  # idle streams are forgotten
+    stream_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600  # idle streams expire
     history_len: Annotated[int, Field(ge=1)] = 500  # risk records kept per stream
-    dedupe_horizon: Annotated[int, Field(ge=1)] = (
-        10_000  # timestamps remembered for duplicates
-    )
+    dedupe_horizon: Annotated[int, Field(ge=1)] = 10_000  # timestamps kept per stream
     # --- API
     api_keys: Annotated[list[str], NoDecode] = []  # comma-separated; empty = open
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     max_readings_per_request: Annotated[int, Field(ge=1)] = 10_000
-    top_channels: Annotated[int, Field(ge=1)] = 5  # contributing channels in GET /risk
+    top_channels: Annotated[int, Field(ge=1)] = 5  # contributing channels reported
 
     @field_validator("api_keys", mode="before")
     @classmethod
