@@ -3,7 +3,8 @@
     scjepa serve --artifact artifacts/msl --redis-url redis://localhost:6379/0 --port 8000
 
 Every option also reads from its SCJEPA_* variable (see service/config.py); options given
-here win. Without a Redis URL state is in memory, so only one worker is allowed.
+here win. Without a Redis URL state is in memory, so only one worker is allowed; with
+Redis prefer one worker per container and more replicas (metrics are per process).
 """
 
 from __future__ import annotations
@@ -30,7 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", choices=["fp32", "int8"])
-    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="uvicorn worker processes (needs Redis; metrics stay per process)",
+    )
     p.add_argument("--log-level", default="info")
 
 

@@ -1,8 +1,8 @@
 """Prometheus metrics, defined once at module level (prometheus_client conventions).
 
 Seconds-based histograms with sub-millisecond buckets; no stream id as a label anywhere
-(label cardinality must not grow with the number of streams). With several worker
-processes set PROMETHEUS_MULTIPROC_DIR (see prometheus_client's multiprocess mode).
+(label cardinality must not grow with the number of streams). Metrics are per process:
+run one uvicorn worker per container and scale with replicas.
 """
 
 from __future__ import annotations
