@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from service.config import Settings
 from service.loadtest import run_load_in_process
-from service.replay import read_csv, replay
+from service.replay import read_csv, read_dataset, replay
 from training.cli import main as scjepa
 
 
@@ -82,3 +82,12 @@ def test_load_generator_in_process(artifact_dir: Path) -> None:
     # each stream got a multiple of 50 readings: floor(r / 100) >= (r - 50) / 100
     assert report.windows_scored >= (report.readings - 4 * 50) // 100 > 0
     assert report.p50_ms <= report.p99_ms <= report.max_ms
+
+
+def test_read_dataset_entity() -> None:
+    s = read_dataset("synthetic", None, "unit-2")
+    assert s.name == "synthetic-unit-2"
+    assert s.values.shape[1] == len(s.channels) and s.labels is not None
+    assert len(s.labels) == len(s.values) == len(s.ts) and np.all(np.diff(s.ts) > 0)
+    with pytest.raises(ValueError, match="no entity 'nope'"):
+        read_dataset("synthetic", None, "nope")
