@@ -180,7 +180,11 @@ def _ignored(path: str, patterns: list[str]) -> bool:
     for pat in patterns:
         neg = pat.startswith("!")
         pat = pat.lstrip("!").rstrip("/")
-        if pat == "**" or fnmatch.fnmatch(path, pat) or path.startswith(pat + "/"):
+        if (
+            pat in ("*", "**")
+            or fnmatch.fnmatch(path, pat)
+            or path.startswith(pat + "/")
+        ):
             result = not neg
     return result
 
