@@ -121,11 +121,19 @@ class Model:
             )
         if isinstance(shape[0], int) and shape[0] != -1:
             raise ArtifactError(f"graph input 'window' has a fixed batch of {shape[0]}")
-        outputs = {o.name: o.shape for o in self.session.get_outputs()}
-        missing = [name for name in OUTPUTS if name not in outputs]
+        if inputs[0].type != "tensor(float)":
+            raise ArtifactError(
+                f"graph input 'window' is {inputs[0].type}, not float32"
+            )
+        outs = {o.name: o for o in self.session.get_outputs()}
+        missing = [name for name in OUTPUTS if name not in outs]
         if missing:
-            raise ArtifactError(f"graph outputs {sorted(outputs)} lack {missing}")
-        contrib = outputs["channel_contrib"]  # the exporter may leave dim 1 symbolic
+            raise ArtifactError(f"graph outputs {sorted(outs)} lack {missing}")
+        if outs["codes"].type != "tensor(int64)":
+            raise ArtifactError(
+                f"graph output 'codes' is {outs['codes'].type}, not int64"
+            )
+        contrib = outs["channel_contrib"].shape  # the exporter may leave dim 1 symbolic
         if len(contrib) != 2 or (
             isinstance(contrib[1], int) and contrib[1] != m.n_channels
         ):

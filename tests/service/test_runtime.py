@@ -139,3 +139,10 @@ def test_masked_channel_is_inert(tmp_path: Path) -> None:
     y = x.copy()
     y[:, :, 1] = 1e6
     np.testing.assert_allclose(model.score(x).risk, model.score(y).risk, atol=1e-6)
+
+
+def test_graph_input_name_must_be_window(tmp_path: Path) -> None:
+    build_artifact(tmp_path, input_name="x")
+    load_manifest(tmp_path)  # the manifest itself is fine
+    with pytest.raises(ArtifactError, match=r"graph inputs \['x'\] != \['window'\]"):
+        load_model(tmp_path)
