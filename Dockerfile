@@ -15,7 +15,12 @@
 # (model.onnx + manifest.json) mounted read-only at /models/current.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-ARG CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+# The CUDA base and onnxruntime-gpu must agree on the CUDA major version: the PyPI
+# onnxruntime-gpu 1.31.1 wheel links CUDA 13 (libcublas.so.13, libcudart.so.13) and
+# cuDNN 9, so the host needs an NVIDIA driver >= 580. For CUDA 12 hosts build with
+#   --build-arg CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
+#   --build-arg ORT_GPU_SPEC=onnxruntime-gpu==1.23.2      (links CUDA 12)
+ARG CUDA_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------- CPU service builder
 FROM ${PYTHON_IMAGE} AS build-cpu
@@ -71,6 +76,7 @@ CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
 # ---------------------------------------------------------------- GPU service builder
 FROM ${CUDA_IMAGE} AS build-gpu
+ARG ORT_GPU_SPEC=onnxruntime-gpu==1.31.1
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -84,7 +90,7 @@ COPY model ./model
 COPY training ./training
 COPY service ./service
 # hadolint ignore=DL3013
-RUN pip install ".[gpu]"
+RUN pip install ".[gpu]" "${ORT_GPU_SPEC}"
 
 # ---------------------------------------------------------------------------- runtime
 FROM ${CUDA_IMAGE} AS runtime

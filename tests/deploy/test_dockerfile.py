@@ -209,3 +209,32 @@ def test_dockerignore_keeps_copy_sources_and_drops_the_rest(
         assert not _ignored(src.rstrip("/"), patterns), f"COPY {src} is dockerignored"
     for heavy in (".venv", "artifacts", "runs", ".git", "tests", "deploy"):
         assert _ignored(heavy, patterns), f"{heavy} would be sent to the daemon"
+
+
+# onnxruntime-gpu wheel (PyPI) -> the CUDA major its CUDA provider links against, read
+# with `readelf -d onnxruntime/capi/libonnxruntime_providers_cuda.so` (libcublas.so.N).
+# Bumping the pin means checking the new wheel and adding it here.
+ORT_GPU_CUDA_MAJOR = {"1.31.1": 13, "1.23.2": 12}
+
+
+def test_cuda_base_matches_the_pinned_onnxruntime_gpu(
+    stages: dict[str, Stage], global_args: dict[str, str]
+) -> None:
+    builder = _builder_of(stages, "runtime")
+    args = dict(a.split("=", 1) for a in builder.args("ARG") if "=" in a)
+    m = re.fullmatch(r"onnxruntime-gpu==([\d.]+)", args["ORT_GPU_SPEC"])
+    assert m, "pin onnxruntime-gpu exactly: its CUDA major must match the base image"
+    assert '"${ORT_GPU_SPEC}"' in builder.text()
+    version = m.group(1)
+    assert version in ORT_GPU_CUDA_MAJOR, f"check which CUDA {version} links, add it"
+    base = resolve(stages["runtime"].base, global_args)
+    cuda = re.match(r"nvidia/cuda:(\d+)\.", base)
+    assert cuda, base
+    assert int(cuda.group(1)) == ORT_GPU_CUDA_MAJOR[version], (base, version)
+    # the documented CUDA 12 alternative is consistent too
+    text = DOCKERFILE.read_text()
+    alt = re.search(
+        r"CUDA_IMAGE=nvidia/cuda:(\d+)\.\S+\n.*ORT_GPU_SPEC=onnxruntime-gpu==([\d.]+)",
+        text,
+    )
+    assert alt and ORT_GPU_CUDA_MAJOR[alt.group(2)] == int(alt.group(1))
