@@ -100,7 +100,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         pytest.skip(
             "prometheus not installed (apt-get install prometheus; .ci/run does)"
         )
-    scjepa = shutil.which("scjepa") or str(Path(sys.executable).parent / "scjepa")
+    local = Path(sys.executable).parent / "scjepa"  # this venv's, not another on PATH
+    scjepa = str(local) if local.is_file() else shutil.which("scjepa")
+    if scjepa is None:
+        pytest.skip("the scjepa command is not installed (pip install -e .)")
     tmp = tmp_path_factory.mktemp("live")
     build_tiny_artifact(tmp / "artifact")
 
