@@ -48,9 +48,13 @@ class Batcher:
                 await self._task
         self._executor.shutdown(wait=True)
 
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
     async def score(self, windows: np.ndarray) -> Scores:
         """Score (k, window, V) windows as part of the next micro-batch."""
-        if self._task is None or self._task.done():
+        if not self.running:
             raise RuntimeError("batcher is not running")
         fut: asyncio.Future[Scores] = asyncio.get_running_loop().create_future()
         await self._queue.put((windows, fut))

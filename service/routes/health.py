@@ -21,12 +21,15 @@ async def healthz() -> HealthResponse:
 
 @router.get("/readyz", responses={503: {"model": HealthResponse}})
 async def readyz(request: Request) -> JSONResponse:
-    """Model loaded and warmed, store reachable, active provider named; else 503."""
+    """Model loaded and warmed, batcher running, store reachable, active provider
+    named; else 503."""
     model = getattr(request.app.state, "model", None)
     store = getattr(request.app.state, "store", None)
+    scorer = getattr(request.app.state, "scorer", None)
     checks: dict[str, object] = {
         "model": model is not None and model.warmed,
         "provider": model.provider if model is not None else None,
+        "batcher": scorer is not None and scorer.batcher.running,
     }
     try:
         if store is None:
@@ -36,7 +39,7 @@ async def readyz(request: Request) -> JSONResponse:
     except StoreUnavailable as e:
         checks["store"] = False
         checks["store_error"] = str(e)
-    ok = bool(checks["model"] and checks["store"] and checks["provider"])
+    ok = all(checks[k] for k in ("model", "provider", "batcher", "store"))
     body = HealthResponse(status="ok" if ok else "unavailable", checks=checks)
     code = status.HTTP_200_OK if ok else status.HTTP_503_SERVICE_UNAVAILABLE
     return JSONResponse(body.model_dump(), status_code=code)

@@ -287,6 +287,11 @@ def test_readyz(client: TestClient) -> None:
     checks = r.json()["checks"]
     assert checks["provider"] == "CPUExecutionProvider"
     assert checks["model"] is True and checks["store"] is True
+    assert checks["batcher"] is True
+    scorer = client.app.state.scorer  # type: ignore[attr-defined]
+    client.portal.call(scorer.batcher.stop)  # type: ignore[union-attr]
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["checks"]["batcher"] is False
 
 
 def test_history_is_capped(make_client: ClientFactory) -> None:
