@@ -221,10 +221,40 @@ def test_alert_rules_use_the_provisioned_datasource_and_valid_refs() -> None:
             else:
                 assert q["datasourceUid"] == DATASOURCE_UID, r["uid"]
                 assert q["model"]["expr"], r["uid"]
-        # Grafana interpolates $VARS from its environment in labels (not annotations)
-        assert not any("$" in v for v in r["labels"].values()), r["uid"]
+        assert not env_expanded_dollars(r), r["uid"]
         dash = r["annotations"].get("__dashboardUid__")
         assert dash is None or dash in dash_uids, r["uid"]
+
+
+def env_expanded_dollars(rule: dict[str, Any]) -> list[str]:
+    """Strings Grafana's provisioning would expand as environment variables: `$` in any
+    plain field (title, labels, condition, ...), `${` in annotations; query models are
+    taken raw."""
+    found: list[str] = []
+
+    def walk(value: Any, where: str) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if k != "model":
+                    walk(v, f"{where}.{k}")
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, f"{where}[{i}]")
+        elif isinstance(value, str):
+            annotation = ".annotations." in where
+            if ("${" in value) if annotation else ("$" in value):
+                found.append(f"{where}: {value}")
+
+    walk(rule, "rule")
+    return found
+
+
+def test_the_dollar_check_catches_expanded_fields() -> None:
+    rule = copy.deepcopy(alert_rules()[0])
+    assert not env_expanded_dollars(rule)
+    rule["labels"]["team"] = "{{ $labels.job }}"
+    rule["annotations"]["runbook"] = "${RUNBOOK_URL}"
+    assert len(env_expanded_dollars(rule)) == 2
 
 
 def test_alert_rules_cover_risk_and_health() -> None:
