@@ -7,7 +7,8 @@
 #   runtime-cpu  the service on python:3.11-slim with onnxruntime (CPU). No PyTorch.
 #                                                docker build --target runtime-cpu -t scjepa:cpu .
 #   train        PyTorch (CPU wheels by default) for scjepa pretrain / evaluate / export;
-#                CUDA wheels: --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124
+#                CUDA wheels: --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
+#                (any PyTorch index that carries TORCH_SPEC)
 #                                                docker build --target train -t scjepa:train .
 #
 # Every service image runs `scjepa serve` as a non-root user, reads its settings from
