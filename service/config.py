@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     redis_url: str | None = None  # None: in-memory store (single process)
     key_prefix: str = "scjepa"
     redis_timeout_s: Annotated[float, Field(gt=0)] = 1.0
+    # connections per process; beyond it a request WAITS (up to redis_timeout_s) for one
+    redis_max_connections: Annotated[int, Field(ge=1)] = 64
     stream_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600  # idle streams expire
     history_len: Annotated[int, Field(ge=1)] = 500  # risk records kept per stream
     dedupe_horizon: Annotated[int, Field(ge=1)] = 10_000  # timestamps kept per stream

@@ -17,7 +17,7 @@ from service import metrics, middleware
 from service.batcher import Batcher
 from service.config import Settings
 from service.inference import load_model
-from service.routes import health, ingest, models, risk
+from service.routes import health, ingest, models, risk, ui
 from service.scoring import Scorer
 from service.store import make_store
 
@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             history_len=settings.history_len,
             dedupe_horizon=settings.dedupe_horizon,
             timeout_s=settings.redis_timeout_s,
+            max_connections=settings.redis_max_connections,
         )
         batcher = Batcher(
             model.score,
@@ -75,6 +76,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     middleware.install(app, max_body_bytes=settings.max_body_bytes)
-    for r in (ingest.router, risk.router, models.router, health.router):
+    for r in (ingest.router, risk.router, models.router, health.router, ui.router):
         app.include_router(r)
     return app

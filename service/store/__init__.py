@@ -142,6 +142,7 @@ def make_store(
     history_len: int = 500,
     dedupe_horizon: int = 10_000,
     timeout_s: float = 1.0,
+    max_connections: int = 64,
 ) -> Store:
     """RedisStore when a URL is given, else the in-process MemoryStore."""
     if redis_url:
@@ -154,6 +155,7 @@ def make_store(
             history_len=history_len,
             dedupe_horizon=dedupe_horizon,
             timeout_s=timeout_s,
+            max_connections=max_connections,
         )
     from service.store.memory import MemoryStore
 

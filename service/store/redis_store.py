@@ -120,17 +120,23 @@ class RedisStore(Store):
         history_len: int,
         dedupe_horizon: int,
         timeout_s: float,
+        max_connections: int = 64,
     ) -> None:
         self.prefix = prefix
         self.ttl_s = ttl_s
         self.history_len = history_len
         self.dedupe_horizon = dedupe_horizon
-        self.client = aioredis.Redis.from_url(
+        # A blocking pool: under a burst, requests queue for a connection (up to
+        # timeout_s) instead of failing; redis-py's default pool raises past 100.
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout_s,
             socket_timeout=timeout_s,
             socket_connect_timeout=timeout_s,
             health_check_interval=30,
         )
+        self.client = aioredis.Redis(connection_pool=pool)
         self._append = self.client.register_script(APPEND)
 
     def _key(self, stream: str, what: str) -> str:

@@ -116,3 +116,19 @@ def test_settings_from_environment(
     monkeypatch.setenv("SCJEPA_HOP", "0")
     with pytest.raises(ValidationError, match="hop"):
         Settings()
+
+
+def test_redis_pool_queues_instead_of_failing(redis_server) -> None:  # type: ignore[no-untyped-def]
+    """More concurrent operations than pooled connections wait; none fails."""
+    from service.store.redis_store import RedisStore
+
+    async def burst() -> None:
+        store = RedisStore(redis_server.url, prefix="pooltest", ttl_s=60, history_len=10,
+                           dedupe_horizon=100, timeout_s=5.0, max_connections=2)  # fmt: skip
+        try:
+            # a non-blocking pool of 2 raises MaxConnectionsError here
+            await asyncio.gather(*(store.ping() for _ in range(200)))
+        finally:
+            await store.close()
+
+    asyncio.run(burst())

@@ -1,0 +1,207 @@
+"""GET /ui: a small built-in live page (no build step, no CDN, works offline).
+
+One self-contained HTML document with inline CSS and JS. Every 1.5 s it reads
+``/models``, ``/streams``, ``/risk/{stream}`` and ``/risk/{stream}/history`` and draws,
+per stream, the current risk against the threshold, an alert badge and an SVG
+sparkline of the recent scored windows. When the service requires an API key, open
+``/ui#key=YOUR_KEY``: the page sends it as ``X-API-Key`` (a URL fragment never reaches
+the server or its logs).
+
+The page is inline (not a file under ``service/static``) so that any install of the
+package, wheel or editable, serves it.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+
+router = APIRouter(tags=["ui"])
+
+HISTORY = 120  # scored windows per sparkline
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>SC-JEPA risk</title>
+<style>
+  :root { --bg:#0f1419; --card:#182028; --fg:#e6e9ec; --dim:#8a96a3; --line:#2a3540;
+          --ok:#2ea043; --alert:#e5534b; --risk:#4aa3ff; --thr:#d29922; }
+  * { box-sizing: border-box; }
+  body { margin:0; background:var(--bg); color:var(--fg);
+         font:14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
+  header { display:flex; align-items:baseline; gap:16px; flex-wrap:wrap;
+           padding:14px 24px; border-bottom:1px solid var(--line); }
+  header h1 { font-size:18px; margin:0; }
+  header .dim { color:var(--dim); }
+  #conn.bad { color:var(--alert); }
+  main { padding:16px 24px; display:grid; gap:14px;
+         grid-template-columns:repeat(auto-fill, minmax(520px, 1fr)); }
+  .stream { background:var(--card); border:1px solid var(--line); border-radius:8px;
+            padding:12px 14px; }
+  .stream[data-alert="true"] { border-color:var(--alert); }
+  .top { display:flex; align-items:center; gap:12px; }
+  .name { font-weight:600; font-size:16px; flex:1; overflow:hidden;
+          text-overflow:ellipsis; white-space:nowrap; }
+  .risk { font-variant-numeric:tabular-nums; font-size:20px; font-weight:600; }
+  .thr { color:var(--dim); font-variant-numeric:tabular-nums; }
+  .badge { border-radius:999px; padding:2px 10px; font-weight:700; font-size:12px;
+           letter-spacing:.04em; }
+  .badge.ok { background:rgba(46,160,67,.18); color:var(--ok); }
+  .badge.alert { background:var(--alert); color:#fff; }
+  .badge.warming { background:var(--line); color:var(--dim); }
+  svg.spark { width:100%; height:90px; display:block; margin-top:8px; }
+  svg.spark .frame { fill:none; stroke:var(--line); }
+  svg.spark polyline { fill:none; stroke:var(--risk); stroke-width:1.8;
+                       vector-effect:non-scaling-stroke; }
+  svg.spark line.threshold { stroke:var(--thr); stroke-dasharray:4 3;
+                             vector-effect:non-scaling-stroke; }
+  svg.spark circle.hot { fill:var(--alert); }
+  .meta { color:var(--dim); font-size:12px; margin-top:6px; display:flex; gap:14px;
+          flex-wrap:wrap; }
+  #empty { color:var(--dim); padding:24px; }
+  .legend span { margin-right:12px; }
+  .sw { display:inline-block; width:14px; height:0; vertical-align:middle;
+        border-top:2px solid var(--risk); margin-right:4px; }
+  .sw.t { border-top:2px dashed var(--thr); }
+</style>
+</head>
+<body>
+<header>
+  <h1>SC-JEPA risk</h1>
+  <span class="dim">risk that the <b>next</b> 100-step window holds an anomaly</span>
+  <span id="model" class="dim"></span>
+  <span class="dim legend"><span><i class="sw"></i>risk</span><span><i class="sw t"></i>threshold</span></span>
+  <span id="conn" class="dim">connecting…</span>
+</header>
+<main id="streams"><div id="empty">No streams yet: POST readings to /ingest.</div></main>
+<script>
+"use strict";
+const HISTORY = __HISTORY__;
+const REFRESH_MS = 1500;
+const key = new URLSearchParams(location.hash.slice(1)).get("key");
+const headers = key ? {"X-API-Key": key} : {};
+const svgNS = "http://www.w3.org/2000/svg";
+
+async function getJSON(path) {
+  const r = await fetch(path, {headers, cache: "no-store"});
+  if (!r.ok) throw new Error(path + " -> " + r.status);
+  return r.json();
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function svgEl(tag, attrs) {
+  const e = document.createElementNS(svgNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  return e;
+}
+
+function card(name) {
+  const c = el("section", "stream");
+  c.dataset.stream = name;
+  const top = el("div", "top");
+  top.append(el("span", "name", name), el("span", "risk", "–"), el("span", "thr", ""),
+             el("span", "badge warming", "…"));
+  const svg = svgEl("svg", {class: "spark", viewBox: "0 0 100 40",
+                            preserveAspectRatio: "none"});
+  c.append(top, svg, el("div", "meta"));
+  return c;
+}
+
+function drawSpark(svg, items, threshold) {
+  svg.replaceChildren();
+  svg.append(svgEl("rect", {class: "frame", x: 0, y: 0, width: 100, height: 40}));
+  const y = v => 40 - 38 * Math.min(Math.max(v, 0), 1) - 1;
+  svg.append(svgEl("line", {class: "threshold", x1: 0, x2: 100,
+                            y1: y(threshold), y2: y(threshold)}));
+  const n = items.length;
+  if (!n) return;
+  const x = i => (i * 100) / Math.max(n - 1, 29);  // left to right, >= 30 slots
+  const pts = items.map((it, i) => x(i).toFixed(2) + "," + y(it.risk).toFixed(2));
+  svg.append(svgEl("polyline", {points: pts.join(" ")}));
+  items.forEach((it, i) => {
+    if (it.alert) svg.append(svgEl("circle", {class: "hot", cx: x(i), cy: y(it.risk), r: 0.9}));
+  });
+}
+
+function render(c, cur, hist) {
+  const [_, riskEl, thrEl, badge] = c.querySelector(".top").children;
+  const items = hist.items.slice().reverse();  // oldest first
+  const alert = cur.status === "ok" && cur.alert === true;
+  c.dataset.alert = String(alert);
+  c.dataset.status = cur.status;
+  thrEl.textContent = "threshold " + cur.threshold.toFixed(3);
+  if (cur.status === "ok") {
+    riskEl.textContent = cur.risk.toFixed(3);
+    badge.className = "badge " + (alert ? "alert" : "ok");
+    badge.textContent = alert ? "ALERT" : "OK";
+  } else {
+    riskEl.textContent = "–";
+    badge.className = "badge warming";
+    badge.textContent = "WARMING UP " + Math.round(100 * cur.progress) + "%";
+  }
+  drawSpark(c.querySelector("svg"), items, cur.threshold);
+  const meta = c.querySelector(".meta");
+  const alerts = items.filter(it => it.alert).length;
+  const parts = [items.length + " windows scored", alerts + " in alert",
+                 cur.readings_total + " readings"];
+  if (cur.top_channels && cur.top_channels.length) {
+    parts.push("top channels: " + cur.top_channels.slice(0, 3)
+      .map(t => t.name + " " + Math.round(100 * t.share) + "%").join(", "));
+  }
+  meta.replaceChildren(...parts.map(p => el("span", "", p)));
+}
+
+async function refresh() {
+  const conn = document.getElementById("conn");
+  try {
+    const [models, streams] = await Promise.all([getJSON("/models"), getJSON("/streams")]);
+    const m = models.models[0];
+    document.getElementById("model").textContent =
+      "model " + m.manifest.name + " " + m.manifest.version + " · " + m.provider;
+    const main = document.getElementById("streams");
+    const names = streams.streams.slice().sort();
+    document.getElementById("empty")?.remove();
+    if (!names.length) main.replaceChildren(el("div", "", "No streams yet: POST readings to /ingest."));
+    const data = await Promise.all(names.map(s => Promise.all([
+      getJSON("/risk/" + encodeURIComponent(s)),
+      getJSON("/risk/" + encodeURIComponent(s) + "/history?limit=" + HISTORY)
+        .catch(() => ({items: []})),
+    ])));
+    const keep = new Set(names);
+    for (const c of [...main.querySelectorAll("section.stream")])
+      if (!keep.has(c.dataset.stream)) c.remove();
+    names.forEach((s, i) => {
+      let c = [...main.querySelectorAll("section.stream")].find(e => e.dataset.stream === s);
+      if (!c) { c = card(s); }
+      main.append(c);  // keeps sorted order
+      render(c, data[i][0], data[i][1]);
+    });
+    conn.className = "dim";
+    conn.textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (e) {
+    conn.className = "bad";
+    conn.textContent = "cannot reach the service (" + e.message + ")";
+  }
+}
+
+refresh();
+setInterval(refresh, REFRESH_MS);
+</script>
+</body>
+</html>
+""".replace("__HISTORY__", str(HISTORY))
+
+
+@router.get("/ui", response_class=HTMLResponse, include_in_schema=False)
+async def ui() -> HTMLResponse:
+    """The live page: streams, risk sparklines, threshold, alert state."""
+    return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
