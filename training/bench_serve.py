@@ -1,0 +1,363 @@
+"""`scjepa bench serve`: the running service over loopback, with a real redis-server.
+
+    scjepa bench serve --artifact artifacts/msl --json docs/bench-serve.json
+
+Three measurements, each against its own ceiling measured in the same run:
+1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
+   doing the same appends (one pipelined RPUSH + LTRIM + EXPIRE per request);
+2. scoring: windows/s with hop 100 and many streams vs the artifact's standalone
+   onnxruntime throughput at the service's batch size and thread count;
+3. GET /risk latency p50/p99 at a fixed request rate while (2) runs.
+The load generator sends pre-serialised bodies, so its own JSON cost stays out of the
+service's numbers. Everything binds to 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def redis_server() -> Any:
+    exe = shutil.which("redis-server")
+    if exe is None:
+        raise SystemExit(
+            "bench serve needs redis-server on the PATH (apt-get install redis-server)"
+        )
+    port, tmp = free_port(), tempfile.mkdtemp()
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            tmp,
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    try:
+        _wait(lambda: socket.create_connection(("127.0.0.1", port), 0.2).close())
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def service(artifact: Path, redis_url: str, env: dict[str, str]) -> Any:
+    port = free_port()
+    full = (
+        os.environ
+        | {"SCJEPA_ARTIFACT": str(artifact), "SCJEPA_REDIS_URL": redis_url}
+        | env
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "service.main:create_app",
+        "--factory",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
+    proc = subprocess.Popen(cmd, env=full)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(
+            lambda: httpx.get(url + "/readyz", timeout=1).raise_for_status(), timeout=60
+        )
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _wait(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            check()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def make_bodies(
+    n_streams: int, per_request: int, n_requests: int, n_channels: int, seed: int = 0
+) -> list[bytes]:
+    """Pre-serialised POST /ingest bodies cycling over streams, timestamps increasing."""
+    rng = np.random.default_rng(seed)
+    vals = rng.normal(size=(per_request, n_channels)).round(4).tolist()
+    bodies = []
+    for i in range(n_requests):
+        s, k = i % n_streams, (i // n_streams) * per_request
+        readings = [{"ts": float(k + j), "values": v} for j, v in enumerate(vals)]
+        bodies.append(
+            json.dumps({"stream": f"bench-{s}", "readings": readings}).encode()
+        )
+    return bodies
+
+
+async def drive(url: str, bodies: list[bytes], concurrency: int) -> dict[str, float]:
+    """POST every body once, ``concurrency`` at a time (stream order kept per worker)."""
+    lat: list[float] = []
+    counts = {"readings": 0, "windows": 0, "errors": 0}
+    queue = list(reversed(bodies))
+    headers = {"content-type": "application/json"}
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        while queue:
+            body = queue.pop()
+            t = time.perf_counter()
+            r = await client.post("/ingest", content=body, headers=headers)
+            lat.append(time.perf_counter() - t)
+            if r.status_code != 200:
+                counts["errors"] += 1
+                continue
+            res = r.json()["results"][0]
+            counts["readings"] += res["accepted"]
+            counts["windows"] += res["windows_scored"]
+
+    limits = httpx.Limits(
+        max_connections=concurrency, max_keepalive_connections=concurrency
+    )
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        dt = time.perf_counter() - t0
+    ms = 1e3 * np.asarray(lat)
+    return {
+        "seconds": dt,
+        "requests": len(lat),
+        "errors": counts["errors"],
+        "readings_per_s": counts["readings"] / dt,
+        "windows_per_s": counts["windows"] / dt,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+    }
+
+
+async def bare_redis(
+    redis_url: str,
+    n_streams: int,
+    per_request: int,
+    n_requests: int,
+    n_channels: int,
+    concurrency: int,
+) -> dict[str, float]:
+    """The ceiling: the same appends straight into Redis, one pipeline per request."""
+    import redis.asyncio as aioredis
+
+    r = aioredis.from_url(redis_url)
+    row = np.zeros(n_channels + 1, dtype=np.float64).tobytes()  # ts + values, packed
+    batch = [row] * per_request
+    todo = list(range(n_requests))
+
+    async def worker() -> None:
+        while todo:
+            i = todo.pop()
+            key = f"ceiling:{{bench-{i % n_streams}}}:buf"
+            pipe = r.pipeline(transaction=False)
+            pipe.rpush(key, *batch)
+            pipe.ltrim(key, -100, -1)
+            pipe.expire(key, 3600)
+            await pipe.execute()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    dt = time.perf_counter() - t0
+    await r.aclose()
+    return {"seconds": dt, "readings_per_s": n_requests * per_request / dt}
+
+
+async def risk_at_rate(
+    url: str, streams: list[str], rate: float, seconds: float
+) -> dict[str, float]:
+    """GET /risk/{stream} at a fixed request rate (open loop); latency percentiles."""
+    lat: list[float] = []
+    errors = 0
+
+    async def one(client: httpx.AsyncClient, s: str) -> None:
+        nonlocal errors
+        t = time.perf_counter()
+        r = await client.get(f"/risk/{s}")
+        lat.append(time.perf_counter() - t)
+        errors += r.status_code not in (200, 404)
+
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        tasks, t0, i = [], time.perf_counter(), 0
+        while (now := time.perf_counter() - t0) < seconds:
+            due = i / rate
+            if now < due:
+                await asyncio.sleep(due - now)
+            tasks.append(asyncio.create_task(one(client, streams[i % len(streams)])))
+            i += 1
+        await asyncio.gather(*tasks)
+    ms = 1e3 * np.asarray(lat)
+    return {
+        "rate": rate,
+        "sent": i,
+        "achieved_rate": i / seconds,
+        "errors": errors,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+    }
+
+
+def standalone_windows_per_s(
+    artifact: Path, batch: int, threads: int, n_channels: int, seconds: float
+) -> float:
+    from training.bench_infer import ort_session, time_fn
+
+    sess = ort_session(artifact / "model.onnx", threads, ["CPUExecutionProvider"])
+    x = (
+        np.random.default_rng(0)
+        .normal(size=(batch, 100, n_channels))
+        .astype(np.float32)
+    )
+    return batch / float(
+        np.median(time_fn(lambda: sess.run(None, {"window": x}), seconds))
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--artifact", type=Path, required=True, help="model artifact folder")
+    p.add_argument(
+        "--streams", type=int, default=200, help="streams for the scoring run"
+    )
+    p.add_argument("--readings-per-request", type=int, default=100)
+    p.add_argument("--requests", type=int, default=2000, help="requests per ingest run")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="onnxruntime intra-op threads (service and standalone)",
+    )
+    p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument(
+        "--risk-rate",
+        type=float,
+        default=500.0,
+        help="GET /risk requests/s during scoring",
+    )
+    p.add_argument("--json", type=Path)
+
+
+def run(args: argparse.Namespace) -> int:
+    manifest = json.loads((args.artifact / "manifest.json").read_text())
+    v = int(manifest["n_channels"])
+    out: dict[str, Any] = {
+        "artifact": str(args.artifact),
+        "channels": v,
+        "cores": os.cpu_count(),
+        "args": {k: str(x) for k, x in vars(args).items()},
+    }
+    base_env = {
+        "SCJEPA_INTRA_OP_THREADS": str(args.threads),
+        "SCJEPA_MAX_BATCH": str(args.max_batch),
+    }
+    n, per = args.requests, args.readings_per_request
+    with redis_server() as redis_url:
+        # 1. ingest with scoring off (a hop longer than the run), vs bare Redis
+        bodies = make_bodies(args.streams, per, n, v)
+        with service(
+            args.artifact,
+            redis_url,
+            base_env | {"SCJEPA_HOP": str(10**9), "SCJEPA_KEY_PREFIX": "ingest"},
+        ) as url:
+            asyncio.run(drive(url, bodies[: n // 10], args.concurrency))  # warm-up
+            ing = asyncio.run(
+                drive(
+                    url, make_bodies(args.streams, per, n, v, seed=1), args.concurrency
+                )
+            )
+        ceil = asyncio.run(
+            bare_redis(redis_url, args.streams, per, n, v, args.concurrency)
+        )
+        ing["vs_bare_redis"] = ing["readings_per_s"] / ceil["readings_per_s"]
+        out["ingest"], out["bare_redis"] = ing, ceil
+        print(
+            f"ingest: {ing['readings_per_s']:,.0f} readings/s ({ing['vs_bare_redis']:.0%} of bare Redis {ceil['readings_per_s']:,.0f}/s), p99 {ing['p99_ms']:.1f} ms",
+            flush=True,
+        )
+
+        # 2 + 3. scoring (hop 100: each request of 100 readings completes a window) with GET /risk at a fixed rate
+        per_s = 100
+        bodies = make_bodies(args.streams, per_s, n, v, seed=2)
+        with service(
+            args.artifact,
+            redis_url,
+            base_env | {"SCJEPA_HOP": "100", "SCJEPA_KEY_PREFIX": "score"},
+        ) as url:
+            asyncio.run(
+                drive(url, bodies[: args.streams], args.concurrency)
+            )  # first window per stream
+
+            async def both() -> tuple[dict[str, float], dict[str, float]]:
+                load = asyncio.create_task(
+                    drive(url, bodies[args.streams :], args.concurrency)
+                )
+                await asyncio.sleep(0.5)
+                risk = await risk_at_rate(
+                    url,
+                    [f"bench-{i}" for i in range(args.streams)],
+                    args.risk_rate,
+                    5.0,
+                )
+                return await load, risk
+
+            scored, risk = asyncio.run(both())
+        alone = standalone_windows_per_s(
+            args.artifact, args.max_batch, args.threads, v, 3.0
+        )
+        scored["standalone_onnxruntime_windows_per_s"] = alone
+        scored["vs_standalone"] = scored["windows_per_s"] / alone
+        out["scoring"], out["risk_during_scoring"] = scored, risk
+        print(
+            f"scoring: {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch})",
+            flush=True,
+        )
+        print(
+            f"GET /risk at {risk['achieved_rate']:.0f}/s during scoring: p50 {risk['p50_ms']:.2f} ms, p99 {risk['p99_ms']:.2f} ms, errors {risk['errors']}",
+            flush=True,
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
