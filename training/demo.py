@@ -1,24 +1,477 @@
-"""`scjepa demo`: the main job end to end on an embedded default.
+"""`scjepa demo`: the whole job end to end, on one machine, in a few minutes.
 
-Until the model and service stages land, the demo shows what the model will be trained
-on: the synthetic benchmark (seeded, with precursors before every anomaly) seen through
-the project's windowing and splitting rules.
+    make demo                      # = scjepa demo --keep-serving
+    scjepa demo --rate 500         # faster replay; --no-train uses the cached model only
+
+1. **Model.** Reuses the artifact cached in ``artifacts/demo/`` when it was trained on
+   the same data; otherwise pre-trains SC-JEPA (the fast preset, codebook diversity 1.0,
+   see configs/improved.yaml), fits the anomaly-prediction probe on the train split of
+   the test series (threshold and calibration on the validation split) and exports
+   encoder + codebook + probe to ONNX.
+2. **Service.** Starts ``uvicorn service.main:create_app`` in a subprocess on the
+   embedded in-memory store (no Redis, no Docker) and waits for ``/readyz``.
+3. **Replay.** Streams the held-out part of 2-4 entities' test series through
+   ``POST /ingest`` concurrently (one batched request per tick), drawing a live view of
+   the risk per scored window, the alert state and where the true anomalies are; the
+   page ``/ui`` shows the same in a browser.
+4. **Summary.** Per stream: anomalies preceded by an alert in the window before (and the
+   lead time), false alerts.
+
+Held out: per entity the downstream split is 6:2:2 over the test windows (the probe
+trains on the first 60 %, its threshold and calibration come from the next 20 %). The
+replay starts at the one-window gap before the test split (a window that is no split's
+input) and runs to the end of the series, so the probe never saw any replayed window as
+an input.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from training.data import load_dataset
-from training.data.cli import print_stats
-from training.data.stats import dataset_stats
+import httpx
+import numpy as np
+
+from training.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+FAST = REPO / "configs" / "fast.yaml"
+WINDOW = 100
+SPARK = "▁▂▃▄▅▆▇█"
+MAX_BATCH = 100  # readings per stream and request: at most one window per response
+
+
+# -- the model ------------------------------------------------------------------------
+
+
+def _cached(artifact: Path, fingerprint: str) -> dict[str, Any] | None:
+    """The cached artifact's manifest when it exists and was trained on this data."""
+    try:
+        m: dict[str, Any] = json.loads((artifact / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    ok = (artifact / "model.onnx").is_file()
+    return m if ok and m.get("training_data_fingerprint") == fingerprint else None
+
+
+def build_artifact(
+    ds: Any, data: str, root: Path | None, artifact: Path, overrides: list[str]
+) -> None:
+    """Pre-train (fast preset), fit the probe, export: ``artifact/`` holds the result."""
+    from training import export
+    from training.baselines import fit_feature_probe
+    from training.config import load_config
+    from training.encode import CodeFeatures
+    from training.evaluate import evaluate, load_encoders, save_served_probe
+    from training.probe import ProbeConfig
+    from training.train import load_pairs, pretrain
+
+    if not FAST.is_file():
+        raise UserError(f"{FAST}: the fast preset is missing (run from a repo clone)")
+    work = artifact / "train"
+    if work.exists():
+        shutil.rmtree(work)  # a fresh run, not a resume of an older one
+    cfg = load_config(FAST, ["loss.diversity=1.0", *overrides])
+    pairs = load_pairs([data], str(root) if root else None, cfg)
+    print(f"[1/3] pre-training SC-JEPA (fast preset, {cfg.optim.epochs} epochs) on "
+          f"{len(pairs.train)} train pairs of {data}", flush=True)  # fmt: skip
+    t0 = time.time()
+    pretrain(cfg, pairs, work / "run")
+    best = work / "run" / "best.pt"
+    if not best.is_file():
+        best = work / "run" / "last.pt"
+    print(f"      done in {time.time() - t0:.0f} s -> {best}", flush=True)
+
+    print("[2/3] fitting the anomaly-prediction probe: train split = first 60 % of "
+          "each entity's test windows, threshold + calibration on the next 20 %", flush=True)  # fmt: skip
+    t0 = time.time()
+    trained, _, _ = load_encoders(best)
+    name = "SC-JEPA probe"
+    result = evaluate(
+        ds, {name: fit_feature_probe(CodeFeatures(trained))}, [0], ProbeConfig(), 50
+    )
+    probe = save_served_probe(work / "probe.pt", result, name, best, ds)
+    row = result["rows"][name]["all"]
+    print(f"      done in {time.time() - t0:.0f} s; on the test split (last 20 %): "
+          f"F1 {row['f1']['mean']:.2f}, ROC AUC {row['roc_auc']['mean']:.2f}, "
+          f"PR AUC {row['pr_auc']['mean']:.2f}", flush=True)  # fmt: skip
+
+    print("[3/3] exporting encoder + codebook + probe to ONNX", flush=True)
+    export.run(
+        argparse.Namespace(
+            checkpoint=best, probe=probe, out=artifact, name=f"scjepa-demo-{data}",
+            version=None, dataset=data, root=root, int8=False, hop=WINDOW,
+        )
+    )  # fmt: skip
+
+
+# -- what is replayed -----------------------------------------------------------------
+
+
+@dataclass
+class Stream:
+    name: str
+    values: np.ndarray  # (T, V) the replayed readings
+    labels: np.ndarray  # (T,) 0/1 per step
+    first_step: int  # index of values[0] in the entity's test series
+    sent: int = 0
+    # one row per scored window, oldest first: (risk, alert, cur label, next label)
+    risks: list[float] = field(default_factory=list)
+    alerts: list[bool] = field(default_factory=list)
+
+    def cur_label(self, k: int) -> int:
+        return int(self.labels[k * WINDOW : (k + 1) * WINDOW].max())
+
+    def next_label(self, k: int) -> int | None:
+        lo, hi = (k + 1) * WINDOW, (k + 2) * WINDOW
+        return int(self.labels[lo:hi].max()) if hi <= len(self.labels) else None
+
+
+def held_out_streams(ds: Any, n: int) -> list[Stream]:
+    """The held-out tail of up to ``n`` entities' test series (entities whose tail holds
+    an anomaly first, in data-set order)."""
+    from training.data.windows import split_bounds
+
+    out: list[Stream] = []
+    for e in ds.entities:
+        if e.test is None or len(e.test) < 4 * WINDOW:
+            continue
+        n_samples = len(e.test) // WINDOW - 1
+        start = max(split_bounds(n_samples)["test"][0] - 1, 0) * WINDOW
+        end = len(e.test) // WINDOW * WINDOW
+        name = "".join(c if c.isalnum() or c in "._:-" else "-" for c in e.name)
+        out.append(Stream(name, e.test[start:end], e.labels[start:end], start))
+    out.sort(key=lambda s: -int(s.labels.max() > 0))  # stable: anomalous tails first
+    if not out:
+        raise UserError(f"{ds.name}: no entity has a test series to replay")
+    return out[:n]
+
+
+# -- the service ----------------------------------------------------------------------
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(wanted: int) -> int:
+    if wanted and _port_free(wanted):
+        return wanted
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_service(artifact: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    env["SCJEPA_ARTIFACT"] = str(artifact.resolve())  # no SCJEPA_REDIS_URL: in memory
+    with log.open("wb") as f:
+        return subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory",
+             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+            stdout=f, stderr=subprocess.STDOUT, env=env, cwd=str(log.parent),
+            start_new_session=True,  # Ctrl-C reaches the demo, which stops the server
+        )  # fmt: skip
+
+
+def wait_ready(
+    client: httpx.Client, proc: subprocess.Popen[bytes], log: Path, timeout: float
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise UserError(f"the service exited ({proc.returncode}):\n{tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if client.get("/readyz").status_code == 200:
+                return
+        time.sleep(0.2)
+    raise UserError(f"the service was not ready after {timeout:.0f} s (see {log})")
+
+
+def stop_service(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# -- the live view --------------------------------------------------------------------
+
+RED, YEL, MAG, DIM, BOLD, RESET = (
+    "\x1b[31m", "\x1b[33m", "\x1b[35m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
+)  # fmt: skip
+
+
+def spark(s: Stream, width: int, color: bool) -> tuple[str, str]:
+    """Risk sparkline (red = alert) and, under it, the truth per window: ▲ = the next
+    window holds an anomaly (an alert here is a hit), ■ = this window holds one."""
+    lo = max(len(s.risks) - width, 0)
+    top, marks = [], []
+    for k in range(lo, len(s.risks)):
+        ch = SPARK[min(int(s.risks[k] * len(SPARK)), len(SPARK) - 1)]
+        top.append(f"{RED}{ch}{RESET}" if color and s.alerts[k] else ch)
+        if s.next_label(k):
+            marks.append(f"{YEL}▲{RESET}" if color else "▲")
+        elif s.cur_label(k):
+            marks.append(f"{MAG}■{RESET}" if color else "■")
+        else:
+            marks.append(f"{DIM}·{RESET}" if color else "·")
+    return "".join(top), "".join(marks)
+
+
+class Live:
+    """Redraws a block of lines in place (a TTY), or prints one line per scored window."""
+
+    def __init__(self, streams: list[Stream], threshold: float, tty: bool) -> None:
+        self.streams, self.threshold, self.tty = streams, threshold, tty
+        self.lines = 0
+        self.width = max(20, min(shutil.get_terminal_size((100, 20)).columns - 50, 120))
+        self.last = 0.0
+
+    def window(self, s: Stream) -> None:
+        if self.tty:
+            return
+        k = len(s.risks) - 1
+        a = s.first_step + k * WINDOW
+        nxt = {None: "unknown", 0: "no", 1: "YES"}[s.next_label(k)]
+        flag = "  ALERT" if s.alerts[k] else ""
+        print(f"{s.name:<10} window steps {a}-{a + WINDOW - 1}  risk {s.risks[k]:.3f}"
+              f"{flag:<7}  next window anomalous: {nxt}", flush=True)  # fmt: skip
+
+    def draw(self, force: bool = False) -> None:
+        if not self.tty or (not force and time.monotonic() - self.last < 0.1):
+            return
+        self.last = time.monotonic()
+        out = []
+        for s in self.streams:
+            top, marks = spark(s, self.width, True)
+            if s.risks:
+                alert = s.alerts[-1]
+                state = f"{RED}{BOLD} ALERT {RESET}" if alert else "  ok   "
+                risk = f"risk {s.risks[-1]:.3f}"
+            else:
+                state, risk = f"{DIM}warming{RESET}", "risk   -  "
+            pad = " " * (self.width - min(len(s.risks), self.width))
+            done = f"{s.sent}/{len(s.values)}"
+            out.append(f"{BOLD}{s.name:<10}{RESET} {top}{pad}  {risk} / thr "
+                       f"{self.threshold:.3f} {state} {DIM}{done}{RESET}")  # fmt: skip
+            out.append(f"{'':<10} {marks}")
+        up = f"\x1b[{self.lines}F" if self.lines else ""
+        sys.stdout.write(up + "".join(f"\x1b[2K{line}\n" for line in out))
+        sys.stdout.flush()
+        self.lines = len(out)
+
+
+# -- replay and summary ---------------------------------------------------------------
+
+
+def replay(
+    client: httpx.Client, streams: list[Stream], rate: float, live: Live
+) -> None:
+    """Send every stream's readings, ``batch`` per stream and request, at ``rate``
+    readings/s per stream (0 = as fast as the service answers)."""
+    batch = MAX_BATCH if rate <= 0 else max(1, min(MAX_BATCH, round(rate / 10)))
+    t0, start = float(int(time.time())), time.monotonic()
+    pos = 0
+    while any(s.sent < len(s.values) for s in streams):
+        if rate > 0:
+            time.sleep(max(0.0, start + pos / rate - time.monotonic()))
+        body = []
+        for s in streams:
+            lo, hi = s.sent, min(s.sent + batch, len(s.values))
+            if lo >= hi:
+                continue
+            readings = [
+                {"ts": t0 + s.first_step + i,
+                 "values": [None if math.isnan(v) else float(v) for v in s.values[i]]}
+                for i in range(lo, hi)
+            ]  # fmt: skip
+            body.append({"stream": s.name, "readings": readings})
+        r = client.post("/ingest", json={"streams": body})
+        if r.status_code != 200:
+            raise UserError(f"POST /ingest -> {r.status_code}: {r.text[:300]}")
+        by_name = {s.name: s for s in streams}
+        for res in r.json()["results"]:
+            s = by_name[res["stream"]]
+            s.sent = res["readings_total"]
+            if res["windows_scored"]:
+                s.risks.append(float(res["risk"]))
+                s.alerts.append(bool(res["alert"]))
+                live.window(s)
+        pos += batch
+        live.draw()
+    live.draw(force=True)
+
+
+@dataclass
+class Outcome:
+    windows: int
+    anomalies: int  # onsets with a window before them in the replay
+    caught: int  # ... whose previous window was in alert
+    leads: list[int]  # steps from the first alert of that run to the onset
+    false_alerts: int  # alerts whose next window is normal
+    alerts: int
+
+
+def outcome(s: Stream) -> Outcome:
+    onsets = np.flatnonzero(np.diff(np.r_[0, s.labels].astype(np.int8)) == 1)
+    anomalies = caught = 0
+    leads: list[int] = []
+    for o in onsets:
+        k = int(o) // WINDOW  # the window holding the onset
+        if k < 1 or k - 1 >= len(s.alerts):
+            continue
+        anomalies += 1
+        if s.alerts[k - 1]:
+            caught += 1
+            j = k - 1
+            while j > 0 and s.alerts[j - 1]:
+                j -= 1
+            leads.append(int(o) - (j + 1) * WINDOW)  # alert raised at the end of j
+    false_alerts = sum(1 for k, a in enumerate(s.alerts) if a and s.next_label(k) == 0)
+    return Outcome(len(s.risks), anomalies, caught, leads, false_alerts, sum(s.alerts))
+
+
+def summary(streams: list[Stream], url: str) -> str:
+    lines = [
+        "",
+        "Summary (an anomaly is caught when the window before its onset was in alert;"
+        " lead = steps from the first alert of that run to the onset):",
+        f"  {'stream':<10} {'windows':>7} {'anomalies':>9} {'caught':>6} "
+        f"{'lead (steps)':>14} {'alerts':>6} {'false alerts':>12}",
+    ]
+    tot = Outcome(0, 0, 0, [], 0, 0)
+    for s in streams:
+        o = outcome(s)
+        lead = ", ".join(str(x) for x in o.leads) or "-"
+        lines.append(f"  {s.name:<10} {o.windows:>7} {o.anomalies:>9} {o.caught:>6} "
+                     f"{lead:>14} {o.alerts:>6} {o.false_alerts:>12}")  # fmt: skip
+        tot = Outcome(tot.windows + o.windows, tot.anomalies + o.anomalies,
+                      tot.caught + o.caught, tot.leads + o.leads,
+                      tot.false_alerts + o.false_alerts, tot.alerts + o.alerts)  # fmt: skip
+    med = f"median lead {int(np.median(tot.leads))} steps" if tot.leads else "no lead"
+    lines += [
+        f"  {'all':<10} {tot.windows:>7} {tot.anomalies:>9} {tot.caught:>6} "
+        f"{med:>14} {tot.alerts:>6} {tot.false_alerts:>12}",
+        f"Caught {tot.caught} of {tot.anomalies} anomalies before they started, with "
+        f"{tot.false_alerts} false alerts in {tot.windows} windows.",
+        f"Live page: {url}/ui   API: {url}/docs",
+    ]
+    return "\n".join(lines)
+
+
+# -- command line ---------------------------------------------------------------------
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic data set")
+    p.add_argument("--data", choices=("synthetic", "msl"), default="synthetic",
+                   help="synthetic (embedded) or msl (needs --root)")  # fmt: skip
+    p.add_argument("--root", type=Path, help="data folder for msl ($SCJEPA_DATA)")
+    p.add_argument("--artifact", type=Path,
+                   help="model cache (default artifacts/demo, artifacts/demo-msl)")  # fmt: skip
+    p.add_argument("--port", type=int, default=8000,
+                   help="service port (a free one if taken; 0 = any)")  # fmt: skip
+    p.add_argument("--rate", type=float, default=250.0,
+                   help="readings/s per stream (0 = as fast as possible)")  # fmt: skip
+    p.add_argument("--streams", type=int, default=4, choices=(1, 2, 3, 4),
+                   help="entities replayed concurrently")  # fmt: skip
+    p.add_argument("--no-train", action="store_true",
+                   help="use the cached artifact; fail if there is none")  # fmt: skip
+    p.add_argument("--retrain", action="store_true", help="ignore the cached artifact")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override a training setting, e.g. --set optim.epochs=1")  # fmt: skip
+    p.add_argument("--keep-serving", action="store_true",
+                   help="after the replay, keep the service (and /ui) up until Ctrl-C")  # fmt: skip
+    p.add_argument("--plain", action="store_true",
+                   help="print lines instead of the live view (default off a TTY)")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    ds = load_dataset("synthetic", seed=args.seed)
-    print_stats(dataset_stats(ds), per_entity=True)
-    return 0
+    from training.data import load_dataset
+
+    if (
+        args.data != "synthetic"
+        and args.root is None
+        and not os.environ.get("SCJEPA_DATA")
+    ):
+        print("note: --root not given; reading from $SCJEPA_DATA or the default cache")
+    ds = load_dataset(args.data, args.root)
+    artifact = args.artifact or Path(
+        "artifacts/demo" if args.data == "synthetic" else f"artifacts/demo-{args.data}"
+    )
+    manifest = None if args.retrain else _cached(artifact, ds.fingerprint())
+    if manifest is None:
+        if args.no_train:
+            raise UserError(
+                f"{artifact}: no cached model for {args.data} (drop --no-train)"
+            )
+        print(
+            f"No cached model in {artifact}/: training one (a few minutes on a laptop)."
+        )
+        build_artifact(ds, args.data, args.root, artifact, args.set)
+        manifest = _cached(artifact, ds.fingerprint())
+        assert manifest is not None
+    else:
+        print(f"Using the cached model in {artifact}/ (--retrain to train again).")
+
+    streams = held_out_streams(ds, args.streams)
+    port = pick_port(args.port)
+    url = f"http://127.0.0.1:{port}"
+    log = artifact.resolve() / "server.log"
+    tty = sys.stdout.isatty() and not args.plain
+    proc = start_service(artifact, port, log)
+    try:
+        with httpx.Client(base_url=url, timeout=30.0) as client:
+            wait_ready(client, proc, log, timeout=60.0)
+            print(f"\nService up: {url}  (in-memory store, log {log})")
+            print(f"Open {BOLD if tty else ''}{url}/ui{RESET if tty else ''} "
+                  "in a browser to watch it live.")  # fmt: skip
+            steps = ", ".join(
+                f"{s.name} steps {s.first_step}-{s.first_step + len(s.values) - 1}"
+                for s in streams
+            )
+            rate = (
+                f"{args.rate:g} readings/s per stream"
+                if args.rate > 0
+                else "full speed"
+            )
+            print(f"Model {manifest['name']} {manifest['version']}, threshold "
+                  f"{manifest['threshold']:.3f}. Replaying the held-out tail of each "
+                  f"test series ({steps}) at {rate}: the probe never saw these windows.")  # fmt: skip
+            print("Each sparkline char is one scored 100-step window (red = ALERT); "
+                  "below it ▲ marks windows whose NEXT window truly holds an anomaly "
+                  "(where an alert should fire), ■ windows inside an anomaly.\n")  # fmt: skip
+            live = Live(streams, float(manifest["threshold"]), tty)
+            replay(client, streams, args.rate, live)
+            print(summary(streams, url), flush=True)
+        if args.keep_serving:
+            print(f"\nStill serving at {url}/ui — press Ctrl-C to stop.", flush=True)
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:
+                print("\nstopping the service", flush=True)
+            return 0
+        return 0
+    finally:
+        stop_service(proc)

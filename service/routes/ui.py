@@ -58,7 +58,7 @@ PAGE = """<!doctype html>
                        vector-effect:non-scaling-stroke; }
   svg.spark line.threshold { stroke:var(--thr); stroke-dasharray:4 3;
                              vector-effect:non-scaling-stroke; }
-  svg.spark circle.hot { fill:var(--alert); }
+  svg.spark rect.hot { fill:var(--alert); opacity:.28; }
   .meta { color:var(--dim); font-size:12px; margin-top:6px; display:flex; gap:14px;
           flex-wrap:wrap; }
   #empty { color:var(--dim); padding:24px; }
@@ -125,11 +125,13 @@ function drawSpark(svg, items, threshold) {
   const n = items.length;
   if (!n) return;
   const x = i => (i * 100) / Math.max(n - 1, 29);  // left to right, >= 30 slots
+  const slot = 100 / Math.max(n - 1, 29);
+  items.forEach((it, i) => {  // a red band behind each window in alert
+    if (it.alert) svg.append(svgEl("rect", {class: "hot", x: Math.max(x(i) - slot / 2, 0),
+                                            y: 0, width: slot, height: 40}));
+  });
   const pts = items.map((it, i) => x(i).toFixed(2) + "," + y(it.risk).toFixed(2));
   svg.append(svgEl("polyline", {points: pts.join(" ")}));
-  items.forEach((it, i) => {
-    if (it.alert) svg.append(svgEl("circle", {class: "hot", cx: x(i), cy: y(it.risk), r: 0.9}));
-  });
 }
 
 function render(c, cur, hist) {

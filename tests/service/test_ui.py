@@ -1,0 +1,151 @@
+"""GET /ui: the built-in live page, served as HTML and rendered by a real headless
+Chromium against a live service (uvicorn on a loopback port, in-memory store)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from service_helpers import free_port
+
+from service.config import Settings
+from service.main import create_app
+
+CHROMIUM = next(
+    (
+        p
+        for p in (shutil.which("chromium"), "/usr/bin/chromium")
+        if p and Path(p).exists()
+    ),
+    None,
+)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)"
+)
+
+
+def test_ui_is_html(client: TestClient) -> None:
+    r = client.get("/ui")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/html")
+    page = r.text
+    assert "<title>SC-JEPA risk</title>" in page
+    # self-contained: no external script, style or font (the machine may be offline)
+    assert not re.search(r"""(src|href)=["']https?://""", page)
+    for path in ("/streams", "/models", "/risk/", "/history?limit="):
+        assert path in page
+
+
+@pytest.fixture
+def live_url(artifact_dir: Path) -> Iterator[str]:
+    """The app on a free loopback port (uvicorn in a thread, in-memory store)."""
+    port = free_port()
+    app = create_app(Settings(artifact=artifact_dir, redis_url=None, max_wait_ms=1.0))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+def ingest(url: str, stream: str, x: np.ndarray) -> None:
+    readings = [
+        {"ts": 1000.0 + i, "values": [float(v) for v in row]} for i, row in enumerate(x)
+    ]
+    r = httpx.post(f"{url}/ingest", json={"stream": stream, "readings": readings})
+    assert r.status_code == 200, r.text
+
+
+def chromium(url: str, tmp: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+        "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+        f"--user-data-dir={tmp / 'profile'}", "--virtual-time-budget=5000", *extra, url,
+    ]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=90, check=False)
+
+
+def sections(dom: str) -> dict[str, str]:
+    """stream name -> the rendered <section> of its card."""
+    found = re.findall(r'(<section class="stream"[^>]*>.*?</section>)', dom, re.S)
+    out = {}
+    for s in found:
+        m = re.search(r'data-stream="([^"]+)"', s)
+        assert m is not None
+        out[m.group(1)] = s
+    return out
+
+
+@needs_chromium
+def test_ui_renders_streams_in_chromium(live_url: str, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    n = 350  # 3 scored windows per stream
+    # the tiny model's risk grows with |mean| and falls with std (service_artifact.py)
+    ingest(live_url, "pump-hot", 3.0 + 0.05 * rng.normal(size=(n, 4)))
+    ingest(live_url, "fan-calm", 2.0 * rng.normal(size=(n, 4)))
+    api = {
+        s: httpx.get(f"{live_url}/risk/{s}").json() for s in ("pump-hot", "fan-calm")
+    }
+    assert api["pump-hot"]["alert"] is True and api["fan-calm"]["alert"] is False
+
+    run = chromium(f"{live_url}/ui", tmp_path, "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = run.stdout
+    cards = sections(dom)
+    assert set(cards) == {"pump-hot", "fan-calm"}, dom[-3000:]
+    assert "model tiny 0.0.1" in dom  # from GET /models
+    conn = re.search(r'<span id="conn" class="([^"]*)">([^<]*)</span>', dom)
+    assert conn is not None and conn.group(2).startswith("updated "), conn
+    for name, card in cards.items():
+        alert = api[name]["alert"]
+        assert f'data-alert="{str(alert).lower()}"' in card
+        badge = re.search(r'<span class="badge ([a-z]+)">([^<]*)</span>', card)
+        assert badge is not None, card
+        assert badge.groups() == (("alert", "ALERT") if alert else ("ok", "OK"))
+        assert f"{api[name]['risk']:.3f}" in card  # the current risk
+        points = re.search(r'<polyline points="([^"]+)"', card)
+        assert points is not None, card
+        assert len(points.group(1).split()) == 3  # one point per scored window
+        assert 'class="threshold"' in card
+        assert "3 windows scored" in card
+    # the alerted windows are marked on the sparkline
+    assert cards["pump-hot"].count('class="hot"') == 3
+    assert 'class="hot"' not in cards["fan-calm"]
+
+    png = tmp_path / "ui.png"
+    shot = chromium(
+        f"{live_url}/ui", tmp_path, f"--screenshot={png}", "--window-size=1200,800"
+    )
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    image = pytest.importorskip("PIL.Image")
+    with image.open(png) as im:
+        assert im.size == (1200, 800)
+        rgb = im.convert("RGB")
+        colors = rgb.getcolors(maxcolors=1 << 20)
+        assert colors is not None and len(colors) > 50  # not a blank page
+        # the ALERT badge is drawn in the alert red (#e5534b)
+        assert any(
+            abs(r - 0xE5) < 12 and abs(g - 0x53) < 12 and abs(b - 0x4B) < 12
+            for _, (r, g, b) in colors
+        )
