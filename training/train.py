@@ -7,7 +7,8 @@
 
 The run dir gets config.yaml (resolved), metrics.jsonl (one line per epoch: every loss
 term, codebook usage, collapse diagnostics), last.pt (resume), best.pt (model
-selection on the val loss), usage.png and curves.png.
+selection on the val loss, from optim.select_from on; early stopping after
+optim.patience epochs without improvement), usage.png and curves.png.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ import math
 import os
 import sys
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from model import SCJEPA
+from model import SCJEPA, TargetEncoder
 from model.codebook import pca_variance_ratio, usage_stats
 from training import distributed
 from training.checkpoint import load_checkpoint, save_checkpoint
@@ -61,7 +63,15 @@ def make_optimizer(model: SCJEPA, cfg: TrainConfig) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay, fused=True)
 
 
-def train_step(model, target, opt, batch: Tensor, cfg: TrainConfig, lam: float, amp):
+def train_step(
+    model: nn.Module,
+    target: TargetEncoder,
+    opt: torch.optim.Optimizer,
+    batch: Tensor,
+    cfg: TrainConfig,
+    lam: float,
+    amp: AbstractContextManager,
+) -> dict[str, Tensor]:
     """One optimiser step on a (B, 2, T) batch of pairs; returns the named loss terms."""
     x, x_next = batch[:, 0], batch[:, 1]  # (B, T) each
     # Step 1. Forward: online branch on W_t, EMA target on W_{t+1} (one pass)
@@ -80,8 +90,14 @@ def train_step(model, target, opt, batch: Tensor, cfg: TrainConfig, lam: float, 
 
 
 @torch.no_grad()
-def estimate_val(model: SCJEPA, target, val: Tensor, cfg: TrainConfig, lam: float):
-    """Mean loss terms over the validation pairs, plus codebook/collapse diagnostics."""
+def estimate_val(
+    model: SCJEPA, target: TargetEncoder, val: Tensor, cfg: TrainConfig, lam: float
+) -> dict[str, Any]:
+    """Mean loss terms over the validation pairs, plus codebook/collapse diagnostics.
+
+    ``val_select`` (model selection) is the total loss with lambda_r fixed at its final
+    value, so epochs stay comparable while lambda_r anneals.
+    """
     model.eval()
     sums: dict[str, float] = {}
     probs, zs = [], []
