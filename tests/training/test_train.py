@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from train_helpers import random_pairs, tiny_train_config
+from train_helpers import TINY_MODEL, random_pairs, tiny_train_config
 
 from model import SCJEPA
 from training import train as train_module
@@ -208,3 +208,46 @@ def test_cli_pretrain_on_synthetic(
     assert "unknown key" in capsys.readouterr().err
     assert main(["pretrain", "--dataset", "synthetic", "--out", str(tmp_path / "x"),
                  "--config", str(REPO / "configs/fast.yaml"), "--resume"]) == 2  # fmt: skip
+
+
+def test_cross_domain_pools_datasets_channel_independently() -> None:
+    from training.train import load_pairs
+
+    cfg = tiny_train_config()
+    one = load_pairs(["synthetic"], None, cfg)
+    two = load_pairs(["synthetic", "synthetic"], None, cfg)
+    assert two.train.shape == (2 * len(one.train), 2, 100)
+    assert two.val.shape == (2 * len(one.val), 2, 100)
+
+
+def test_bench_train_reports_throughput_and_memory(tmp_path: Path) -> None:
+    cfg = {"model": dict(TINY_MODEL), "optim": {"batch_size": 16}}
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "bench.json"
+    args = [
+        "bench",
+        "train",
+        "--config",
+        str(tmp_path / "tiny.yaml"),
+        "--device",
+        "cpu",
+    ]
+    assert (
+        main(
+            [
+                *args,
+                "--threads",
+                "1",
+                "--steps",
+                "3",
+                "--warmup",
+                "1",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    (r,) = json.loads(out.read_text())
+    assert r["batch_size"] == 16 and r["pairs_per_s"] > 0 and r["peak_rss_mb"] > 50
+    assert r["step_ms"] == pytest.approx(1000 * 16 / r["pairs_per_s"], rel=0.01)
