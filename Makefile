@@ -17,8 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e ".[train,cpu,dev]"
 	touch $@
 
+# Trains + exports a small model on first use (cached in artifacts/demo/), serves it in
+# memory and replays held-out data; --keep-serving keeps /ui up until Ctrl-C.
+# e.g. make demo DEMO_ARGS="--rate 500"  (DEMO_ARGS= exits after the summary)
+DEMO_ARGS ?= --keep-serving
 demo: venv
-	$(BIN)/scjepa demo
+	$(BIN)/scjepa demo $(DEMO_ARGS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -32,6 +32,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -222,13 +223,15 @@ RED, YEL, MAG, DIM, BOLD, RESET = (
 )  # fmt: skip
 
 
-def spark(s: Stream, width: int, color: bool) -> tuple[str, str]:
-    """Risk sparkline (red = alert) and, under it, the truth per window: ▲ = the next
-    window holds an anomaly (an alert here is a hit), ■ = this window holds one."""
+def spark(s: Stream, width: int, scale: float, color: bool) -> tuple[str, str]:
+    """Risk sparkline from 0 to ``scale`` (red = alert) and, under it, the truth per
+    window: ▲ = the next window holds an anomaly (an alert here is a hit), ■ = this
+    window holds one."""
     lo = max(len(s.risks) - width, 0)
     top, marks = [], []
     for k in range(lo, len(s.risks)):
-        ch = SPARK[min(int(s.risks[k] * len(SPARK)), len(SPARK) - 1)]
+        level = s.risks[k] / scale  # the threshold sits at half height
+        ch = SPARK[max(0, min(int(level * len(SPARK)), len(SPARK) - 1))]
         top.append(f"{RED}{ch}{RESET}" if color and s.alerts[k] else ch)
         if s.next_label(k):
             marks.append(f"{YEL}▲{RESET}" if color else "▲")
@@ -263,8 +266,9 @@ class Live:
             return
         self.last = time.monotonic()
         out = []
+        scale = min(2 * self.threshold, 1.0) or 1.0  # the threshold at half height
         for s in self.streams:
-            top, marks = spark(s, self.width, True)
+            top, marks = spark(s, self.width, scale, True)
             if s.risks:
                 alert = s.alerts[-1]
                 state = f"{RED}{BOLD} ALERT {RESET}" if alert else "  ok   "
@@ -406,6 +410,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print lines instead of the live view (default off a TTY)")  # fmt: skip
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     from training.data import load_dataset
 
@@ -440,6 +448,7 @@ def run(args: argparse.Namespace) -> int:
     log = artifact.resolve() / "server.log"
     tty = sys.stdout.isatty() and not args.plain
     proc = start_service(artifact, port, log)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too
     try:
         with httpx.Client(base_url=url, timeout=30.0) as client:
             wait_ready(client, proc, log, timeout=60.0)
@@ -458,7 +467,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"Model {manifest['name']} {manifest['version']}, threshold "
                   f"{manifest['threshold']:.3f}. Replaying the held-out tail of each "
                   f"test series ({steps}) at {rate}: the probe never saw these windows.")  # fmt: skip
-            print("Each sparkline char is one scored 100-step window (red = ALERT); "
+            print("Each sparkline char is one scored 100-step window, from risk 0 "
+                  "(▁) to twice the threshold (█; red = ALERT); "
                   "below it ▲ marks windows whose NEXT window truly holds an anomaly "
                   "(where an alert should fire), ■ windows inside an anomaly.\n")  # fmt: skip
             live = Live(streams, float(manifest["threshold"]), tty)

@@ -32,8 +32,9 @@ PAGE = """<!doctype html>
   * { box-sizing: border-box; }
   body { margin:0; background:var(--bg); color:var(--fg);
          font:14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; }
-  header { display:flex; align-items:baseline; gap:16px; flex-wrap:wrap;
+  header { display:flex; align-items:baseline; gap:6px 16px; flex-wrap:wrap;
            padding:14px 24px; border-bottom:1px solid var(--line); }
+  header #conn { margin-left:auto; }
   header h1 { font-size:18px; margin:0; }
   header .dim { color:var(--dim); }
   #conn.bad { color:var(--alert); }
@@ -59,13 +60,14 @@ PAGE = """<!doctype html>
   svg.spark line.threshold { stroke:var(--thr); stroke-dasharray:4 3;
                              vector-effect:non-scaling-stroke; }
   svg.spark rect.hot { fill:var(--alert); opacity:.28; }
-  .meta { color:var(--dim); font-size:12px; margin-top:6px; display:flex; gap:14px;
-          flex-wrap:wrap; }
+  .meta { color:var(--dim); font-size:12px; margin-top:6px; display:flex;
+          gap:2px 14px; flex-wrap:wrap; }
   #empty { color:var(--dim); padding:24px; }
   .legend span { margin-right:12px; }
   .sw { display:inline-block; width:14px; height:0; vertical-align:middle;
         border-top:2px solid var(--risk); margin-right:4px; }
   .sw.t { border-top:2px dashed var(--thr); }
+  .sw.a { height:10px; border:0; background:var(--alert); opacity:.45; }
 </style>
 </head>
 <body>
@@ -73,7 +75,7 @@ PAGE = """<!doctype html>
   <h1>SC-JEPA risk</h1>
   <span class="dim">risk that the <b>next</b> 100-step window holds an anomaly</span>
   <span id="model" class="dim"></span>
-  <span class="dim legend"><span><i class="sw"></i>risk</span><span><i class="sw t"></i>threshold</span></span>
+  <span class="dim legend"><span><i class="sw"></i>risk per scored window</span><span><i class="sw t"></i>threshold</span><span><i class="sw a"></i>in alert</span></span>
   <span id="conn" class="dim">connecting…</span>
 </header>
 <main id="streams"><div id="empty">No streams yet: POST readings to /ingest.</div></main>
@@ -119,11 +121,13 @@ function card(name) {
 function drawSpark(svg, items, threshold) {
   svg.replaceChildren();
   svg.append(svgEl("rect", {class: "frame", x: 0, y: 0, width: 100, height: 40}));
-  const y = v => 40 - 38 * Math.min(Math.max(v, 0), 1) - 1;
+  // from 0 to twice the threshold (or the highest risk shown), at most 1
+  const top = Math.min(1, Math.max(2 * threshold, ...items.map(it => it.risk * 1.05))) || 1;
+  const y = v => 40 - 38 * Math.min(Math.max(v / top, 0), 1) - 1;
   svg.append(svgEl("line", {class: "threshold", x1: 0, x2: 100,
                             y1: y(threshold), y2: y(threshold)}));
   const n = items.length;
-  if (!n) return;
+  if (!n) return top;
   const x = i => (i * 100) / Math.max(n - 1, 29);  // left to right, >= 30 slots
   const slot = 100 / Math.max(n - 1, 29);
   items.forEach((it, i) => {  // a red band behind each window in alert
@@ -132,6 +136,7 @@ function drawSpark(svg, items, threshold) {
   });
   const pts = items.map((it, i) => x(i).toFixed(2) + "," + y(it.risk).toFixed(2));
   svg.append(svgEl("polyline", {points: pts.join(" ")}));
+  return top;
 }
 
 function render(c, cur, hist) {
@@ -150,11 +155,11 @@ function render(c, cur, hist) {
     badge.className = "badge warming";
     badge.textContent = "WARMING UP " + Math.round(100 * cur.progress) + "%";
   }
-  drawSpark(c.querySelector("svg"), items, cur.threshold);
+  const top = drawSpark(c.querySelector("svg"), items, cur.threshold);
   const meta = c.querySelector(".meta");
   const alerts = items.filter(it => it.alert).length;
   const parts = [items.length + " windows scored", alerts + " in alert",
-                 cur.readings_total + " readings"];
+                 cur.readings_total + " readings", "chart: risk 0 to " + top.toFixed(2)];
   if (cur.top_channels && cur.top_channels.length) {
     parts.push("top channels: " + cur.top_channels.slice(0, 3)
       .map(t => t.name + " " + Math.round(100 * t.share) + "%").join(", "));
