@@ -70,12 +70,16 @@ def usage_stats(p: Tensor) -> dict[str, float | list[int]]:
 
 @torch.no_grad()
 def pca_variance_ratio(z: Tensor, ks: tuple[int, ...] = (1, 5, 10)) -> dict[str, float]:
-    """Collapse diagnostic: share of the variance of latents (..., D) carried by the
-    top-k principal components (near 1 for top-1 = dimensional collapse)."""
+    """Collapse diagnostics of latents (..., D): share of the variance carried by the
+    top-k principal components (near 1 for small k = dimensional collapse) and
+    ``z_spread``, the varying share of the energy (near 0 = complete collapse)."""
     z = z.reshape(-1, z.shape[-1]).double()  # (N, D)
     s = torch.linalg.svdvals(z - z.mean(0))
     var = s**2 / (s**2).sum().clamp_min(1e-30)
-    return {f"pc{k}_var": var[:k].sum().item() for k in ks}
+    out = {f"pc{k}_var": var[:k].sum().item() for k in ks}
+    # share of the latents' energy that varies across samples (0 = every z identical)
+    out["z_spread"] = ((s**2).sum() / (z**2).sum().clamp_min(1e-30)).item()
+    return out
 
 
 if __name__ == "__main__":

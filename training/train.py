@@ -287,7 +287,7 @@ def _plots(out: Path) -> None:
         ),
         ("codebook / rec", ["train_code", "train_rec", "val_rec"]),
         ("codes in use", ["perplexity", "active_codes"]),
-        ("collapse: PC variance share", ["pc1_var", "pc5_var", "pc10_var"]),
+        ("collapse: PC variance share", ["pc1_var", "pc5_var", "pc10_var", "z_spread"]),
         ("confidence", ["max_prob", "train_ent_sample"]),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))

@@ -139,3 +139,19 @@ def test_config_is_enough_to_rebuild() -> None:
     clone.load_state_dict(model.state_dict())  # strict: same architecture
     x = torch.randn(2, 100, 3)
     torch.testing.assert_close(clone.eval().code_probs(x), model.eval().code_probs(x))
+
+
+def test_collapse_diagnostics_tell_collapse_from_spread() -> None:
+    from model.codebook import pca_variance_ratio, usage_stats
+
+    spread = pca_variance_ratio(torch.randn(500, 16))
+    assert spread["pc1_var"] < 0.2 and spread["pc10_var"] < 0.8
+    assert spread["z_spread"] > 0.9
+    line = torch.randn(500, 1) * torch.randn(1, 16) + 5.0  # rank-1 around an offset
+    collapsed = pca_variance_ratio(line)
+    assert collapsed["pc1_var"] == pytest.approx(1.0) and collapsed["z_spread"] < 0.2
+    one_code = F.one_hot(torch.zeros(50, dtype=torch.long), 8).float()
+    u = usage_stats(one_code)
+    assert u["active_codes"] == 1 and u["perplexity"] == pytest.approx(1.0)
+    assert u["max_prob"] == 1.0 and u["usage"] == [50, 0, 0, 0, 0, 0, 0, 0]
+    assert usage_stats(torch.full((50, 8), 1 / 8))["perplexity"] == pytest.approx(8.0)
