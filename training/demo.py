@@ -248,7 +248,8 @@ class Live:
     def __init__(self, streams: list[Stream], threshold: float, tty: bool) -> None:
         self.streams, self.threshold, self.tty = streams, threshold, tty
         self.lines = 0
-        self.width = max(20, min(shutil.get_terminal_size((100, 20)).columns - 50, 120))
+        cols = shutil.get_terminal_size((100, 20)).columns
+        self.width = max(10, min(cols - 56, 120))  # a stream's line: width + 53 chars
         self.last = 0.0
 
     def window(self, s: Stream) -> None:
