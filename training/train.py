@@ -175,6 +175,9 @@ def pretrain(
         total_steps = min(total_steps, cfg.optim.max_steps)
     if dd.main:
         out.mkdir(parents=True, exist_ok=True)
+        if not resume:  # a fresh run in an old directory starts a fresh log
+            for stale in ("metrics.jsonl", "best.pt", "last.pt"):
+                (out / stale).unlink(missing_ok=True)
         save_config(cfg, out / "config.yaml")
         log = {"amp": use_amp, "device": str(device), "world": dd.world}
         log |= {"threads": threads, "train_pairs": len(train), "val_pairs": len(val)}
