@@ -139,9 +139,15 @@ class Stream:
         return int(self.labels[lo:hi].max()) if hi <= len(self.labels) else None
 
 
+def _predictable(s: Stream) -> int:
+    """Anomaly onsets in ``s`` that have a whole window before them."""
+    onsets = np.flatnonzero(np.diff(np.r_[0, s.labels].astype(np.int8)) == 1)
+    return int((onsets >= WINDOW).sum())
+
+
 def held_out_streams(ds: Any, n: int) -> list[Stream]:
-    """The held-out tail of up to ``n`` entities' test series (entities whose tail holds
-    an anomaly first, in data-set order)."""
+    """The held-out tail of up to ``n`` entities' test series (first the entities whose
+    tail holds an anomaly onset after its first window, in data-set order)."""
     from training.data.windows import split_bounds
 
     out: list[Stream] = []
@@ -153,7 +159,7 @@ def held_out_streams(ds: Any, n: int) -> list[Stream]:
         end = len(e.test) // WINDOW * WINDOW
         name = "".join(c if c.isalnum() or c in "._:-" else "-" for c in e.name)
         out.append(Stream(name, e.test[start:end], e.labels[start:end], start))
-    out.sort(key=lambda s: -int(s.labels.max() > 0))  # stable: anomalous tails first
+    out.sort(key=lambda s: -min(_predictable(s), 1))  # stable: those with onsets first
     if not out:
         raise UserError(f"{ds.name}: no entity has a test series to replay")
     return out[:n]
@@ -182,6 +188,9 @@ def pick_port(wanted: int) -> int:
 def start_service(artifact: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
     env["SCJEPA_ARTIFACT"] = str(artifact.resolve())  # no SCJEPA_REDIS_URL: in memory
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO), env.get("PYTHONPATH")) if p
+    )  # this checkout's service/, installed or not
     with log.open("wb") as f:
         return subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory",
@@ -374,7 +383,7 @@ def summary(streams: list[Stream], url: str) -> str:
         tot = Outcome(tot.windows + o.windows, tot.anomalies + o.anomalies,
                       tot.caught + o.caught, tot.leads + o.leads,
                       tot.false_alerts + o.false_alerts, tot.alerts + o.alerts)  # fmt: skip
-    med = f"median lead {int(np.median(tot.leads))} steps" if tot.leads else "no lead"
+    med = f"median {int(np.median(tot.leads))}" if tot.leads else "-"
     lines += [
         f"  {'all':<10} {tot.windows:>7} {tot.anomalies:>9} {tot.caught:>6} "
         f"{med:>14} {tot.alerts:>6} {tot.false_alerts:>12}",
@@ -449,29 +458,30 @@ def run(args: argparse.Namespace) -> int:
     log = artifact.resolve() / "server.log"
     tty = sys.stdout.isatty() and not args.plain
     proc = start_service(artifact, port, log)
-    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too
+    old_term = signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too
     try:
         with httpx.Client(base_url=url, timeout=30.0) as client:
             wait_ready(client, proc, log, timeout=60.0)
-            print(f"\nService up: {url}  (in-memory store, log {log})")
-            print(f"Open {BOLD if tty else ''}{url}/ui{RESET if tty else ''} "
-                  "in a browser to watch it live.")  # fmt: skip
-            steps = ", ".join(
-                f"{s.name} steps {s.first_step}-{s.first_step + len(s.values) - 1}"
-                for s in streams
-            )
-            rate = (
-                f"{args.rate:g} readings/s per stream"
-                if args.rate > 0
-                else "full speed"
-            )
-            print(f"Model {manifest['name']} {manifest['version']}, threshold "
-                  f"{manifest['threshold']:.3f}. Replaying the held-out tail of each "
-                  f"test series ({steps}) at {rate}: the probe never saw these windows.")  # fmt: skip
-            print("Each sparkline char is one scored 100-step window, from risk 0 "
-                  "(▁) to twice the threshold (█; red = ALERT); "
-                  "below it ▲ marks windows whose NEXT window truly holds an anomaly "
-                  "(where an alert should fire), ■ windows inside an anomaly.\n")  # fmt: skip
+            b, r = (BOLD, RESET) if tty else ("", "")
+            rate = f"{args.rate:g} readings/s" if args.rate > 0 else "full speed"
+            print(f"\nService up at {url} (in-memory store; log {log})")
+            print(f"  -> open {b}{url}/ui{r} in a browser to watch it live")
+            print(f"Model {manifest['name']} {manifest['version']}, alert threshold "
+                  f"{manifest['threshold']:.3f}")  # fmt: skip
+            print(f"Replaying at {rate} per stream the held-out tail of each test "
+                  "series (the probe never saw these windows):")  # fmt: skip
+            for s in streams:
+                last = s.first_step + len(s.values) - 1
+                print(f"  {s.name:<10} steps {s.first_step}-{last} "
+                      f"({len(s.values) // WINDOW} windows)")  # fmt: skip
+            if tty:
+                print("One sparkline char per scored 100-step window, from risk 0 (▁) "
+                      "to twice the threshold (█), red = ALERT. Below it: ▲ = the NEXT "
+                      "window truly holds an anomaly (an alert should fire here), "
+                      "■ = this window is inside an anomaly.\n")  # fmt: skip
+            else:
+                print("One line per scored window: its risk, ALERT when over the "
+                      "threshold, and whether the NEXT window truly holds an anomaly.")  # fmt: skip
             live = Live(streams, float(manifest["threshold"]), tty)
             replay(client, streams, args.rate, live)
             print(summary(streams, url), flush=True)
@@ -486,3 +496,4 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         stop_service(proc)
+        signal.signal(signal.SIGTERM, old_term)
