@@ -83,6 +83,8 @@ def build_artifact(
     work = artifact / "train"
     if work.exists():
         shutil.rmtree(work)  # a fresh run, not a resume of an older one
+    # an older model stays unusable until the new one is complete (manifest last)
+    (artifact / "manifest.json").unlink(missing_ok=True)
     cfg = load_config(FAST, ["loss.diversity=1.0", *overrides])
     pairs = load_pairs([data], str(root) if root else None, cfg)
     print(f"[1/3] pre-training SC-JEPA (fast preset, {cfg.optim.epochs} epochs) on "
@@ -127,7 +129,7 @@ class Stream:
     labels: np.ndarray  # (T,) 0/1 per step
     first_step: int  # index of values[0] in the entity's test series
     sent: int = 0
-    # one row per scored window, oldest first: (risk, alert, cur label, next label)
+    # per scored window, oldest first (window k = values[k * WINDOW : (k + 1) * WINDOW])
     risks: list[float] = field(default_factory=list)
     alerts: list[bool] = field(default_factory=list)
 

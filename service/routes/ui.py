@@ -1,4 +1,5 @@
-"""GET /ui: a small built-in live page (no build step, no CDN, works offline).
+"""GET /ui: a small built-in live page (no build step, no CDN, works offline); GET /
+redirects there.
 
 One self-contained HTML document with inline CSS and JS. Every 1.5 s it reads
 ``/models``, ``/streams``, ``/risk/{stream}`` and ``/risk/{stream}/history`` and draws,
@@ -14,7 +15,7 @@ package, wheel or editable, serves it.
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 
 router = APIRouter(tags=["ui"])
 
@@ -212,3 +213,9 @@ setInterval(refresh, REFRESH_MS);
 async def ui() -> HTMLResponse:
     """The live page: streams, risk sparklines, threshold, alert state."""
     return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+
+
+@router.get("/", include_in_schema=False)
+async def root() -> RedirectResponse:
+    """A browser opening the service's address lands on the live page."""
+    return RedirectResponse("/ui")

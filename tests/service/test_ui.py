@@ -44,6 +44,8 @@ def test_ui_is_html(client: TestClient) -> None:
     assert not re.search(r"""(src|href)=["']https?://""", page)
     for path in ("/streams", "/models", "/risk/", "/history?limit="):
         assert path in page
+    r = client.get("/", follow_redirects=False)
+    assert r.status_code == 307 and r.headers["location"] == "/ui"
 
 
 @pytest.fixture
