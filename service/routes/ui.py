@@ -180,14 +180,15 @@ async function refresh() {
     document.getElementById("empty")?.remove();
     if (!names.length) main.replaceChildren(el("div", "", "No streams yet: POST readings to /ingest."));
     const data = await Promise.all(names.map(s => Promise.all([
-      getJSON("/risk/" + encodeURIComponent(s)),
+      getJSON("/risk/" + encodeURIComponent(s)).catch(() => null),  // expired: skip
       getJSON("/risk/" + encodeURIComponent(s) + "/history?limit=" + HISTORY)
-        .catch(() => ({items: []})),
+        .catch(() => ({items: []})),  // warming up: no history yet
     ])));
-    const keep = new Set(names);
+    const keep = new Set(names.filter((s, i) => data[i][0] !== null));
     for (const c of [...main.querySelectorAll("section.stream")])
       if (!keep.has(c.dataset.stream)) c.remove();
     names.forEach((s, i) => {
+      if (!keep.has(s)) return;
       let c = [...main.querySelectorAll("section.stream")].find(e => e.dataset.stream === s);
       if (!c) { c = card(s); }
       main.append(c);  // keeps sorted order
