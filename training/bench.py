@@ -1,6 +1,7 @@
 """`scjepa bench TARGET`: throughput and peak memory of the project's hot paths.
 
     scjepa bench train --config configs/paper.yaml --threads 2 --json bench.json
+    scjepa bench infer ... / scjepa bench serve ...   (training/bench_infer.py, _serve.py)
 
 ``train`` times the full pre-training step (online forward, EMA target pass, losses,
 backward, clipping, Adam, EMA update) on random pairs, after a warm-up, and reports
@@ -16,6 +17,7 @@ import multiprocessing as mp
 import resource
 import sys
 import time
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +87,31 @@ def bench_train(
     }
 
 
-TARGETS = {"train": bench_train}
+# target -> (module with add_arguments/run, help); "train" lives here
+TARGETS: dict[str, tuple[str, str]] = {
+    "train": (__name__, "pre-training step: pairs/s and peak memory"),
+    "infer": ("training.bench_infer", "serving speed: onnxruntime vs PyTorch eager"),
+    "serve": ("training.bench_serve", "the running service over loopback"),
+}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", choices=sorted(TARGETS), help="what to benchmark")
+    sub = p.add_subparsers(dest="target", required=True, metavar="target")
+    for name, (module, help_line) in TARGETS.items():
+        sp = sub.add_parser(name, help=help_line, description=help_line)
+        if name == "train":
+            add_train_arguments(sp)
+        else:
+            import_module(module).add_arguments(sp)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.target != "train":
+        return int(import_module(TARGETS[args.target][0]).run(args) or 0)
+    return run_train(args)
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         action="append",
@@ -103,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write the results here")
 
 
-def run(args: argparse.Namespace) -> int:
+def run_train(args: argparse.Namespace) -> int:
     configs = args.config or ["configs/paper.yaml", "configs/fast.yaml"]
     devices = [args.device]
     if args.device == "auto":
@@ -114,13 +136,11 @@ def run(args: argparse.Namespace) -> int:
             kw = {"steps": args.steps, "warmup": args.warmup, "threads": args.threads}
             # a fresh process per run: peak RSS is per preset, not cumulative
             with mp.get_context("spawn").Pool(1) as pool:
-                r = pool.apply(
-                    TARGETS[args.target], (config, dev), kw | {"amp": args.amp}
-                )
+                r = pool.apply(bench_train, (config, dev), kw | {"amp": args.amp})
             results.append(r)
             mem = r["cuda_max_alloc_mb"] or r["peak_rss_mb"]
             print(
-                f"{args.target} {Path(config).stem:<6} {r['device']:<5} "
+                f"train {Path(config).stem:<6} {r['device']:<5} "
                 f"threads={r['threads']} {r['pairs_per_s']:>8.1f} pairs/s "
                 f"(median {r['step_ms']:.1f} ms/step of {r['batch_size']}; mean "
                 f"{r['pairs_per_s_mean']:.1f} pairs/s), peak {mem:.0f} MB"

@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate": ("training.evaluate", "anomaly-prediction protocol: probes, baselines, seeds, report"),
     "report": ("training.report", "merge evaluation results into one markdown table"),
     "pretrain": ("training.train", "self-supervised SC-JEPA pre-training (DDP-ready)"),
-    "bench": ("training.bench", "throughput and memory: bench train"),
+    "bench": ("training.bench", "throughput and memory: bench train | infer | serve"),
     "export": ("training.export", "write the ONNX model artifact + manifest for the service"),
     "serve": ("service.cli", "run the risk service (FastAPI + onnxruntime, no PyTorch)"),
     "replay": ("service.replay", "stream a CSV or benchmark series through /ingest"),
