@@ -19,12 +19,21 @@ from training.errors import UserError
 # name -> (module, one-line help). Later issues add their commands here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("training.data.cli", "inspect benchmark data: loaders, windows, splits"),
-    "evaluate": ("training.evaluate", "anomaly-prediction protocol: probes, baselines, seeds, report"),
+    "evaluate": (
+        "training.evaluate",
+        "anomaly-prediction protocol: probes, baselines, seeds, report",
+    ),
     "report": ("training.report", "merge evaluation results into one markdown table"),
     "pretrain": ("training.train", "self-supervised SC-JEPA pre-training (DDP-ready)"),
     "bench": ("training.bench", "throughput and memory: bench train | infer | serve"),
-    "export": ("training.export", "write the ONNX model artifact + manifest for the service"),
-    "serve": ("service.cli", "run the risk service (FastAPI + onnxruntime, no PyTorch)"),
+    "export": (
+        "training.export",
+        "write the ONNX model artifact + manifest for the service",
+    ),
+    "serve": (
+        "service.cli",
+        "run the risk service (FastAPI + onnxruntime, no PyTorch)",
+    ),
     "replay": ("service.replay", "stream a CSV or benchmark series through /ingest"),
     "demo": ("training.demo", "run the main job end to end on an embedded default"),
 }

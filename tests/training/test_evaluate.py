@@ -119,8 +119,11 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     assert (out / "roc_pr.png").stat().st_size > 10_000
     assert (out / "risk_timeline.png").is_file() and (out / "reliability.png").is_file()
     doc = tmp_path / "results.md"
-    assert main(["report", str(out), "--out", str(doc)]) == 0
+    notes = tmp_path / "notes.md"
+    notes.write_text("## Findings\nThe codebook collapsed.\n")
+    assert main(["report", str(out), "--notes", str(notes), "--out", str(doc)]) == 0
     text = doc.read_text()
+    assert text.index("The codebook collapsed.") < text.index("### SYNTHETIC")
     assert "always-positive" in text and "raw-feature probe (MLP)" in text
     assert (
         main(
