@@ -76,6 +76,24 @@ def _cell(stat: dict[str, float]) -> str:
     )
 
 
+def merge(parts: list[tuple[dict[str, Any], str]]) -> dict[str, Any]:
+    """One result from several runs on the same data set: the first run's rows, then
+    each later run's rows (SC-JEPA rows suffixed with its label, e.g. "(paper)")."""
+    res = dict(parts[0][0])
+    res["rows"], res["runs"] = {}, []
+    for r, label in parts:
+        if r["splits"]["test"] != res["splits"]["test"]:
+            raise ValueError(
+                f"{r['dataset']}: runs on different test splits cannot share a table"
+            )
+        for name, row in r["rows"].items():
+            if label and name.startswith("SC-JEPA"):
+                name = f"{name} ({label})"
+            res["rows"].setdefault(name, row)
+        res["runs"].append(r)
+    return res
+
+
 def markdown(res: dict[str, Any]) -> str:
     """One data set's table: every row, test split, mean ± std over seeds, 95 % CI."""
     sp = res["splits"]["test"]
@@ -112,10 +130,9 @@ def markdown(res: dict[str, Any]) -> str:
             + ", ".join(f"{n} {b:.4f}" for n, b in cal)
             + "."
         )
-    meta = (
-        f"commit `{res.get('git_commit', '?')}`, wall time {res['wall_time_s']:.0f} s"
-    )
-    if res.get("command"):
-        meta += f", command `{res['command']}`"
-    lines.append(meta + ".")
+    for run in res.get("runs", [res]):
+        meta = f"commit `{run.get('git_commit', '?')}`, wall time {run['wall_time_s']:.0f} s"
+        if run.get("command"):
+            meta += f", command `{run['command']}`"
+        lines.append(meta + ".")
     return "\n".join(lines)

@@ -125,6 +125,19 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     text = doc.read_text()
     assert text.index("The codebook collapsed.") < text.index("### SYNTHETIC")
     assert "always-positive" in text and "raw-feature probe (MLP)" in text
+    # a second run on the same data set joins the same table, its SC-JEPA rows labelled
+    rerun = tmp_path / "rerun"
+    rerun.mkdir()
+    res["rows"] = {"SC-JEPA probe": res["rows"]["random"]}
+    (rerun / "results.json").write_text(json.dumps(res))
+    assert main(["report", str(out), f"{rerun}=paper", "--out", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.count("### SYNTHETIC") == 1 and text.count("| random |") == 1
+    assert "| SC-JEPA probe (paper) |" in text
+    res["splits"]["test"]["windows"] += 1
+    (rerun / "results.json").write_text(json.dumps(res))
+    assert main(["report", str(out), str(rerun), "--out", str(doc)]) == 2
+    assert "different test splits" in capsys.readouterr().err
     assert (
         main(
             [
