@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{path}: not valid JSON ({e})") from None
         by_dataset.setdefault(res["dataset"], []).append((res, label))
     sections = []
-    for ds, parts in by_dataset.items():
+    for parts in by_dataset.values():
         try:
             sections.append(markdown(merge(parts)))
         except ValueError as e:
