@@ -76,6 +76,7 @@ def export_onnx(served: ServedModel, path: Path, opset: int = 18) -> Path:
             dynamic_shapes={"window": {0: batch}},
             opset_version=opset,
             dynamo=True,
+            external_data=False,  # one file: the manifest's sha256 covers the weights
             optimize=True,
             verbose=False,
         )

@@ -83,6 +83,9 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     assert m.model_cfg["d_model"] == 32 and m.window == 100
     assert m.eval_metrics["onnx_parity_max_abs"]["random_b64"] < 1e-4
     assert m.training_data_fingerprint != "unknown" and len(m.onnx_sha256) == 64
+    # weights live inside model.onnx (no external .data file the sha256 would miss)
+    names = sorted(p.name for p in artifact["dir"].iterdir())
+    assert names == ["manifest.json", "model.onnx"], names
 
 
 @pytest.mark.parametrize("batch", [1, 3, 64])
