@@ -6,9 +6,12 @@ from fastapi import APIRouter, HTTPException
 from fastapi.exceptions import RequestValidationError
 
 from service.deps import ApiKey, ScorerDep, SettingsDep
+from service.jsonroute import FastJSONRoute
 from service.schemas import ErrorResponse, IngestRequest, IngestResponse
 
-router = APIRouter(prefix="/ingest", tags=["ingest"], dependencies=[ApiKey])
+router = APIRouter(
+    prefix="/ingest", tags=["ingest"], dependencies=[ApiKey], route_class=FastJSONRoute
+)
 
 
 @router.post(
@@ -36,7 +39,7 @@ async def ingest(
             detail=f"{n} readings in one request; the limit is "
             f"{settings.max_readings_per_request} (SCJEPA_MAX_READINGS_PER_REQUEST)",
         )
-    problems = scorer.problems(items, batch_form=body.streams is not None)
+    arrays, problems = scorer.prepare(items, batch_form=body.streams is not None)
     if problems:
         raise RequestValidationError(problems)
-    return IngestResponse(results=await scorer.ingest(items))
+    return IngestResponse(results=await scorer.ingest(items, arrays))

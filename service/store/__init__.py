@@ -21,8 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Values = list[float | None]
-
 
 class StoreUnavailable(RuntimeError):
     """The backing store cannot be reached; requests get 503 and nothing is lost."""
@@ -94,14 +92,15 @@ class Store(ABC):
     async def append(
         self,
         stream: str,
-        ts: list[float],
-        values: list[Values],
+        ts: np.ndarray,
+        values: np.ndarray,
         *,
         window: int,
         hop: int,
         max_windows: int,
     ) -> AppendResult:
-        """Apply the rules above to readings with strictly increasing ``ts``."""
+        """Apply the rules above to readings with strictly increasing ``ts`` (R,)
+        float64; ``values`` (R, V) float32, NaN for a missing value."""
 
     @abstractmethod
     async def state(self, stream: str) -> StreamState | None:

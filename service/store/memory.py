@@ -17,7 +17,6 @@ from service.store import (
     Store,
     StreamState,
     Summary,
-    Values,
     Window,
     completed_ends,
 )
@@ -54,8 +53,8 @@ class MemoryStore(Store):
     async def append(
         self,
         stream: str,
-        ts: list[float],
-        values: list[Values],
+        ts: np.ndarray,
+        values: np.ndarray,
         *,
         window: int,
         hop: int,
@@ -65,7 +64,7 @@ class MemoryStore(Store):
         s.touched = time.monotonic()
         n0, dup, late = s.total, 0, 0
         keep: list[int] = []
-        for i, t in enumerate(ts):
+        for i, t in enumerate(ts.tolist()):
             if s.last_ts is not None and t <= s.last_ts:
                 if t in s.seen:
                     dup += 1
@@ -76,16 +75,13 @@ class MemoryStore(Store):
             s.seen.add(t)
             s.seen_order.append(t)
             s.last_ts = t
-        x = np.array(
-            [[np.nan if v is None else v for v in values[i]] for i in keep],
-            dtype=np.float32,
-        )
+        x = values[keep].astype(np.float32)  # a copy: the fill below writes to it
         gaps = np.isnan(x).any(axis=1) if len(keep) else np.zeros(0, dtype=bool)
         for j in np.flatnonzero(gaps).tolist():  # forward fill, in time order
             prev = x[j - 1] if j > 0 else (s.buf[-1][1] if s.buf else None)
             if prev is not None:
                 x[j] = np.where(np.isnan(x[j]), prev, x[j])
-        rows = [(ts[i], x[j]) for j, i in enumerate(keep)]
+        rows = [(float(ts[i]), x[j]) for j, i in enumerate(keep)]
         s.total += len(rows)
         while len(s.seen_order) > self.dedupe_horizon:
             s.seen.discard(s.seen_order.popleft())

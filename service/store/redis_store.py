@@ -2,18 +2,21 @@
 trim, TTL), risk history in a sorted set. Keys carry a ``{stream}`` hash tag, so one
 stream's keys share a Redis Cluster slot and the script may touch them all.
 
-    scjepa:{pump-7}:buf    list of "ts|[v1,...,vV]", the last `window` readings
+    scjepa:{pump-7}:rows   list of packed readings, the last `window` of them: float64
+                           ts + V float32 values, little-endian (NaN = never observed)
     scjepa:{pump-7}:seen   zset of accepted timestamps (the dedupe horizon)
-    scjepa:{pump-7}:meta   hash: n (readings accepted), last_ts
+    scjepa:{pump-7}:state  hash: n (readings accepted), last_ts
     scjepa:{pump-7}:risk   zset of JSON risk records scored by window count n
     scjepa:{global}:streams  zset stream -> last ingest time (GET /streams, TTL)
     scjepa:{global}:latest   zset stream -> latest risk (the gauges)
+
+Readings travel and rest as packed binary (numpy in, numpy out): no per-value text
+formatting or parsing on the hot path. The script unpacks values only to forward-fill
+a reading that has a missing one.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar, cast
@@ -29,47 +32,60 @@ from service.store import (
     StoreUnavailable,
     StreamState,
     Summary,
-    Values,
     Window,
 )
 
 T = TypeVar("T")
 
-# KEYS: buf, seen, meta. ARGV: window, hop, ttl, horizon, max_windows, then per reading
-# (ts, has_missing "0"/"1", values JSON). Window arithmetic mirrors completed_ends().
+# KEYS: rows, seen, state. ARGV: window, hop, ttl, horizon, max_windows, row size
+# (4 V bytes), then the readings as three packed strings: ts (float64 each), missing
+# flags ("0"/"1" each), values (V float32 each). Window arithmetic mirrors
+# completed_ends(). Pushes are variadic, in chunks under Lua's unpack() limit.
 APPEND = """
-local buf, seen, meta = KEYS[1], KEYS[2], KEYS[3]
+local rows_k, seen, state = KEYS[1], KEYS[2], KEYS[3]
 local W, hop, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local horizon, maxw = tonumber(ARGV[4]), tonumber(ARGV[5])
-local n0 = tonumber(redis.call('HGET', meta, 'n') or '0')
-local last_s = redis.call('HGET', meta, 'last_ts')
+local horizon, maxw, size = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ts_b, flags, vals_b = ARGV[7], ARGV[8], ARGV[9]
+local n0 = tonumber(redis.call('HGET', state, 'n') or '0')
+local last_s = redis.call('HGET', state, 'last_ts')
 local last_ts = last_s and tonumber(last_s) or nil
 local total, dup, late, prev = n0, 0, 0, nil
-for i = 6, #ARGV, 3 do
-  local ts_s = ARGV[i]
-  local ts = tonumber(ts_s)
+local new_rows, stamps = {}, {}
+for i = 1, #flags do
+  local ts_raw = string.sub(ts_b, 8 * i - 7, 8 * i)
+  local ts = struct.unpack('<d', ts_raw)
   if last_ts ~= nil and ts <= last_ts then
     if redis.call('ZCOUNT', seen, ts, ts) > 0 then dup = dup + 1 else late = late + 1 end
   else
-    local vals = ARGV[i + 2]
-    if ARGV[i + 1] == '1' then
+    local vals = string.sub(vals_b, size * (i - 1) + 1, size * i)
+    if string.byte(flags, i) == 49 then  -- '1': a value is missing
       if prev == nil then
-        local tail = redis.call('LINDEX', buf, -1)
-        prev = tail and cjson.decode(string.sub(tail, string.find(tail, '|', 1, true) + 1)) or {}
+        local tail = redis.call('LINDEX', rows_k, -1)
+        if tail then prev = string.sub(tail, 9) end
       end
-      local v = cjson.decode(vals)
-      for j = 1, #v do
-        if v[j] == cjson.null and prev[j] ~= nil then v[j] = prev[j] end
+      if prev ~= nil then
+        local out = {}
+        for j = 1, size, 4 do
+          local v = struct.unpack('<f', vals, j)
+          if v ~= v then out[#out + 1] = string.sub(prev, j, j + 3)
+          else out[#out + 1] = string.sub(vals, j, j + 3) end
+        end
+        vals = table.concat(out)
       end
-      vals = cjson.encode(v)
-      prev = v
-    else
-      prev = nil
     end
-    redis.call('RPUSH', buf, ts_s .. '|' .. vals)
-    redis.call('ZADD', seen, ts, ts_s)
-    total, last_ts, last_s = total + 1, ts, ts_s
+    prev = vals
+    new_rows[#new_rows + 1] = ts_raw .. vals
+    stamps[#stamps + 1] = ts
+    stamps[#stamps + 1] = ts_raw
+    total, last_ts = total + 1, ts
   end
+end
+if total > n0 then last_s = string.format('%.17g', last_ts) end
+for s = 1, #new_rows, 4000 do
+  redis.call('RPUSH', rows_k, unpack(new_rows, s, math.min(s + 3999, #new_rows)))
+end
+for s = 1, #stamps, 4000 do
+  redis.call('ZADD', seen, unpack(stamps, s, math.min(s + 3999, #stamps)))
 end
 local ends, rows = {}, {}
 local first = math.max(n0 + 1, W)
@@ -81,33 +97,39 @@ if count > 0 then
   local keep = math.min(count, maxw)
   local first_n = last_n - (keep - 1) * hop
   for k = 0, keep - 1 do ends[#ends + 1] = first_n + k * hop end
-  local held = redis.call('LLEN', buf)
+  local held = redis.call('LLEN', rows_k)
   local base = total - held + 1
-  rows = redis.call('LRANGE', buf, first_n - W + 1 - base, last_n - base)
+  rows = redis.call('LRANGE', rows_k, first_n - W + 1 - base, last_n - base)
 end
 if total > n0 then
-  redis.call('LTRIM', buf, -W, -1)
+  redis.call('LTRIM', rows_k, -W, -1)
   redis.call('ZREMRANGEBYRANK', seen, 0, -horizon - 1)
-  redis.call('HSET', meta, 'n', total, 'last_ts', last_s)
+  redis.call('HSET', state, 'n', total, 'last_ts', last_s)
 end
 if total > 0 then
-  redis.call('EXPIRE', buf, ttl)
+  redis.call('EXPIRE', rows_k, ttl)
   redis.call('EXPIRE', seen, ttl)
-  redis.call('EXPIRE', meta, ttl)
+  redis.call('EXPIRE', state, ttl)
 end
 return {total - n0, dup, late, total, count, ends, rows}
 """
 
-
-def _encode(t: float, vals: Values) -> tuple[str, str, str]:
-    missing = any(v is None or math.isnan(v) for v in vals)
-    clean = [None if v is None or math.isnan(v) else float(v) for v in vals]
-    return repr(float(t)), "1" if missing else "0", json.dumps(clean)
+# Refresh a stream's entry in the global registry at most this often per replica: the
+# registry only needs to know the stream is live (TTL in days), not every call.
+TOUCH_EVERY_S = 5.0
 
 
-def _decode(row: bytes) -> tuple[float, list[float]]:
-    ts, _, vals = row.decode().partition("|")
-    return float(ts), [math.nan if v is None else v for v in json.loads(vals)]
+def _pack(values: np.ndarray, ts: np.ndarray) -> list[Any]:
+    """Script arguments for readings: row size, then ts, missing flags, values packed."""
+    x = np.ascontiguousarray(values, dtype="<f4")
+    flags = np.where(np.isnan(x).any(axis=1), b"1", b"0").tobytes()
+    return [4 * x.shape[1], ts.astype("<f8").tobytes(), flags, x.tobytes()]
+
+
+def _unpack(raw: list[bytes], n_channels: int) -> np.ndarray:
+    """Rows as returned by the script -> structured array with fields ts and v."""
+    rec = np.dtype([("ts", "<f8"), ("v", "<f4", (n_channels,))])
+    return np.frombuffer(b"".join(raw), dtype=rec)
 
 
 class RedisStore(Store):
@@ -138,6 +160,8 @@ class RedisStore(Store):
         )
         self.client = aioredis.Redis(connection_pool=pool)
         self._append = self.client.register_script(APPEND)
+        self._touched: dict[str, float] = {}  # stream -> when this replica last touched
+        self._touch_every = min(TOUCH_EVERY_S, ttl_s / 10)
 
     def _key(self, stream: str, what: str) -> str:
         return f"{self.prefix}:{{{stream}}}:{what}"
@@ -157,28 +181,35 @@ class RedisStore(Store):
     async def append(
         self,
         stream: str,
-        ts: list[float],
-        values: list[Values],
+        ts: np.ndarray,
+        values: np.ndarray,
         *,
         window: int,
         hop: int,
         max_windows: int,
     ) -> AppendResult:
-        args: list[Any] = [window, hop, self.ttl_s, self.dedupe_horizon, max_windows]
-        for t, vals in zip(ts, values, strict=True):
-            args.extend(_encode(t, vals))
-        keys = [self._key(stream, k) for k in ("buf", "seen", "meta")]
+        args = [window, hop, self.ttl_s, self.dedupe_horizon, max_windows]
+        args += _pack(values, ts)
+        keys = [self._key(stream, k) for k in ("rows", "seen", "state")]
         reply = await self._call("append", self._append(keys=keys, args=args))
         accepted, dup, late, total, count, ends, raw = reply
-        rows = [_decode(r) for r in raw]
         windows = []
         if ends:
+            rows = _unpack(raw, values.shape[1])
             first = ends[0] - window + 1  # reading count of rows[0]
             for n in ends:
                 part = rows[n - window + 1 - first : n - first + 1]
-                values_ = np.array([v for _, v in part], dtype=np.float32)
-                windows.append(Window(int(n), part[0][0], part[-1][0], values_))
-        if accepted:
+                windows.append(
+                    Window(
+                        int(n), float(part["ts"][0]), float(part["ts"][-1]), part["v"]
+                    )
+                )
+        now = time.monotonic()
+        every = self._touch_every
+        if accepted and now - self._touched.get(stream, -every) >= every:
+            if len(self._touched) > 100_000:  # bound the memo, not the streams
+                self._touched.clear()
+            self._touched[stream] = now
             await self._call(
                 "touch",
                 self.client.zadd(self._global("streams"), {stream: time.time()}),
@@ -189,8 +220,8 @@ class RedisStore(Store):
 
     async def state(self, stream: str) -> StreamState | None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self._key(stream, "meta"), ["n", "last_ts"])
-        pipe.llen(self._key(stream, "buf"))
+        pipe.hmget(self._key(stream, "state"), ["n", "last_ts"])
+        pipe.llen(self._key(stream, "rows"))
         (n, last_ts), buffered = await self._call("state", pipe.execute())
         if n is None:
             return None

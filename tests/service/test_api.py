@@ -126,6 +126,21 @@ def test_duplicates_and_late_readings(client: TestClient) -> None:
     assert client.get("/risk/s").json()["readings_buffered"] == 60
 
 
+def test_large_request_is_stored_whole_and_deduped(client: TestClient) -> None:
+    """More readings than one variadic Redis push takes (the script chunks them)."""
+    x = series(4500)
+    res = ingest(client, "big", x)
+    assert (res["accepted"], res["readings_total"]) == (4500, 4500)
+    assert res["windows_completed"] == 45 and res["window_end"] == T0 + 4499
+    res = ingest(client, "big", x)  # a retry of the whole request stores nothing
+    assert (res["accepted"], res["duplicates"]) == (0, 4500)
+    assert client.get("/risk/big").json()["readings_buffered"] == 100
+    # the latest window is the last 100 readings, exactly
+    assert client.get("/risk/big").json()["risk"] == pytest.approx(
+        direct_risk(client, x[-100:]), abs=1e-6
+    )
+
+
 def test_missing_values_are_forward_filled(client: TestClient) -> None:
     x = series(100)
     sent = x.copy()
@@ -192,6 +207,17 @@ def test_bad_input_is_422_naming_the_field(
     # a rejected request stores nothing and loses nothing
     assert client.get("/risk/s").json()["readings_total"] == 50
     assert client.get("/risk/t").status_code == 404
+
+
+def test_malformed_json_is_422_with_its_position(client: TestClient) -> None:
+    r = client.post(
+        "/ingest",
+        content=b'{"stream": "s", "readings": [{"ts": 1, "values": [1, 2,,]}]}',
+        headers={"content-type": "application/json"},
+    )
+    assert r.status_code == 422
+    (err,) = r.json()["detail"]
+    assert err["type"] == "json_invalid" and err["loc"] == ["body", 55]  # the second comma
 
 
 def test_channel_count_error_location(client: TestClient) -> None:
@@ -309,13 +335,19 @@ def test_redis_keys_hash_tag_trim_and_ttl(
     settings = Settings(artifact=artifact_dir, redis_url=redis_server.url, key_prefix=p,
                         stream_ttl_s=600)  # fmt: skip
     with TestClient(create_app(settings)) as client:
-        ingest(client, "pump-7", series(130))
+        x = series(130)
+        ingest(client, "pump-7", x)
     r = redis.Redis.from_url(redis_server.url)
     keys = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
-    tagged = [f"{p}:{{pump-7}}:{k}" for k in ("buf", "meta", "risk", "seen")]
+    tagged = [f"{p}:{{pump-7}}:{k}" for k in ("risk", "rows", "seen", "state")]
     shared = [f"{p}:{{global}}:{k}" for k in ("latest", "streams")]
     assert keys == sorted([*shared, *tagged])  # one Cluster slot per stream
-    assert r.llen(f"{p}:{{pump-7}}:buf") == 100  # trimmed to the window
+    assert r.llen(f"{p}:{{pump-7}}:rows") == 100  # trimmed to the window
+    # a row is packed little-endian: float64 ts, then the V values as float32
+    last = r.lindex(f"{p}:{{pump-7}}:rows", -1)
+    assert len(last) == 8 + 4 * x.shape[1]
+    assert np.frombuffer(last[:8], "<f8")[0] == T0 + 129
+    np.testing.assert_array_equal(np.frombuffer(last[8:], "<f4"), x[-1].astype("f4"))
     assert r.zcard(f"{p}:{{pump-7}}:seen") == 130  # dedupe horizon (10 000)
     for k in tagged:
         assert 0 < r.ttl(k) <= 600  # idle streams expire
