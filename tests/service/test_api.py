@@ -217,7 +217,10 @@ def test_malformed_json_is_422_with_its_position(client: TestClient) -> None:
     )
     assert r.status_code == 422
     (err,) = r.json()["detail"]
-    assert err["type"] == "json_invalid" and err["loc"] == ["body", 55]  # the second comma
+    assert err["type"] == "json_invalid" and err["loc"] == [
+        "body",
+        55,
+    ]  # the second comma
 
 
 def test_channel_count_error_location(client: TestClient) -> None:
