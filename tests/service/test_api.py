@@ -217,10 +217,8 @@ def test_malformed_json_is_422_with_its_position(client: TestClient) -> None:
     )
     assert r.status_code == 422
     (err,) = r.json()["detail"]
-    assert err["type"] == "json_invalid" and err["loc"] == [
-        "body",
-        55,
-    ]  # the second comma
+    # the position of the second comma
+    assert err["type"] == "json_invalid" and err["loc"] == ["body", 55]
 
 
 def test_channel_count_error_location(client: TestClient) -> None:
