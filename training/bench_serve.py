@@ -117,32 +117,42 @@ def _wait(check: Any, timeout: float = 10.0) -> None:
             time.sleep(0.1)
 
 
+Body = tuple[int, bytes]  # (stream index, pre-serialised POST /ingest body)
+
+
 def make_bodies(
-    n_streams: int, per_request: int, n_requests: int, n_channels: int, seed: int = 0
-) -> list[bytes]:
-    """Pre-serialised POST /ingest bodies cycling over streams, timestamps increasing."""
+    n_streams: int,
+    per_request: int,
+    n_requests: int,
+    n_channels: int,
+    seed: int = 0,
+    name: str = "bench",
+) -> list[Body]:
+    """Bodies cycling over streams ``{name}-{i}``, timestamps increasing per stream."""
     rng = np.random.default_rng(seed)
     vals = rng.normal(size=(per_request, n_channels)).round(4).tolist()
     bodies = []
     for i in range(n_requests):
         s, k = i % n_streams, (i // n_streams) * per_request
         readings = [{"ts": float(k + j), "values": v} for j, v in enumerate(vals)]
-        bodies.append(
-            json.dumps({"stream": f"bench-{s}", "readings": readings}).encode()
-        )
+        body = json.dumps({"stream": f"{name}-{s}", "readings": readings}).encode()
+        bodies.append((s, body))
     return bodies
 
 
-async def drive(url: str, bodies: list[bytes], concurrency: int) -> dict[str, float]:
-    """POST every body once, ``concurrency`` at a time (stream order kept per worker)."""
+async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, float]:
+    """POST every body once with ``concurrency`` clients. Each stream belongs to one
+    client, which sends its bodies in order (as a real sender does), so nothing is late.
+    """
     lat: list[float] = []
-    counts = {"readings": 0, "windows": 0, "errors": 0}
-    queue = list(reversed(bodies))
+    counts = {"readings": 0, "windows": 0, "errors": 0, "duplicates": 0, "late": 0}
+    queues: list[list[bytes]] = [[] for _ in range(concurrency)]
+    for s, body in bodies:
+        queues[s % concurrency].append(body)
     headers = {"content-type": "application/json"}
 
-    async def worker(client: httpx.AsyncClient) -> None:
-        while queue:
-            body = queue.pop()
+    async def worker(client: httpx.AsyncClient, queue: list[bytes]) -> None:
+        for body in queue:
             t = time.perf_counter()
             r = await client.post("/ingest", content=body, headers=headers)
             lat.append(time.perf_counter() - t)
@@ -152,19 +162,23 @@ async def drive(url: str, bodies: list[bytes], concurrency: int) -> dict[str, fl
             res = r.json()["results"][0]
             counts["readings"] += res["accepted"]
             counts["windows"] += res["windows_scored"]
+            counts["duplicates"] += res["duplicates"]
+            counts["late"] += res["rejected"]
 
     limits = httpx.Limits(
         max_connections=concurrency, max_keepalive_connections=concurrency
     )
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
         t0 = time.perf_counter()
-        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        await asyncio.gather(*(worker(client, q) for q in queues if q))
         dt = time.perf_counter() - t0
     ms = 1e3 * np.asarray(lat)
     return {
         "seconds": dt,
         "requests": len(lat),
         "errors": counts["errors"],
+        "duplicates": counts["duplicates"],
+        "late": counts["late"],
         "readings_per_s": counts["readings"] / dt,
         "windows_per_s": counts["windows"] / dt,
         "p50_ms": float(np.percentile(ms, 50)),
@@ -239,6 +253,27 @@ async def risk_at_rate(
     }
 
 
+def batch_stats(url: str) -> dict[str, float]:
+    """Mean micro-batch size and onnxruntime time per batch, from the service's /metrics."""
+    vals: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in (
+            "scjepa_inference_batch_size_sum",
+            "scjepa_inference_batch_size_count",
+            "scjepa_inference_duration_seconds_sum",
+        ):
+            vals[name] = float(value)
+    batches = vals.get("scjepa_inference_batch_size_count", 0.0)
+    if not batches:
+        return {}
+    return {
+        "batches": batches,
+        "mean_batch": vals["scjepa_inference_batch_size_sum"] / batches,
+        "inference_busy_s": vals["scjepa_inference_duration_seconds_sum"],
+    }
+
+
 def standalone_windows_per_s(
     artifact: Path, batch: int, threads: int, n_channels: int, seconds: float
 ) -> float:
@@ -262,7 +297,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--readings-per-request", type=int, default=100)
     p.add_argument("--requests", type=int, default=2000, help="requests per ingest run")
-    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=8, help="ingest clients")
+    p.add_argument(
+        "--score-concurrency",
+        type=int,
+        default=0,
+        help="clients in the scoring run (default 2 x max-batch: enough windows in "
+        "flight for full micro-batches, as with many streams)",
+    )
     p.add_argument(
         "--threads",
         type=int,
@@ -275,6 +317,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=500.0,
         help="GET /risk requests/s during scoring",
+    )
+    p.add_argument(
+        "--risk-seconds", type=float, default=5.0, help="length of the GET /risk run"
     )
     p.add_argument("--json", type=Path)
 
@@ -293,15 +338,16 @@ def run(args: argparse.Namespace) -> int:
         "SCJEPA_MAX_BATCH": str(args.max_batch),
     }
     n, per = args.requests, args.readings_per_request
+    score_conc = args.score_concurrency or 2 * args.max_batch
     with redis_server() as redis_url:
         # 1. ingest with scoring off (a hop longer than the run), vs bare Redis
-        bodies = make_bodies(args.streams, per, n, v)
+        warm = make_bodies(args.streams, per, n // 10, v, name="warm")
         with service(
             args.artifact,
             redis_url,
             base_env | {"SCJEPA_HOP": str(10**9), "SCJEPA_KEY_PREFIX": "ingest"},
         ) as url:
-            asyncio.run(drive(url, bodies[: n // 10], args.concurrency))  # warm-up
+            asyncio.run(drive(url, warm, args.concurrency))  # warm-up
             ing = asyncio.run(
                 drive(
                     url, make_bodies(args.streams, per, n, v, seed=1), args.concurrency
@@ -326,31 +372,32 @@ def run(args: argparse.Namespace) -> int:
             base_env | {"SCJEPA_HOP": "100", "SCJEPA_KEY_PREFIX": "score"},
         ) as url:
             asyncio.run(
-                drive(url, bodies[: args.streams], args.concurrency)
+                drive(url, bodies[: args.streams], score_conc)
             )  # first window per stream
 
             async def both() -> tuple[dict[str, float], dict[str, float]]:
                 load = asyncio.create_task(
-                    drive(url, bodies[args.streams :], args.concurrency)
+                    drive(url, bodies[args.streams :], score_conc)
                 )
                 await asyncio.sleep(0.5)
                 risk = await risk_at_rate(
                     url,
                     [f"bench-{i}" for i in range(args.streams)],
                     args.risk_rate,
-                    5.0,
+                    args.risk_seconds,
                 )
                 return await load, risk
 
             scored, risk = asyncio.run(both())
+            scored |= batch_stats(url)
         alone = standalone_windows_per_s(
-            args.artifact, args.max_batch, args.threads, v, 3.0
+            args.artifact, args.max_batch, args.threads, v, min(3.0, args.risk_seconds)
         )
         scored["standalone_onnxruntime_windows_per_s"] = alone
         scored["vs_standalone"] = scored["windows_per_s"] / alone
         out["scoring"], out["risk_during_scoring"] = scored, risk
         print(
-            f"scoring: {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch})",
+            f"scoring: {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch}), mean micro-batch {scored.get('mean_batch', 0):.1f}",
             flush=True,
         )
         print(

@@ -1,0 +1,33 @@
+"""`scjepa bench serve` end to end, tiny: a real uvicorn process, a real redis-server."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from training.cli import main
+
+
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
+def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "serve.json"
+    args = ["bench", "serve", "--artifact", str(artifact_dir), "--streams", "4"]
+    args += ["--requests", "40", "--readings-per-request", "50", "--max-batch", "4"]
+    args += ["--risk-rate", "20", "--risk-seconds", "1", "--json", str(out)]
+    assert main(args) == 0
+    res = json.loads(out.read_text())
+    ing, score, risk = res["ingest"], res["scoring"], res["risk_during_scoring"]
+    # every request was accepted in full: 40 x 50 readings, none lost or refused
+    assert ing["errors"] == ing["duplicates"] == ing["late"] == 0
+    assert ing["requests"] == 40
+    assert ing["readings_per_s"] * ing["seconds"] == pytest.approx(40 * 50)
+    assert ing["vs_bare_redis"] > 0 and res["bare_redis"]["readings_per_s"] > 0
+    # hop 100, 100 readings a request: each request past the first per stream scores
+    assert score["errors"] == 0 and score["windows_per_s"] > 0
+    assert score["standalone_onnxruntime_windows_per_s"] > 0
+    assert 1 <= score["mean_batch"] <= 4
+    assert risk["errors"] == 0 and risk["sent"] >= 10
+    assert risk["p50_ms"] <= risk["p99_ms"]
