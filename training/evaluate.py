@@ -33,6 +33,7 @@ from training.baselines import (
 from training.data import Dataset, Samples, cut_windows, downstream_splits
 from training.encode import CodeFeatures
 from training.errors import UserError
+from training.features import Standardizer, pooled_stats
 from training.metrics import (
     METRICS,
     best_f1_threshold,
@@ -256,6 +257,12 @@ def run(args: Any) -> int:
             "SC-JEPA probe": CodeFeatures(trained),
         }
         methods |= {name: fit_feature_probe(f) for name, f in encoders.items()}
+        # Diagnostic (not served): does the level/scale information that RevIN removes
+        # from the encoder's input add to the codes? Same probe, same pooled window
+        # statistics as the raw-feature probe, concatenated to the code features.
+        methods[STATS_ROW] = fit_feature_probe(
+            with_window_stats(encoders["SC-JEPA probe"], normal)
+        )
     if not methods:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
 
@@ -278,6 +285,17 @@ def run(args: Any) -> int:
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
     return 0
+
+
+STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
+
+
+def with_window_stats(
+    codes: CodeFeatures, normal: np.ndarray
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Features = [code features, pooled window statistics z-scored on train windows]."""
+    scale = Standardizer().fit(pooled_stats(normal))
+    return lambda x: np.concatenate([codes(x), scale(pooled_stats(x))], axis=1)
 
 
 def save_served_probe(

@@ -176,3 +176,18 @@ def test_export_errors_are_one_line(
     assert "probe file not found" in capsys.readouterr().err
     assert main([*args, "--probe", str(artifact["probe"]), "--int8"]) == 2
     assert "--int8 needs --dataset" in capsys.readouterr().err
+
+
+def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
+    """With a checkpoint: both encoders and the window-stats diagnostic are evaluated;
+    the probe saved for export is the spec's (code features only, P * K inputs)."""
+    from training.evaluate import STATS_ROW
+
+    res = json.loads((artifact["probe"].parent / "results.json").read_text())
+    assert set(res["rows"]) == {
+        "SC-JEPA probe, untrained encoder",
+        "SC-JEPA probe",
+        STATS_ROW,
+    }
+    saved = torch.load(artifact["probe"], weights_only=False)
+    assert saved["n_features"] == 5 * 16  # patches x codes of the TINY model
