@@ -121,6 +121,11 @@ def fit_feature_probe(
     return fit
 
 
+def window_stats(normal: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """Featurizer: pooled window statistics, z-scored on the official train windows."""
+    scale = Standardizer().fit(pooled_stats(normal))
+    return lambda x: scale(pooled_stats(x))
+
+
 def raw_feature_probe(ctx_normal: np.ndarray) -> Callable[[FitContext, int], Scorer]:
-    scale = Standardizer().fit(pooled_stats(ctx_normal))
-    return fit_feature_probe(lambda x: scale(pooled_stats(x)))
+    return fit_feature_probe(window_stats(ctx_normal))

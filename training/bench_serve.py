@@ -210,11 +210,10 @@ async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, flo
             counts["duplicates"] += res["duplicates"]
             counts["late"] += res["rejected"]
 
-    conns = [Conn(*host_port(url)) for q in queues if q]
+    queues = [q for q in queues if q]  # fewer streams than clients: some stay idle
+    conns = [Conn(*host_port(url)) for _ in queues]
     t0 = time.perf_counter()
-    await asyncio.gather(
-        *(worker(c, q) for c, q in zip(conns, [q for q in queues if q], strict=True))
-    )
+    await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
     dt = time.perf_counter() - t0
     for c in conns:
         await c.close()

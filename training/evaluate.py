@@ -29,11 +29,11 @@ from training.baselines import (
     fit_persistence,
     fit_random,
     raw_feature_probe,
+    window_stats,
 )
 from training.data import Dataset, Samples, cut_windows, downstream_splits
 from training.encode import CodeFeatures
 from training.errors import UserError
-from training.features import Standardizer, pooled_stats
 from training.metrics import (
     METRICS,
     best_f1_threshold,
@@ -293,9 +293,9 @@ STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
 def with_window_stats(
     codes: CodeFeatures, normal: np.ndarray
 ) -> Callable[[np.ndarray], np.ndarray]:
-    """Features = [code features, pooled window statistics z-scored on train windows]."""
-    scale = Standardizer().fit(pooled_stats(normal))
-    return lambda x: np.concatenate([codes(x), scale(pooled_stats(x))], axis=1)
+    """Features = [code features, the raw-feature probe's window statistics]."""
+    stats = window_stats(normal)
+    return lambda x: np.concatenate([codes(x), stats(x)], axis=1)
 
 
 def save_served_probe(

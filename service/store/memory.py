@@ -75,7 +75,9 @@ class MemoryStore(Store):
             s.seen.add(t)
             s.seen_order.append(t)
             s.last_ts = t
-        x = values[keep].astype(np.float32)  # a copy: the fill below writes to it
+        x = np.asarray(
+            values[keep], dtype=np.float32
+        )  # a copy (fancy indexing): filled below
         gaps = np.isnan(x).any(axis=1) if len(keep) else np.zeros(0, dtype=bool)
         for j in np.flatnonzero(gaps).tolist():  # forward fill, in time order
             prev = x[j - 1] if j > 0 else (s.buf[-1][1] if s.buf else None)
