@@ -173,12 +173,14 @@ def make_bodies(
     n_channels: int,
     seed: int = 0,
     name: str = "bench",
+    start: int = 0,
 ) -> list[Body]:
-    """Bodies cycling over streams ``{name}-{i}``, timestamps increasing per stream."""
+    """Bodies cycling over streams ``{name}-{i}``, timestamps increasing per stream;
+    ``start`` continues an earlier list of ``start`` bodies (same streams, later ts)."""
     rng = np.random.default_rng(seed)
     vals = rng.normal(size=(per_request, n_channels)).round(4).tolist()
     bodies = []
-    for i in range(n_requests):
+    for i in range(start, start + n_requests):
         s, k = i % n_streams, (i // n_streams) * per_request
         readings = [{"ts": float(k + j), "values": v} for j, v in enumerate(vals)]
         body = json.dumps({"stream": f"{name}-{s}", "readings": readings}).encode()
@@ -238,8 +240,17 @@ async def bare_redis(
     n_requests: int,
     n_channels: int,
     concurrency: int,
+    *,
+    same_writes: bool = True,
 ) -> dict[str, float]:
-    """The ceiling: the same appends straight into Redis, one pipeline per request."""
+    """The ceiling: the service's writes straight into Redis, one pipeline per request.
+
+    ``same_writes`` (the default): every write the service's append script makes for a
+    request of new readings, as plain commands with no logic: RPUSH of the packed rows
+    + LTRIM to the window, ZADD of the timestamps to the dedupe set + its trim, HSET of
+    the stream state, EXPIRE of the three keys. Without it only the rows are written
+    (RPUSH + LTRIM + EXPIRE), the ceiling the earlier runs quoted.
+    """
     import redis.asyncio as aioredis
 
     r = aioredis.from_url(redis_url)
@@ -250,18 +261,85 @@ async def bare_redis(
     async def worker() -> None:
         while todo:
             i = todo.pop()
-            key = f"ceiling:{{bench-{i % n_streams}}}:buf"
+            s, k = i % n_streams, (i // n_streams) * per_request
+            base = f"ceiling:{{bench-{s}}}:"
             pipe = r.pipeline(transaction=False)
-            pipe.rpush(key, *batch)
-            pipe.ltrim(key, -100, -1)
-            pipe.expire(key, 3600)
+            pipe.rpush(base + "rows", *batch)
+            pipe.ltrim(base + "rows", -100, -1)
+            pipe.expire(base + "rows", 3600)
+            if same_writes:
+                stamps = {
+                    np.float64(k + j).tobytes(): float(k + j)
+                    for j in range(per_request)
+                }
+                pipe.zadd(base + "seen", stamps)
+                pipe.zremrangebyrank(base + "seen", 0, -10_000 - 1)
+                pipe.hset(base + "state", mapping={"n": k + per_request, "last_ts": k})
+                pipe.expire(base + "seen", 3600)
+                pipe.expire(base + "state", 3600)
             await pipe.execute()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     dt = time.perf_counter() - t0
+    await r.flushdb()
     await r.aclose()
-    return {"seconds": dt, "readings_per_s": n_requests * per_request / dt}
+    return {
+        "seconds": dt,
+        "readings_per_s": n_requests * per_request / dt,
+        "writes": "rows+seen+state" if same_writes else "rows",
+    }
+
+
+async def drive_at_rate(
+    url: str, bodies: list[Body], rate: float, clients: int
+) -> dict[str, float]:
+    """POST the bodies at a steady ``rate`` requests/s (body i is due at i / rate), the
+    way a fleet sends: each stream owned by one of ``clients`` connections, in order.
+    A body whose connection is still busy goes out late; ``max_lag_ms`` says by how
+    much, so a rate the service does not sustain shows (achieved < rate)."""
+    lat: list[float] = []
+    lag: list[float] = []
+    counts = {"windows": 0, "errors": 0, "late": 0}
+    queues: list[list[tuple[int, bytes]]] = [[] for _ in range(clients)]
+    for i, (s, body) in enumerate(bodies):
+        queues[s % clients].append((i, body))
+    queues = [q for q in queues if q]
+    t0 = time.perf_counter()
+
+    async def worker(conn: Conn, queue: list[tuple[int, bytes]]) -> None:
+        for i, body in queue:
+            due = t0 + i / rate
+            if (wait := due - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
+            t = time.perf_counter()
+            lag.append(t - due)
+            status, reply = await conn.request("POST", "/ingest", body)
+            lat.append(time.perf_counter() - t)
+            if status != 200:
+                counts["errors"] += 1
+                continue
+            res = json.loads(reply)["results"][0]
+            counts["windows"] += res["windows_scored"]
+            counts["late"] += res["rejected"]
+
+    conns = [Conn(*host_port(url)) for _ in queues]
+    await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
+    dt = time.perf_counter() - t0
+    for c in conns:
+        await c.close()
+    ms = 1e3 * np.asarray(lat)
+    return {
+        "rate": rate,
+        "seconds": dt,
+        "requests": len(lat),
+        "errors": counts["errors"],
+        "late": counts["late"],
+        "windows_per_s": counts["windows"] / dt,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "max_lag_ms": 1e3 * max(lag),
+    }
 
 
 async def risk_at_rate(
@@ -316,6 +394,29 @@ async def risk_at_rate(
     }
 
 
+def risk_probe(
+    url: str, streams: list[str], rate: float, seconds: float
+) -> dict[str, float]:
+    """:func:`risk_at_rate` in its own event loop: run in a separate process, so the
+    latencies are the service's, not the load generator's event loop's."""
+    return asyncio.run(risk_at_rate(url, streams, rate, seconds))
+
+
+@contextmanager
+def probe_process() -> Any:
+    """A started worker process for :func:`risk_probe` (spawned and imported up front,
+    so its start-up is not part of a measurement)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pool.submit(free_port).result()
+        yield pool
+    finally:
+        pool.shutdown()
+
+
 def batch_stats(url: str) -> dict[str, float]:
     """Mean micro-batch size and onnxruntime time per batch, from the service's /metrics."""
     vals: dict[str, float] = {}
@@ -358,15 +459,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--streams", type=int, default=200, help="streams for the scoring run"
     )
-    p.add_argument("--readings-per-request", type=int, default=100)
+    p.add_argument(
+        "--readings-per-request",
+        type=int,
+        default=100,
+        help="readings per POST /ingest in the ingest run (the scoring runs send 100: "
+        "one window per request at hop 100)",
+    )
     p.add_argument("--requests", type=int, default=2000, help="requests per ingest run")
     p.add_argument("--concurrency", type=int, default=8, help="ingest clients")
     p.add_argument(
         "--score-concurrency",
         type=int,
         default=0,
-        help="clients in the scoring run (default 2 x max-batch: enough windows in "
-        "flight for full micro-batches, as with many streams)",
+        help="clients in the saturating scoring run (default 2 x max-batch: enough "
+        "windows in flight for full micro-batches, as with many streams)",
+    )
+    p.add_argument(
+        "--scoring-rate",
+        type=float,
+        default=0.0,
+        help="windows/s of the fixed-rate scoring load under which GET /risk is "
+        "measured (default: --scoring-fraction of the saturated throughput)",
+    )
+    p.add_argument(
+        "--scoring-fraction",
+        type=float,
+        default=0.6,
+        help="fixed-rate scoring load as a fraction of the saturated scoring "
+        "throughput measured in the same run",
     )
     p.add_argument(
         "--threads",
@@ -382,9 +503,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="GET /risk requests/s during scoring",
     )
     p.add_argument(
-        "--risk-seconds", type=float, default=5.0, help="length of the GET /risk run"
+        "--risk-seconds", type=float, default=5.0, help="length of a GET /risk run"
+    )
+    p.add_argument(
+        "--service-env",
+        action="append",
+        default=[],
+        metavar="SCJEPA_X=VALUE",
+        help="extra service setting (repeatable)",
     )
     p.add_argument("--json", type=Path)
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """Batch statistics of the requests between two /metrics reads."""
+    batches = after.get("batches", 0.0) - before.get("batches", 0.0)
+    if batches <= 0:
+        return {}
+    size = after["mean_batch"] * after["batches"]
+    size -= before.get("mean_batch", 0.0) * before.get("batches", 0.0)
+    return {"batches": batches, "mean_batch": size / batches}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -394,77 +532,114 @@ def run(args: argparse.Namespace) -> int:
         "artifact": str(args.artifact),
         "channels": v,
         "cores": os.cpu_count(),
+        "load_before": os.getloadavg(),
         "args": {k: str(x) for k, x in vars(args).items()},
     }
     base_env = {
         "SCJEPA_INTRA_OP_THREADS": str(args.threads),
         "SCJEPA_MAX_BATCH": str(args.max_batch),
     }
+    base_env |= dict(e.split("=", 1) for e in args.service_env)
     n, per = args.requests, args.readings_per_request
     score_conc = args.score_concurrency or 2 * args.max_batch
-    with redis_server() as redis_url:
-        # 1. ingest with scoring off (a hop longer than the run), vs bare Redis
-        warm = make_bodies(args.streams, per, n // 10, v, name="warm")
+    names = [f"bench-{i}" for i in range(args.streams)]
+    with redis_server() as redis_url, probe_process() as probe:
+        # 1. ingest, scoring off: hop longer than the run, and the warm-up sends each
+        #    stream's first 100 readings, so the one window a stream ever completes
+        #    (its 100th reading) is scored before the measurement.
+        warm_n = args.streams * -(-100 // per)
+        bodies = make_bodies(args.streams, per, warm_n + n, v, seed=1)
         with service(
             args.artifact,
             redis_url,
             base_env | {"SCJEPA_HOP": str(10**9), "SCJEPA_KEY_PREFIX": "ingest"},
         ) as url:
-            asyncio.run(drive(url, warm, args.concurrency))  # warm-up
-            ing = asyncio.run(
-                drive(
-                    url, make_bodies(args.streams, per, n, v, seed=1), args.concurrency
-                )
-            )
+            asyncio.run(drive(url, bodies[:warm_n], args.concurrency))
+            ing = asyncio.run(drive(url, bodies[warm_n:], args.concurrency))
+        ing["readings_per_request"] = per
         ceil = asyncio.run(
             bare_redis(redis_url, args.streams, per, n, v, args.concurrency)
         )
+        rows = asyncio.run(
+            bare_redis(
+                redis_url, args.streams, per, n, v, args.concurrency, same_writes=False
+            )
+        )
         ing["vs_bare_redis"] = ing["readings_per_s"] / ceil["readings_per_s"]
-        out["ingest"], out["bare_redis"] = ing, ceil
+        ing["vs_bare_redis_rows_only"] = ing["readings_per_s"] / rows["readings_per_s"]
+        out["ingest"], out["bare_redis"], out["bare_redis_rows_only"] = ing, ceil, rows
         print(
-            f"ingest: {ing['readings_per_s']:,.0f} readings/s ({ing['vs_bare_redis']:.0%} of bare Redis {ceil['readings_per_s']:,.0f}/s), p99 {ing['p99_ms']:.1f} ms",
+            f"ingest: {ing['readings_per_s']:,.0f} readings/s of {v} channels, {per} "
+            f"a request ({ing['vs_bare_redis']:.0%} of bare Redis, same writes, "
+            f"{ceil['readings_per_s']:,.0f}/s; {ing['vs_bare_redis_rows_only']:.0%} of "
+            f"rows only, {rows['readings_per_s']:,.0f}/s), p99 {ing['p99_ms']:.1f} ms",
             flush=True,
         )
 
-        # 2 + 3. scoring (hop 100: each request of 100 readings completes a window) with GET /risk at a fixed rate
-        per_s = 100
-        bodies = make_bodies(args.streams, per_s, n, v, seed=2)
+        # 2 + 3. scoring (hop 100: each request of 100 readings completes a window),
+        #    saturated, then at a fixed rate; GET /risk at a fixed rate during each,
+        #    from a separate process.
+        bodies = make_bodies(args.streams, 100, args.streams + n, v, seed=2)
+
+        def with_risk(load: Any) -> tuple[dict[str, float], dict[str, float]]:
+            async def both() -> tuple[dict[str, float], dict[str, float]]:
+                task = asyncio.create_task(load)
+                await asyncio.sleep(0.5)
+                risk = await asyncio.get_running_loop().run_in_executor(
+                    probe, risk_probe, url, names, args.risk_rate, args.risk_seconds
+                )
+                return await task, risk
+
+            return asyncio.run(both())
+
         with service(
             args.artifact,
             redis_url,
             base_env | {"SCJEPA_HOP": "100", "SCJEPA_KEY_PREFIX": "score"},
         ) as url:
-            asyncio.run(
-                drive(url, bodies[: args.streams], score_conc)
-            )  # first window per stream
+            # first window per stream
+            asyncio.run(drive(url, bodies[: args.streams], score_conc))
+            before = batch_stats(url)
+            scored, risk = with_risk(drive(url, bodies[args.streams :], score_conc))
+            after = batch_stats(url)
+            scored |= _delta(after, before)
+            scored["inference_busy_s"] = after.get(
+                "inference_busy_s", 0.0
+            ) - before.get("inference_busy_s", 0.0)
 
-            async def both() -> tuple[dict[str, float], dict[str, float]]:
-                load = asyncio.create_task(
-                    drive(url, bodies[args.streams :], score_conc)
-                )
-                await asyncio.sleep(0.5)
-                risk = await risk_at_rate(
-                    url,
-                    [f"bench-{i}" for i in range(args.streams)],
-                    args.risk_rate,
-                    args.risk_seconds,
-                )
-                return await load, risk
-
-            scored, risk = asyncio.run(both())
-            scored |= batch_stats(url)
+            rate = args.scoring_rate or args.scoring_fraction * scored["windows_per_s"]
+            m = max(1, int(rate * (args.risk_seconds + 1.0)))
+            fixed_bodies = make_bodies(
+                args.streams, 100, m, v, seed=3, start=args.streams + n
+            )
+            clients = min(args.streams, 32)
+            fixed, risk_fixed = with_risk(
+                drive_at_rate(url, fixed_bodies, rate, clients)
+            )
+            fixed |= _delta(batch_stats(url), after)
+            fixed["fraction_of_saturated"] = rate / max(scored["windows_per_s"], 1e-9)
+            fixed["clients"] = clients
         alone = standalone_windows_per_s(
             args.artifact, args.max_batch, args.threads, v, min(3.0, args.risk_seconds)
         )
         scored["standalone_onnxruntime_windows_per_s"] = alone
         scored["vs_standalone"] = scored["windows_per_s"] / alone
         out["scoring"], out["risk_during_scoring"] = scored, risk
+        out["fixed_rate_scoring"], out["risk_during_fixed_rate_scoring"] = (
+            fixed,
+            risk_fixed,
+        )
+        out["load_after"] = os.getloadavg()
         print(
             f"scoring: {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch}), mean micro-batch {scored.get('mean_batch', 0):.1f}",
             flush=True,
         )
         print(
-            f"GET /risk at {risk['achieved_rate']:.0f}/s during scoring: p50 {risk['p50_ms']:.2f} ms, p99 {risk['p99_ms']:.2f} ms, errors {risk['errors']}",
+            f"GET /risk at {risk['achieved_rate']:.0f}/s during saturated scoring: p50 {risk['p50_ms']:.2f} ms, p99 {risk['p99_ms']:.2f} ms, errors {risk['errors']}",
+            flush=True,
+        )
+        print(
+            f"GET /risk at {risk_fixed['achieved_rate']:.0f}/s during scoring at {rate:.1f} windows/s ({fixed['fraction_of_saturated']:.0%} of saturated; achieved {fixed['windows_per_s']:.1f}, max lag {fixed['max_lag_ms']:.0f} ms): p50 {risk_fixed['p50_ms']:.2f} ms, p99 {risk_fixed['p99_ms']:.2f} ms, errors {risk_fixed['errors']}",
             flush=True,
         )
     if args.json:
