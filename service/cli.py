@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--hop", type=int, help="readings between scored windows (default: manifest)"
     )
     p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--precision", choices=["fp32", "int8"])
+    p.add_argument("--precision", choices=["fp32", "int8", "fp16"])
     p.add_argument(
         "--workers",
         type=int,

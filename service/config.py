@@ -25,9 +25,14 @@ class Settings(BaseSettings):
     # --- model
     artifact: Path = Path("artifacts/latest")  # folder: model.onnx + manifest.json
     provider: Literal["auto", "cpu", "cuda"] = "auto"  # auto: CUDA if it is active
-    precision: Literal["fp32", "int8"] = "fp32"  # int8 loads model.int8.onnx
+    precision: Literal["fp32", "int8", "fp16"] = (
+        "fp32"  # int8: model.int8.onnx (CPU), fp16: model.fp16.onnx (CUDA)
+    )
     intra_op_threads: Annotated[int, Field(ge=0)] = 1  # 0 = onnxruntime's choice
     inter_op_threads: Annotated[int, Field(ge=0)] = 1
+    # nice steps of the inference thread below the event loop (Linux): reads and
+    # ingest are not queued behind a batch on a small machine; 0 = same priority
+    infer_nice: Annotated[int, Field(ge=0, le=19)] = 0
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None

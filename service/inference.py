@@ -17,6 +17,7 @@ import numpy as np
 import onnxruntime as ort
 
 from service.manifest import (
+    FP16_FILE,
     INT8_FILE,
     MODEL_FILE,
     ArtifactError,
@@ -93,7 +94,7 @@ class Model:
         session: ort.InferenceSession,
         manifest: Manifest,
         *,
-        precision: Literal["fp32", "int8"],
+        precision: Literal["fp32", "int8", "fp16"],
         max_batch: int,
     ) -> None:
         self.session = session
@@ -186,27 +187,33 @@ def load_model(
     artifact: Path,
     *,
     provider: Literal["auto", "cpu", "cuda"] = "auto",
-    precision: Literal["fp32", "int8"] = "fp32",
+    precision: Literal["fp32", "int8", "fp16"] = "fp32",
     intra_op_threads: int = 1,
     inter_op_threads: int = 1,
     max_batch: int = 64,
 ) -> Model:
     """Open an artifact folder; raises :class:`ArtifactError` naming the failed check.
 
-    ``precision="int8"`` loads ``model.int8.onnx`` (checked against the manifest's
-    ``quantization.int8_sha256``); an artifact without one is refused.
+    ``precision="int8"`` loads ``model.int8.onnx`` (for the CPU) and ``"fp16"`` loads
+    ``model.fp16.onnx`` (for the CUDA provider), each checked against the SHA-256 the
+    manifest records for it; an artifact without the file is refused, and so is fp16
+    on any provider but CUDA (onnxruntime's CPU kernels run fp16 far slower than fp32).
     """
     artifact = Path(artifact)
     manifest = load_manifest(artifact)
     path = artifact / MODEL_FILE
-    if precision == "int8":
-        path = artifact / INT8_FILE
+    if precision != "fp32":
+        path = artifact / (INT8_FILE if precision == "int8" else FP16_FILE)
         if not path.is_file():
-            raise ArtifactError(f"{path}: precision int8 requested but no int8 model")
-        q = manifest.quantization
-        if q is None or q.int8_sha256 != sha256_file(path):
             raise ArtifactError(
-                f"{path}: SHA-256 does not match the manifest's quantization.int8_sha256"
+                f"{path}: precision {precision} requested but no {precision} model"
+            )
+        q = manifest.quantization
+        digest = None if q is None else getattr(q, f"{precision}_sha256")
+        if digest != sha256_file(path):
+            raise ArtifactError(
+                f"{path}: SHA-256 does not match the manifest's "
+                f"quantization.{precision}_sha256"
             )
     wanted = requested_providers(provider)
     try:
@@ -218,6 +225,10 @@ def load_model(
     except Exception as e:  # onnxruntime raises its own untyped errors
         raise ArtifactError(f"{path}: onnxruntime cannot load it ({e})") from None
     active = session.get_providers()[0]
+    if precision == "fp16" and active != CUDA:
+        raise ArtifactError(
+            f"{path}: precision fp16 needs the CUDA provider, but {active} is active"
+        )
     if provider == "cuda" and active != CUDA:
         raise ArtifactError(f"provider 'cuda' requested but {active} is active")
     if CUDA in wanted and active != CUDA:

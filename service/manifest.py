@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 FORMAT_VERSION = 1
 MODEL_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
+FP16_FILE = "model.fp16.onnx"
 MANIFEST_FILE = "manifest.json"
 
 
@@ -29,13 +30,21 @@ class ArtifactError(ValueError):
 
 
 class Quantization(BaseModel):
-    """Which weights a file holds; for int8, the metric deltas measured against fp32."""
+    """The reduced-precision variants an artifact ships, each with its measured cost.
+
+    ``dtype`` is "int8" when ``model.int8.onnx`` (CPU) is shipped; ``fp16_sha256`` is set
+    when ``model.fp16.onnx`` (CUDA) is. Export keeps a variant only if no evaluation
+    metric drops more than 0.5 points against fp32; the deltas are recorded here.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     dtype: Literal["fp32", "int8"] = "fp32"
     int8_sha256: str | None = None  # of model.int8.onnx when the artifact ships one
-    metric_deltas: dict[str, float] = {}  # int8 - fp32, e.g. {"f1": -0.002}
+    int8_method: str | None = None  # e.g. "static QDQ, per-tensor, MinMax calibration"
+    metric_deltas: dict[str, float] = {}  # int8 - fp32 on test, e.g. {"f1": -0.002}
+    fp16_sha256: str | None = None  # of model.fp16.onnx when the artifact ships one
+    fp16_metric_deltas: dict[str, float] = {}  # fp16 - fp32 on test
 
 
 class Manifest(BaseModel):
@@ -95,16 +104,20 @@ def sha256_file(path: Path) -> str:
 
 
 def write_manifest(directory: Path, manifest: Manifest) -> Manifest:
-    """Record the SHA-256 of ``directory/model.onnx`` (and int8 file) and write the manifest."""
+    """Record the SHA-256 of ``directory/model.onnx`` (and variants) and write the manifest."""
     directory = Path(directory)
     model = directory / MODEL_FILE
     if not model.is_file():
         raise ArtifactError(f"{model}: file not found (export the model first)")
     update: dict[str, Any] = {"onnx_sha256": sha256_file(model)}
-    int8 = directory / INT8_FILE
+    q = manifest.quantization or Quantization()
+    int8, fp16 = directory / INT8_FILE, directory / FP16_FILE
     if int8.is_file():
-        q = manifest.quantization or Quantization(dtype="int8")
-        update["quantization"] = q.model_copy(update={"int8_sha256": sha256_file(int8)})
+        q = q.model_copy(update={"dtype": "int8", "int8_sha256": sha256_file(int8)})
+    if fp16.is_file():
+        q = q.model_copy(update={"fp16_sha256": sha256_file(fp16)})
+    if int8.is_file() or fp16.is_file():
+        update["quantization"] = q
     out = manifest.model_copy(update=update)
     text = out.model_dump_json(by_alias=True, indent=2)
     (directory / MANIFEST_FILE).write_text(text + "\n")

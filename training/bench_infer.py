@@ -13,6 +13,7 @@ window length, as the paper's inference-efficiency figure does.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -52,11 +53,37 @@ def summary(lat: np.ndarray, batch: int) -> dict[str, float]:
 
 
 def flops_per_window(model: nn.Module, n_channels: int, seq_len: int) -> float:
+    """FLOPs of one window through ``model`` (PyTorch's counter: matmuls, convs, SDPA)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         model(torch.randn(1, seq_len, n_channels))
     return float(counter.get_total_flops())
+
+
+def sgemm_gflops(
+    device: str = "cpu", dtype: torch.dtype = torch.float32, n: int = 2048
+) -> float:
+    """Practical matmul peak of this machine, measured now: an n x n x n product.
+
+    Measured in the same run as the model so "share of peak" compares like with like on
+    a shared machine (CPU: the same intra-op threads; CUDA: TF32 off for fp32).
+    """
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+
+        def mm() -> None:
+            torch.mm(a, b)
+            sync()
+
+        lat = time_fn(mm, 1.0, warmup=3)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+    return 2 * n**3 / float(np.median(lat)) / 1e9
 
 
 class PatchTSTStyle(nn.Module):
@@ -92,10 +119,15 @@ class PatchTSTStyle(nn.Module):
 
 
 def served_from_config(
-    cfg: ModelConfig, n_channels: int, hidden: int = 256
+    cfg: ModelConfig, mask: list[bool], hidden: int = 256
 ) -> ServedModel:
+    """The served graph's architecture with random weights and the artifact's channel mask.
+
+    The mask matters: the graph encodes only the kept channels (33 of MSL's 55), so an
+    eager model keeping all of them would do 55/33 of the work and flatter onnxruntime.
+    """
     probe = build_probe_net(cfg.n_patches * cfg.n_codes, hidden, 0.0)
-    return ServedModel(SCJEPA(cfg), probe, [True] * n_channels, (1.0, 0.0)).eval()
+    return ServedModel(SCJEPA(cfg), probe, list(mask), (1.0, 0.0)).eval()
 
 
 def ort_session(path: Path, threads: int, providers: list[str]) -> Any:
@@ -109,6 +141,82 @@ def ort_session(path: Path, threads: int, providers: list[str]) -> Any:
     return ort.InferenceSession(str(path), so, providers=providers)
 
 
+Runtime = tuple[Callable[[np.ndarray], Any], str, str]  # (fn, baseline name, peak key)
+
+
+def _runtimes(
+    artifact: Path, eager: ServedModel, threads: int
+) -> tuple[dict[str, Runtime], dict[str, float], dict[str, str]]:
+    """Every runtime this machine offers for the artifact, with its baseline and peak.
+
+    CPU rows compare with PyTorch eager on the CPU; CUDA rows with PyTorch eager on the
+    GPU (fp32), so each ratio is ours vs the framework on the same device.
+    """
+    import onnxruntime as ort
+
+    from service.manifest import FP16_FILE, INT8_FILE, MODEL_FILE
+
+    cpu_eager = "pytorch eager cpu fp32"
+    rt: dict[str, Runtime] = {}
+    peaks = {"cpu fp32": sgemm_gflops("cpu")}
+    notes: dict[str, str] = {}
+
+    def ort_fn(sess: Any) -> Callable[[np.ndarray], Any]:
+        return lambda x: sess.run(None, {"window": x})
+
+    sess = ort_session(artifact / MODEL_FILE, threads, ["CPUExecutionProvider"])
+    rt["onnxruntime cpu fp32"] = (ort_fn(sess), cpu_eager, "cpu fp32")
+    if (artifact / INT8_FILE).is_file():
+        q = ort_session(artifact / INT8_FILE, threads, ["CPUExecutionProvider"])
+        rt["onnxruntime cpu int8"] = (ort_fn(q), "onnxruntime cpu fp32", "cpu fp32")
+
+    def torch_fn(
+        model: nn.Module, device: str, half: bool = False
+    ) -> Callable[[np.ndarray], Any]:
+        amp = torch.autocast(device, dtype=torch.float16, enabled=half)
+
+        def f(x: np.ndarray) -> Any:
+            with torch.inference_mode(), amp:
+                out = model(torch.from_numpy(x).to(device))
+                return [o.float().cpu() for o in out]  # .cpu() waits for the GPU
+
+        return f
+
+    rt[cpu_eager] = (torch_fn(eager, "cpu"), cpu_eager, "cpu fp32")
+
+    cuda = "CUDAExecutionProvider"
+    if cuda in ort.get_available_providers():
+        for dtype, name in (("fp32", MODEL_FILE), ("fp16", FP16_FILE)):
+            if not (artifact / name).is_file():
+                notes[f"onnxruntime cuda {dtype}"] = f"no {name} in the artifact"
+                continue
+            g = ort_session(artifact / name, threads, [cuda, "CPUExecutionProvider"])
+            active = g.get_providers()[0]
+            if active != cuda:  # asked for CUDA, got the CPU: report, do not time it
+                notes[f"onnxruntime cuda {dtype}"] = f"CUDA requested, {active} active"
+                continue
+            rt[f"onnxruntime cuda {dtype}"] = (
+                ort_fn(g),
+                "pytorch eager cuda fp32",
+                f"cuda {dtype}",
+            )
+    if torch.cuda.is_available():
+        gpu = copy.deepcopy(eager).to("cuda")
+        rt["pytorch eager cuda fp32"] = (
+            torch_fn(gpu, "cuda"),
+            "pytorch eager cuda fp32",
+            "cuda fp32",
+        )
+        rt["pytorch eager cuda fp16 (autocast)"] = (
+            torch_fn(gpu, "cuda", half=True),
+            "pytorch eager cuda fp32",
+            "cuda fp16",
+        )
+        peaks["cuda fp32"] = sgemm_gflops("cuda", torch.float32, 8192)
+        peaks["cuda fp16"] = sgemm_gflops("cuda", torch.float16, 8192)
+    return rt, peaks, notes
+
+
 def bench_artifact(
     artifact: Path, batch_sizes: list[int], seconds: float, threads: int
 ) -> dict[str, Any]:
@@ -116,45 +224,39 @@ def bench_artifact(
 
     manifest = json.loads((artifact / "manifest.json").read_text())
     cfg = ModelConfig(**manifest["model_config"])
-    n_in = len(manifest["channel_mask"])
-    n_kept = sum(manifest["channel_mask"])
+    mask = manifest["channel_mask"]
+    n_in = len(mask)
     torch.set_num_threads(threads)
-    eager = served_from_config(cfg, n_in)
+    eager = served_from_config(cfg, mask)
     flops = flops_per_window(eager, n_in, cfg.seq_len)
-    runtimes: dict[str, Callable[[np.ndarray], Any]] = {}
-    sess = ort_session(artifact / "model.onnx", threads, ["CPUExecutionProvider"])
-    runtimes["onnxruntime cpu fp32"] = lambda x: sess.run(None, {"window": x})
-    if (artifact / "model.int8.onnx").is_file():
-        q = ort_session(artifact / "model.int8.onnx", threads, ["CPUExecutionProvider"])
-        runtimes["onnxruntime cpu int8"] = lambda x: q.run(None, {"window": x})
-    if "CUDAExecutionProvider" in ort.get_available_providers():
-        g = ort_session(artifact / "model.onnx", threads, ["CUDAExecutionProvider"])
-        if g.get_providers()[0] == "CUDAExecutionProvider":
-            runtimes["onnxruntime cuda fp32"] = lambda x: g.run(None, {"window": x})
-
-    def torch_eager(x: np.ndarray) -> Any:
-        with torch.inference_mode():
-            return eager(torch.from_numpy(x))
-
-    runtimes["pytorch eager cpu"] = torch_eager
+    runtimes, peaks, notes = _runtimes(artifact, eager, threads)
+    print(
+        f"{flops / 1e9:.3f} GFLOP/window ({sum(mask)} of {n_in} channels kept); "
+        + ", ".join(f"peak {k} {v:.0f} GFLOP/s" for k, v in peaks.items()),
+        flush=True,
+    )
+    for name, why in notes.items():
+        print(f"skipped {name}: {why}", flush=True)
     rows: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
     for b in batch_sizes:
         x = rng.normal(size=(b, cfg.seq_len, n_in)).astype(np.float32)
         res = {
             name: summary(time_fn(lambda f=f, x=x: f(x), seconds), b)
-            for name, f in runtimes.items()
+            for name, (f, _, _) in runtimes.items()
         }
         for name, r in res.items():
+            _, base, peak = runtimes[name]
             r["gflop_per_s"] = r["windows_per_s"] * flops / 1e9
-            r["vs_pytorch"] = (
-                r["windows_per_s"] / res["pytorch eager cpu"]["windows_per_s"]
-            )
+            r["share_of_peak"] = r["gflop_per_s"] / peaks[peak]
+            r["baseline"] = base
+            r["vs_baseline"] = r["windows_per_s"] / res[base]["windows_per_s"]
             rows.append({"batch": b, "runtime": name} | r)
         print(
             f"batch {b:>4}: "
             + "  ".join(
-                f"{n} {r['windows_per_s']:.1f} w/s ({r['vs_pytorch']:.2f}x)"
+                f"{n} {r['windows_per_s']:.1f} w/s ({r['vs_baseline']:.2f}x, "
+                f"{100 * r['share_of_peak']:.0f}% pk)"
                 for n, r in res.items()
             ),
             flush=True,
@@ -162,9 +264,15 @@ def bench_artifact(
     return {
         "artifact": str(artifact),
         "channels_in": n_in,
-        "channels_kept": n_kept,
+        "channels_kept": sum(mask),
         "flops_per_window": flops,
+        "peak_gflop_per_s": peaks,
         "threads": threads,
+        "onnxruntime": ort.__version__,
+        "onnxruntime_providers": ort.get_available_providers(),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "skipped": notes,
         "rows": rows,
     }
 
@@ -189,7 +297,7 @@ def efficiency_figure(
         (
             "SC-JEPA",
             lambda t: served_from_config(
-                ModelConfig(**(cfg.to_dict() | {"seq_len": t})), n_channels
+                ModelConfig(**(cfg.to_dict() | {"seq_len": t})), [True] * n_channels
             ),
         ),
         (

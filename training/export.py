@@ -5,8 +5,17 @@
 
 Writes ARTIFACT/model.onnx (window (B, 100, V_in) -> risk, channel_contrib, codes) and
 ARTIFACT/manifest.json (schema: service/manifest.py). Parity with PyTorch is measured
-and recorded. With --int8 a dynamically quantized model.int8.onnx is written and kept
-only if its metrics on the validation and test splits stay within 0.5 points of fp32.
+and recorded. Two optional variants, each kept only if its metrics on the validation and
+test splits stay within 0.5 points of fp32 (the deltas are recorded in the manifest):
+
+- ``--int8`` (CPU): model.int8.onnx, the encoder's Transformer MatMuls statically
+  quantized (QDQ, int8 weights, uint8 activations with ranges calibrated on the probe's
+  training windows). Static, not dynamic, quantization: dynamic ranges are taken per
+  batch, so a window's risk would depend on which windows share its micro-batch
+  (measured: up to 0.008 on MSL). The tokenizer, codebook and probe stay fp32: the
+  cosine-softmax at tau = 0.1 amplifies any error in front of it.
+- ``--fp16`` (GPU): model.fp16.onnx, every float tensor in fp16 except the float32
+  input and outputs, for the CUDA execution provider.
 """
 
 from __future__ import annotations
@@ -82,19 +91,99 @@ def parity(
     return out
 
 
-def int8_check(
-    fp32: Path, int8: Path, splits: dict[str, Any], threshold: float
+def block_matmuls(model: Any, served: ServedModel) -> list[str]:
+    """Names of the MatMul nodes that apply the encoder's Transformer-block weights.
+
+    Found by content, not by name: the exporter renames and transposes weights, so each
+    block Linear's weight (transposed, as ONNX's MatMul holds it) is matched against the
+    graph's initializers byte for byte.
+    """
+    from onnx import numpy_helper
+
+    wanted = {
+        np.ascontiguousarray(m.weight.detach().numpy().T).tobytes()
+        for block in served.model.encoder.blocks
+        for m in block.modules()
+        if isinstance(m, torch.nn.Linear)
+    }
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type == "MatMul"
+        and any(
+            i in inits and np.ascontiguousarray(inits[i]).tobytes() in wanted
+            for i in n.input
+        )
+    ]
+
+
+def quantize_int8(
+    fp32: Path, out: Path, served: ServedModel, calibration: np.ndarray
 ) -> dict[str, Any]:
-    """Metrics of both models on val and test; int8 kept if no metric drops > 0.5 points."""
+    """Static QDQ int8 of the encoder blocks' MatMuls, calibrated on ``calibration``."""
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    nodes = block_matmuls(onnx.load(str(fp32)), served)
+    if not nodes:
+        raise UserError(f"{fp32}: no encoder MatMul found to quantize")
+
+    class Windows(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.batches = iter(
+                {"window": calibration[i : i + 32]}
+                for i in range(0, len(calibration), 32)
+            )
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.batches, None)
+
+    quantize_static(
+        str(fp32),
+        str(out),
+        Windows(),
+        quant_format=QuantFormat.QDQ,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_quantize=nodes,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=False,
+    )
+    return {
+        "method": "static QDQ, per-tensor, MinMax calibration",
+        "nodes": len(nodes),
+        "calibration_windows": len(calibration),
+    }
+
+
+def convert_fp16(fp32: Path, out: Path) -> None:
+    """fp16 weights and activations inside, float32 input and outputs (the contract)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    onnx.save(convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True), out)
+
+
+def variant_check(
+    fp32: Path, variant: Path, splits: dict[str, Any], threshold: float
+) -> dict[str, Any]:
+    """Metrics of both models on val and test; kept if no metric drops > 0.5 points."""
     from training.metrics import metrics
 
     report: dict[str, Any] = {}
     worst = 0.0
     for split in ("val", "test"):
         s = splits[split]
-        a = metrics(s.y, onnx_scores(fp32, s.x), threshold)
-        b = metrics(s.y, onnx_scores(int8, s.x), threshold)
-        report[split] = {"fp32": a, "int8": b}
+        ra, rb = onnx_scores(fp32, s.x), onnx_scores(variant, s.x)
+        a, b = metrics(s.y, ra, threshold), metrics(s.y, rb, threshold)
+        report[split] = {"fp32": a, "variant": b}
+        report[f"{split}_max_abs_risk_diff"] = float(np.abs(ra - rb).max())
         worst = max(
             worst, *(a[k] - b[k] for k in a if np.isfinite(a[k]) and np.isfinite(b[k]))
         )
@@ -127,7 +216,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--int8",
         action="store_true",
-        help="also write a dynamically quantized model (needs --dataset)",
+        help="also write a statically quantized int8 model for the CPU (needs --dataset)",
+    )
+    p.add_argument(
+        "--fp16",
+        action="store_true",
+        help="also write an fp16 model for the CUDA provider (needs --dataset)",
     )
     p.add_argument(
         "--hop", type=int, default=100, help="serving hop recorded in the manifest"
@@ -135,9 +229,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    from service.manifest import Manifest, Quantization, now_utc, write_manifest
+    from service.manifest import (
+        FP16_FILE,
+        INT8_FILE,
+        Manifest,
+        Quantization,
+        now_utc,
+        write_manifest,
+    )
     from training.data import downstream_splits, load_dataset
 
     probe = load_probe(args.probe)
@@ -170,24 +269,47 @@ def run(args: argparse.Namespace) -> int:
 
     quant = Quantization(dtype="fp32")
     metrics = probe["metrics"] | {"onnx_parity_max_abs": par}
-    if args.int8:
-        if splits is None:
-            raise UserError(
-                "--int8 needs --dataset (the metrics decide whether int8 is kept)"
-            )
-        q_path = args.out / "model.int8.onnx"
-        quantize_dynamic(str(path), str(q_path), weight_type=QuantType.QInt8)
-        full = {k: _with_all_channels(s, probe["mask"]) for k, s in splits.items()}
-        check = int8_check(path, q_path, full, probe["threshold"])
-        metrics["int8_check"] = check
-        if check["kept"]:
-            t = check["test"]
-            deltas = {k: t["int8"][k] - t["fp32"][k] for k in t["fp32"]}
-            quant = Quantization(dtype="int8", metric_deltas=deltas)
+    if (args.int8 or args.fp16) and splits is None:
+        raise UserError(
+            "--int8/--fp16 need --dataset (the metrics decide whether a variant is kept)"
+        )
+    full = (
+        {k: _with_all_channels(s, probe["mask"]) for k, s in splits.items()}
+        if splits
+        else {}
+    )
+    for flag, name, key in (
+        (args.int8, INT8_FILE, "int8"),
+        (args.fp16, FP16_FILE, "fp16"),
+    ):
+        v_path = args.out / name
+        if not flag:
+            v_path.unlink(missing_ok=True)  # stale file from an earlier export
+            continue
+        if key == "int8":
+            how = quantize_int8(path, v_path, served, full["train"].x[:256])
         else:
-            q_path.unlink()
-    elif (args.out / "model.int8.onnx").exists():
-        (args.out / "model.int8.onnx").unlink()  # stale file from an earlier export
+            convert_fp16(path, v_path)
+            how = {"method": "fp16 weights and activations, float32 input/outputs"}
+        check = variant_check(path, v_path, full, probe["threshold"]) | how
+        metrics[f"{key}_check"] = check
+        kept = "kept" if check["kept"] else "refused (file removed)"
+        print(f"{key}: max metric drop {check['max_drop']:.4f} -> {kept}")
+        if not check["kept"]:
+            v_path.unlink()
+            continue
+        t = check["test"]
+        deltas = {k: t["variant"][k] - t["fp32"][k] for k in t["fp32"]}
+        if key == "int8":
+            quant = quant.model_copy(
+                update={
+                    "dtype": "int8",
+                    "metric_deltas": deltas,
+                    "int8_method": how["method"],
+                }
+            )
+        else:
+            quant = quant.model_copy(update={"fp16_metric_deltas": deltas})
 
     manifest = Manifest(
         name=args.name or f"scjepa-{probe['dataset']}",

@@ -94,6 +94,24 @@ def test_int8_file_selection(art: Path) -> None:
         load_model(art, precision="int8")
 
 
+def test_fp16_file_selection(art: Path) -> None:
+    """fp16 is for the CUDA provider: recorded by SHA-256, refused on the CPU."""
+    with pytest.raises(ArtifactError, match="no fp16 model"):
+        load_model(art, precision="fp16")
+    (art / "model.fp16.onnx").write_bytes((art / "model.onnx").read_bytes())
+    with pytest.raises(ArtifactError, match=r"quantization.fp16_sha256"):
+        load_model(art, precision="fp16")  # not recorded in the manifest yet
+    m = write_manifest(art, load_manifest(art))
+    assert m.quantization is not None and m.quantization.fp16_sha256 == m.onnx_sha256
+    assert m.quantization.int8_sha256 is not None  # the int8 record survives
+    with pytest.raises(ArtifactError, match="needs the CUDA provider, but CPU"):
+        load_model(art, precision="fp16", provider="cpu")
+    with (art / "model.fp16.onnx").open("ab") as f:
+        f.write(b"\0")
+    with pytest.raises(ArtifactError, match="SHA-256 does not match"):
+        load_model(art, precision="fp16")
+
+
 def test_bad_windows_are_refused(artifact_dir: Path) -> None:
     model = load_model(artifact_dir)
     with pytest.raises(WindowError, match=r"shape \(2, 99, 4\)"):
