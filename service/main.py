@@ -7,17 +7,21 @@ opens the store and starts the micro-batcher.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
 
 from fastapi import FastAPI
 
 from service import metrics, middleware
-from service.batcher import Batcher
+from service.batcher import Batcher, inference_executor
 from service.config import Settings
 from service.inference import load_model
 from service.routes import health, ingest, models, risk, ui
+from service.schemas import IngestRequest
 from service.scoring import Scorer
 from service.store import make_store
 
@@ -29,15 +33,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        model = load_model(
-            settings.artifact,
-            provider=settings.provider,
-            precision=settings.precision,
-            intra_op_threads=settings.intra_op_threads,
-            inter_op_threads=settings.inter_op_threads,
-            max_batch=settings.max_batch,
+        # loaded and warmed on the inference thread (its priority, see batcher.py)
+        executor = inference_executor(settings.infer_nice)
+        loop = asyncio.get_running_loop()
+        model = await loop.run_in_executor(
+            executor,
+            partial(
+                load_model,
+                settings.artifact,
+                provider=settings.provider,
+                precision=settings.precision,
+                intra_op_threads=settings.intra_op_threads,
+                inter_op_threads=settings.inter_op_threads,
+                max_batch=settings.max_batch,
+            ),
         )
-        model.warmup()
+        await loop.run_in_executor(executor, model.warmup)
         m = model.manifest
         metrics.PROVIDER.info(
             {"provider": model.provider, "model": m.name, "version": m.version,
@@ -57,6 +68,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             model.score,
             max_batch=settings.max_batch,
             max_wait_s=settings.max_wait_ms / 1000,
+            executor=executor,
         )
         batcher.start()
         app.state.settings = settings
@@ -78,4 +90,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     middleware.install(app, max_body_bytes=settings.max_body_bytes)
     for r in (ingest.router, risk.router, models.router, health.router, ui.router):
         app.include_router(r)
+    _document_bodies(app)
     return app
+
+
+def _document_bodies(app: FastAPI) -> None:
+    """Put IngestRequest (the body POST /ingest reads raw) into the OpenAPI components."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = generate()
+            body = IngestRequest.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
+            comps = schema.setdefault("components", {}).setdefault("schemas", {})
+            comps.update(body.pop("$defs", {}))
+            comps["IngestRequest"] = body
+        return app.openapi_schema or {}
+
+    app.openapi = openapi  # type: ignore[method-assign]

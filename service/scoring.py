@@ -8,24 +8,35 @@ import asyncio
 from typing import Any, NamedTuple
 
 import numpy as np
+from pydantic_core import from_json, to_json
 
 from service import metrics
 from service.batcher import Batcher
 from service.config import Settings
 from service.inference import Model, Scores
+from service.ingest_body import StreamBody
 from service.manifest import now_utc
 from service.schemas import (
     ChannelShare,
     ModelRef,
     RiskHistory,
     RiskRecord,
-    RiskResponse,
     StreamIngestResult,
-    StreamReadings,
 )
 from service.store import AppendResult, Store, Window, fill_leading
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# what GET /risk copies from the newest risk record, in RiskResponse's field order
+RISK_FIELDS = (
+    "risk",
+    "threshold",
+    "alert",
+    "window_start",
+    "window_end",
+    "top_channels",
+    "model",
+    "computed_at",
+)
 
 
 class Readings(NamedTuple):
@@ -52,10 +63,11 @@ class Scorer:
         self.hop = settings.hop or model.manifest.hop
         m = model.manifest
         self.ref = ModelRef(name=m.name, version=m.version)
+        self._ref = self.ref.model_dump()
 
-    # -- validation that needs the model (pydantic did the rest)
+    # -- validation that needs the model (the schema did the rest)
     def prepare(
-        self, items: list[StreamReadings], batch_form: bool
+        self, items: list[StreamBody], batch_form: bool
     ) -> tuple[list[Readings], list[dict[str, Any]]]:
         """Each stream's readings as arrays, and FastAPI-style error entries (one per
         stream at most) for a wrong channel count or a value the model cannot take.
@@ -66,7 +78,7 @@ class Scorer:
         v = self.model.n_channels
         for k, item in enumerate(items):
             base: list[str | int] = ["body", "streams", k] if batch_form else ["body"]
-            rows = [r.values for r in item.readings]
+            rows = item.rows
             bad = next((i for i, r in enumerate(rows) if len(r) != v), None)
             if bad is not None:
                 errors.append(
@@ -95,23 +107,20 @@ class Scorer:
                     )
                 )
                 continue
-            ts = np.array([r.ts for r in item.readings], dtype=np.float64)
+            ts = np.array(item.ts, dtype=np.float64)
             arrays.append(Readings(ts, x.astype(np.float32)))
         return arrays, errors
 
     # -- ingest
     async def ingest(
-        self, items: list[StreamReadings], arrays: list[Readings]
+        self, streams: list[str], arrays: list[Readings]
     ) -> list[StreamIngestResult]:
         appended = await asyncio.gather(
-            *(
-                self._append(item.stream, x)
-                for item, x in zip(items, arrays, strict=True)
-            )
+            *(self._append(s, x) for s, x in zip(streams, arrays, strict=True))
         )
         windows = [
-            (item.stream, w)
-            for item, res in zip(items, appended, strict=True)
+            (s, w)
+            for s, res in zip(streams, appended, strict=True)
             for w in res.windows
         ]
         records: dict[str, list[RiskRecord]] = {}
@@ -129,11 +138,11 @@ class Scorer:
                 )
             )
         results = []
-        for item, res in zip(items, appended, strict=True):
-            recs = records.get(item.stream, [])
+        for stream, res in zip(streams, appended, strict=True):
+            recs = records.get(stream, [])
             results.append(
                 StreamIngestResult(
-                    stream=item.stream,
+                    stream=stream,
                     accepted=res.accepted,
                     duplicates=res.duplicates,
                     rejected=res.late,
@@ -188,41 +197,41 @@ class Scorer:
         )
 
     # -- reads
-    async def risk(self, stream: str) -> RiskResponse | None:
-        state, latest = await asyncio.gather(
-            self.store.state(stream), self.store.risks(stream, 1)
-        )
-        if state is None and not latest:
+    async def risk(self, stream: str) -> bytes | None:
+        """GET /risk's body (a :class:`RiskResponse`, as JSON), None for an unknown
+        stream. One store round trip; the stored record is re-keyed as plain JSON,
+        no pydantic models on this path (it is the one polled most)."""
+        state, latest = await self.store.latest(stream)
+        if state is None and latest is None:
             return None
         total = state.total if state else 0
         buffered = state.buffered if state else 0
-        threshold = self.model.manifest.threshold
-        if not latest:
-            return RiskResponse(
-                stream=stream,
-                status="warming_up",
-                readings_total=total,
-                readings_buffered=buffered,
-                progress=round(min(buffered / self.window, 1.0), 4),
-                threshold=threshold,
-                model=self.ref,
-            )
-        rec = RiskRecord.model_validate_json(latest[0])
-        return RiskResponse(
-            stream=stream,
-            status="ok",
-            readings_total=max(total, rec.n),
-            readings_buffered=buffered,
-            progress=1.0,
-            risk=rec.risk,
-            threshold=rec.threshold,
-            alert=rec.alert,
-            window_start=rec.window_start,
-            window_end=rec.window_end,
-            top_channels=rec.top_channels,
-            model=rec.model,
-            computed_at=rec.computed_at,
-        )
+        out: dict[str, Any] = {"stream": stream}
+        if latest is None:
+            out |= {
+                "status": "warming_up",
+                "readings_total": total,
+                "readings_buffered": buffered,
+                "progress": round(min(buffered / self.window, 1.0), 4),
+                "risk": None,
+                "threshold": self.model.manifest.threshold,
+                "alert": None,
+                "window_start": None,
+                "window_end": None,
+                "top_channels": [],
+                "model": self._ref,
+                "computed_at": None,
+            }
+        else:
+            rec = from_json(latest)
+            out |= {
+                "status": "ok",
+                "readings_total": max(total, rec["n"]),
+                "readings_buffered": buffered,
+                "progress": 1.0,
+            }
+            out |= {k: rec[k] for k in RISK_FIELDS}
+        return to_json(out)
 
     async def history(self, stream: str, limit: int) -> RiskHistory | None:
         raw = await self.store.risks(stream, limit)

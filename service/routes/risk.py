@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query, status
+from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from service.deps import ApiKey, ScorerDep, StoreDep
 from service.schemas import ErrorResponse, RiskHistory, RiskResponse, StreamsResponse
@@ -23,13 +23,13 @@ def _unknown(stream: str) -> HTTPException:
     )
 
 
-@router.get("/risk/{stream}", responses=NOT_FOUND)
-async def risk(stream: StreamPath, scorer: ScorerDep) -> RiskResponse:
+@router.get("/risk/{stream}", response_model=RiskResponse, responses=NOT_FOUND)
+async def risk(stream: StreamPath, scorer: ScorerDep) -> Response:
     """Latest risk of a stream, or its warm-up progress before the first full window."""
     out = await scorer.risk(stream)
     if out is None:
         raise _unknown(stream)
-    return out
+    return Response(out, media_type="application/json")
 
 
 @router.get("/risk/{stream}/history", responses=NOT_FOUND)

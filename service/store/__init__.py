@@ -117,6 +117,12 @@ class Store(ABC):
     async def risks(self, stream: str, limit: int) -> list[str]:
         """The latest ``limit`` risk records (JSON), newest first."""
 
+    async def latest(self, stream: str) -> tuple[StreamState | None, str | None]:
+        """:meth:`state` and the newest risk record (JSON) together: what GET /risk
+        reads. Stores with round trips override it to make one."""
+        state, recs = await self.state(stream), await self.risks(stream, 1)
+        return state, recs[0] if recs else None
+
     @abstractmethod
     async def streams(self) -> list[str]:
         """Names of the streams not idle for longer than the TTL, sorted."""

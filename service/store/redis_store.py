@@ -243,6 +243,18 @@ class RedisStore(Store):
         raw = await self._call("risks", self.client.zrevrange(key, 0, limit - 1))
         return [cast(bytes, r).decode() for r in raw]
 
+    async def latest(self, stream: str) -> tuple[StreamState | None, str | None]:
+        """State and newest risk record in one round trip (one pipelined call)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self._key(stream, "state"), ["n", "last_ts"])
+        pipe.llen(self._key(stream, "rows"))
+        pipe.zrevrange(self._key(stream, "risk"), 0, 0)
+        (n, last_ts), buffered, rec = await self._call("latest", pipe.execute())
+        state = (
+            None if n is None else StreamState(int(n), int(buffered), float(last_ts))
+        )
+        return state, cast(bytes, rec[0]).decode() if rec else None
+
     async def _live(self) -> list[Any]:
         """Forget streams idle past the TTL, in the registry and the latest risks."""
         streams, latest = self._global("streams"), self._global("latest")
