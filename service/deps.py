@@ -38,6 +38,15 @@ StoreDep = Annotated[Store, Depends(get_store)]
 ScorerDep = Annotated[Scorer, Depends(get_scorer)]
 
 
+def key_ok(settings: Settings, key: str | None) -> bool:
+    """Open when no keys are configured; otherwise ``key`` must match one."""
+    if not settings.api_keys:
+        return True
+    return key is not None and any(
+        secrets.compare_digest(key.encode(), k.encode()) for k in settings.api_keys
+    )
+
+
 async def require_api_key(
     settings: SettingsDep,
     x_api_key: Annotated[
@@ -45,12 +54,7 @@ async def require_api_key(
     ] = None,
 ) -> None:
     """Open when no keys are configured; otherwise the X-API-Key header must match one."""
-    if not settings.api_keys:
-        return
-    if x_api_key is None or not any(
-        secrets.compare_digest(x_api_key.encode(), k.encode())
-        for k in settings.api_keys
-    ):
+    if not key_ok(settings, x_api_key):
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             detail="missing or unknown X-API-Key",

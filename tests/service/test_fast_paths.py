@@ -13,10 +13,12 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from service_helpers import ClientFactory
 from test_api import T0, body, ingest, series
 
 from service import ingest_body
 from service.batcher import inference_executor
+from service.fastread import RiskReads
 from service.ingest_body import StreamBody, parse_ingest
 from service.schemas import IngestRequest, RiskRecord, RiskResponse
 
@@ -153,3 +155,65 @@ def test_inference_thread_is_niced() -> None:
         finally:
             pool.shutdown()
     assert nice() == base  # the caller's thread keeps its priority
+
+
+def call_reads(client: TestClient, path: str, headers: dict[str, str] | None = None,
+               method: str = "GET") -> tuple[int | None, bytes, bool]:  # fmt: skip
+    """Run RiskReads alone on ``path``: (status, body, whether it passed it on)."""
+    passed: list[bool] = []
+
+    async def inner(scope: Any, receive: Any, send: Any) -> None:
+        passed.append(True)
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": [
+            (k.lower().encode(), v.encode()) for k, v in (headers or {}).items()
+        ],
+        "app": client.app,
+    }
+    client.portal.call(RiskReads(inner), scope, receive, send)  # type: ignore[union-attr]
+    status = sent[0]["status"] if sent else None
+    return status, b"".join(m.get("body", b"") for m in sent[1:]), bool(passed)
+
+
+def test_risk_reads_answer_the_plain_case_and_pass_on_the_rest(
+    make_client: ClientFactory,
+) -> None:
+    client = make_client(api_keys=["k1"])
+    key = {"X-API-Key": "k1"}
+    client.post("/ingest", json=body("s", series(100)), headers=key)
+    status, out, passed = call_reads(client, "/risk/s", key)
+    assert (status, passed) == (200, False)
+    assert out == client.get("/risk/s", headers=key).content
+    assert RiskResponse.model_validate_json(out).status == "ok"
+    status, out, passed = call_reads(client, "/risk/nope", key)
+    assert (status, passed) == (404, False) and b"nope" in out
+    for path, headers, method in [
+        ("/risk/s", {}, "GET"),  # no key: FastAPI answers 401
+        ("/risk/s", {"X-API-Key": "k2"}, "GET"),
+        ("/risk/bad{name}", key, "GET"),  # FastAPI answers 422
+        ("/risk/s/history", key, "GET"),
+        ("/risk/s", key, "POST"),
+    ]:
+        assert call_reads(client, path, headers, method) == (None, b"", True)
+    assert client.get("/risk/s").status_code == 401
+    assert client.get("/risk/" + "x" * 129, headers=key).status_code == 422
+
+
+def test_risk_reads_are_timed_under_the_route(client: TestClient) -> None:
+    client.post("/ingest", json=body("s", series(10)))
+    for _ in range(3):
+        assert client.get("/risk/s").status_code == 200
+    text = client.get("/metrics").text
+    assert 'route="/risk/{stream}",status="200"' in text
