@@ -37,6 +37,8 @@ def test_readyz_fails_while_redis_is_down_and_recovers(
             r = client.post("/ingest", json=reading)
             assert r.status_code == 503
             assert "store unavailable" in r.json()["detail"]
+            r = client.get("/risk/s")  # the fast read path passes it on to the route
+            assert r.status_code == 503 and r.headers["retry-after"] == "1"
 
             server.start()  # same port, empty data set (no persistence)
             deadline = time.monotonic() + 10
