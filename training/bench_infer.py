@@ -44,6 +44,30 @@ def time_fn(fn: Callable[[], Any], seconds: float, warmup: int = 2) -> np.ndarra
     return np.asarray(lat)
 
 
+def time_interleaved(
+    fns: dict[str, Callable[[], Any]], seconds: float, rounds: int = 5
+) -> dict[str, np.ndarray]:
+    """Per-call latencies of each fn, timed in alternation: ``rounds`` turns each.
+
+    On a shared machine the load changes by the second; alternating short turns gives
+    every runtime (and the peak-matmul reference) the same conditions, so their ratios
+    hold even when the absolute figures move.
+    """
+    for fn in fns.values():
+        fn()
+    lat: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            while True:
+                t = time.perf_counter()
+                fn()
+                lat[name].append(time.perf_counter() - t)
+                if t - start >= seconds / rounds:
+                    break
+    return {name: np.asarray(v) for name, v in lat.items()}
+
+
 def summary(lat: np.ndarray, batch: int) -> dict[str, float]:
     return {
         "windows_per_s": batch / float(np.median(lat)),
@@ -61,29 +85,25 @@ def flops_per_window(model: nn.Module, n_channels: int, seq_len: int) -> float:
     return float(counter.get_total_flops())
 
 
-def sgemm_gflops(
+def sgemm(
     device: str = "cpu", dtype: torch.dtype = torch.float32, n: int = 2048
-) -> float:
-    """Practical matmul peak of this machine, measured now: an n x n x n product.
+) -> tuple[Callable[[], Any], float]:
+    """The machine's practical matmul peak as a timed call: (fn, FLOPs per call).
 
-    Measured in the same run as the model so "share of peak" compares like with like on
-    a shared machine (CPU: the same intra-op threads; CUDA: TF32 off for fp32).
+    Timed beside the model (CPU: same intra-op threads; CUDA: TF32 off for fp32), so
+    "share of peak" compares like with like on a shared machine.
     """
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    tf32 = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
+    cuda = device == "cuda"
 
-        def mm() -> None:
-            torch.mm(a, b)
-            sync()
+    def mm() -> None:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.mm(a, b)
+        if cuda:
+            torch.cuda.synchronize()
 
-        lat = time_fn(mm, 1.0, warmup=3)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-    return 2 * n**3 / float(np.median(lat)) / 1e9
+    return mm, 2.0 * n**3
 
 
 class PatchTSTStyle(nn.Module):
@@ -146,7 +166,9 @@ Runtime = tuple[Callable[[np.ndarray], Any], str, str]  # (fn, baseline name, pe
 
 def _runtimes(
     artifact: Path, eager: ServedModel, threads: int
-) -> tuple[dict[str, Runtime], dict[str, float], dict[str, str]]:
+) -> tuple[
+    dict[str, Runtime], dict[str, tuple[Callable[[], Any], float]], dict[str, str]
+]:
     """Every runtime this machine offers for the artifact, with its baseline and peak.
 
     CPU rows compare with PyTorch eager on the CPU; CUDA rows with PyTorch eager on the
@@ -158,7 +180,7 @@ def _runtimes(
 
     cpu_eager = "pytorch eager cpu fp32"
     rt: dict[str, Runtime] = {}
-    peaks = {"cpu fp32": sgemm_gflops("cpu")}
+    peaks = {"cpu fp32": sgemm("cpu")}
     notes: dict[str, str] = {}
 
     def ort_fn(sess: Any) -> Callable[[np.ndarray], Any]:
@@ -212,8 +234,8 @@ def _runtimes(
             "pytorch eager cuda fp32",
             "cuda fp16",
         )
-        peaks["cuda fp32"] = sgemm_gflops("cuda", torch.float32, 8192)
-        peaks["cuda fp16"] = sgemm_gflops("cuda", torch.float16, 8192)
+        peaks["cuda fp32"] = sgemm("cuda", torch.float32, 8192)
+        peaks["cuda fp16"] = sgemm("cuda", torch.float16, 8192)
     return rt, peaks, notes
 
 
@@ -231,29 +253,38 @@ def bench_artifact(
     flops = flops_per_window(eager, n_in, cfg.seq_len)
     runtimes, peaks, notes = _runtimes(artifact, eager, threads)
     print(
-        f"{flops / 1e9:.3f} GFLOP/window ({sum(mask)} of {n_in} channels kept); "
-        + ", ".join(f"peak {k} {v:.0f} GFLOP/s" for k, v in peaks.items()),
+        f"{flops / 1e9:.3f} GFLOP/window ({sum(mask)} of {n_in} channels kept)",
         flush=True,
     )
     for name, why in notes.items():
         print(f"skipped {name}: {why}", flush=True)
     rows: list[dict[str, Any]] = []
+    peak_rows: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
     for b in batch_sizes:
         x = rng.normal(size=(b, cfg.seq_len, n_in)).astype(np.float32)
-        res = {
-            name: summary(time_fn(lambda f=f, x=x: f(x), seconds), b)
-            for name, (f, _, _) in runtimes.items()
+        fns = {name: (lambda f=f, x=x: f(x)) for name, (f, _, _) in runtimes.items()}
+        fns |= {f"peak {k}": fn for k, (fn, _) in peaks.items()}
+        lat = time_interleaved(fns, seconds * len(fns))
+        peak = {
+            k: f / float(np.median(lat[f"peak {k}"])) / 1e9
+            for k, (_, f) in peaks.items()
         }
+        peak_rows.append(
+            {"batch": b} | {f"{k} gflop_per_s": v for k, v in peak.items()}
+        )
+        res = {name: summary(lat[name], b) for name in runtimes}
         for name, r in res.items():
-            _, base, peak = runtimes[name]
+            _, base, pk = runtimes[name]
             r["gflop_per_s"] = r["windows_per_s"] * flops / 1e9
-            r["share_of_peak"] = r["gflop_per_s"] / peaks[peak]
+            r["share_of_peak"] = r["gflop_per_s"] / peak[pk]
             r["baseline"] = base
             r["vs_baseline"] = r["windows_per_s"] / res[base]["windows_per_s"]
             rows.append({"batch": b, "runtime": name} | r)
         print(
-            f"batch {b:>4}: "
+            f"batch {b:>4} (peak "
+            + ", ".join(f"{k} {v:.0f}" for k, v in peak.items())
+            + " GFLOP/s): "
             + "  ".join(
                 f"{n} {r['windows_per_s']:.1f} w/s ({r['vs_baseline']:.2f}x, "
                 f"{100 * r['share_of_peak']:.0f}% pk)"
@@ -266,7 +297,7 @@ def bench_artifact(
         "channels_in": n_in,
         "channels_kept": sum(mask),
         "flops_per_window": flops,
-        "peak_gflop_per_s": peaks,
+        "peak_gflop_per_s": peak_rows,
         "threads": threads,
         "onnxruntime": ort.__version__,
         "onnxruntime_providers": ort.get_available_providers(),

@@ -327,7 +327,7 @@ def test_bench_infer_compares_like_with_like(
     all_kept = flops_per_window(served_from_config(cfg, [True] * n), n, 100)
     assert res["channels_kept"] == n - 2 and res["channels_in"] == n
     assert res["flops_per_window"] == pytest.approx(all_kept * (n - 2) / n, rel=0.02)
-    assert res["peak_gflop_per_s"]["cpu fp32"] > 0
+    assert all(p["cpu fp32 gflop_per_s"] > 0 for p in res["peak_gflop_per_s"])
     rows = {(r["batch"], r["runtime"]): r for r in res["rows"]}
     for (b, _), r in rows.items():
         base_row = rows[(b, r["baseline"])]
@@ -338,3 +338,28 @@ def test_bench_infer_compares_like_with_like(
             r["windows_per_s"] * res["flops_per_window"] / 1e9
         )
     assert {n for _, n in rows} == {"onnxruntime cpu fp32", "pytorch eager cpu fp32"}
+
+
+def _cuda_in_onnxruntime() -> bool:
+    return "CUDAExecutionProvider" in ort.get_available_providers()
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.skipif(
+    not _cuda_in_onnxruntime(), reason="onnxruntime has no CUDA provider"
+)
+def test_cuda_provider_is_active_and_matches_cpu(variants: Path) -> None:
+    """On a GPU host: CUDA is the ACTIVE provider (not a silent CPU fallback), its fp32
+    risks match the CPU's, and the fp16 variant (if kept) stays close."""
+    from service.inference import CUDA, load_model
+
+    n = load_manifest(variants).n_channels
+    x = np.random.default_rng(5).normal(size=(64, 100, n)).astype(np.float32)
+    cpu = load_model(variants, provider="cpu").score(x).risk
+    gpu = load_model(variants, provider="cuda", max_batch=64)
+    assert gpu.provider == CUDA
+    np.testing.assert_allclose(gpu.score(x).risk, cpu, atol=1e-3)  # TF32 matmuls
+    if (variants / "model.fp16.onnx").is_file():
+        half = load_model(variants, provider="cuda", precision="fp16")
+        assert half.provider == CUDA and half.precision == "fp16"
+        np.testing.assert_allclose(half.score(x).risk, cpu, atol=5e-3)
