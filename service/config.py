@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     inter_op_threads: Annotated[int, Field(ge=0)] = 1
     # nice steps of the inference thread below the event loop (Linux): reads and
     # ingest are not queued behind a batch on a small machine; 0 = same priority
-    infer_nice: Annotated[int, Field(ge=0, le=19)] = 10
+    infer_nice: Annotated[int, Field(ge=0, le=19)] = 0
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None
