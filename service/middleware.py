@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
-from service.fastread import RiskReads
+from service.fastpaths import FastPaths
 from service.inference import WindowError
 from service.store import StoreUnavailable
 
@@ -95,7 +95,7 @@ async def internal_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install(app: FastAPI, *, max_body_bytes: int) -> None:
-    app.add_middleware(RiskReads)  # inside the timing: its requests are observed too
+    app.add_middleware(FastPaths)  # inside the timing: its requests are observed too
     app.add_middleware(TimingAndLimits, max_body_bytes=max_body_bytes)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StoreUnavailable, store_unavailable)

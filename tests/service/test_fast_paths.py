@@ -18,7 +18,7 @@ from test_api import T0, body, ingest, series
 
 from service import ingest_body
 from service.batcher import inference_executor
-from service.fastread import RiskReads
+from service.fastpaths import FastPaths
 from service.ingest_body import StreamBody, parse_ingest
 from service.schemas import IngestRequest, RiskRecord, RiskResponse
 
@@ -158,20 +158,23 @@ def test_inference_thread_is_niced() -> None:
 
 
 def call_reads(client: TestClient, path: str, headers: dict[str, str] | None = None,
-               method: str = "GET") -> tuple[int | None, bytes, bool]:  # fmt: skip
-    """Run RiskReads alone on ``path``: (status, body, whether it passed it on)."""
+               method: str = "GET", body: bytes = b"") -> tuple[int | None, bytes, bool]:  # fmt: skip
+    """Run FastPaths alone on a request: (status, body, whether it passed it on, with
+    the request body intact)."""
     passed: list[bool] = []
 
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
     async def inner(scope: Any, receive: Any, send: Any) -> None:
+        if method == "POST":  # what FastAPI would read: the body, replayed
+            assert (await receive())["body"] == body
         passed.append(True)
 
     sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": b""}
 
     scope = {
         "type": "http",
@@ -182,7 +185,7 @@ def call_reads(client: TestClient, path: str, headers: dict[str, str] | None = N
         ],
         "app": client.app,
     }
-    client.portal.call(RiskReads(inner), scope, receive, send)  # type: ignore[union-attr]
+    client.portal.call(FastPaths(inner), scope, receive, send)  # type: ignore[union-attr]
     status = sent[0]["status"] if sent else None
     return status, b"".join(m.get("body", b"") for m in sent[1:]), bool(passed)
 
@@ -217,3 +220,35 @@ def test_risk_reads_are_timed_under_the_route(client: TestClient) -> None:
         assert client.get("/risk/s").status_code == 200
     text = client.get("/metrics").text
     assert 'route="/risk/{stream}",status="200"' in text
+
+
+def test_ingest_fast_path_stores_the_plain_case_and_passes_on_the_rest(
+    make_client: ClientFactory,
+) -> None:
+    client = make_client(api_keys=["k1"], max_readings_per_request=100)
+    key = {"X-API-Key": "k1"}
+    plain = json.dumps(body("s", series(60))).encode()
+    status, out, passed = call_reads(client, "/ingest", key, "POST", plain)
+    assert (status, passed) == (200, False)
+    (res,) = json.loads(out)["results"]
+    assert res["accepted"] == 60 and res["readings_total"] == 60
+    status, out, passed = call_reads(client, "/ingest", key, "POST", plain)  # retry
+    assert json.loads(out)["results"][0]["duplicates"] == 60
+    refused = [
+        (plain, {}),  # no key
+        (json.dumps(body("s", series(3)[:, :2])).encode(), key),  # 2 channels
+        (json.dumps(body("t", series(101))).encode(), key),  # over the limit
+        (b'{"stream": "s",', key),  # malformed
+        (json.dumps({"stream": "s", "readings": []}).encode(), key),
+    ]
+    for raw, headers in refused:
+        assert call_reads(client, "/ingest", headers, "POST", raw) == (None, b"", True)
+    # nothing of the refused bodies was stored
+    assert client.get("/risk/s", headers=key).json()["readings_total"] == 60
+    assert client.get("/risk/t", headers=key).status_code == 404
+    # and through the whole app, FastAPI answers them as before
+    assert client.post("/ingest", content=plain).status_code == 401
+    r = client.post("/ingest", content=refused[2][0], headers=key)
+    assert r.status_code == 413 and "100" in r.json()["detail"]
+    r = client.post("/ingest", content=refused[1][0], headers=key)
+    assert r.status_code == 422 and "expected 4 values" in r.text
