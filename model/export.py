@@ -7,6 +7,8 @@
 
 The zero-variance channel mask and RevIN are inside the graph, so training and serving
 share one definition. Only this inference-only wrapper is exported (no loss branches).
+With ``stats`` the probe reads the code features AND the pooled window statistics that
+RevIN removes (model/stats.py), computed inside the graph from the raw window.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from model.scjepa import SCJEPA
+from model.stats import WindowStats
 
 
 class ServedModel(nn.Module):
@@ -27,10 +30,12 @@ class ServedModel(nn.Module):
         probe: nn.Module,
         mask: list[bool],
         platt: tuple[float, float],
+        stats: WindowStats | None = None,
     ) -> None:
         super().__init__()
         self.model = model.eval()
         self.probe = probe.eval()
+        self.stats = stats
         self.n_in = len(mask)
         kept = torch.tensor(
             [i for i, keep in enumerate(mask) if keep], dtype=torch.long
@@ -47,7 +52,10 @@ class ServedModel(nn.Module):
         pooled, winner = p.max(
             dim=1
         )  # (B, P, K) variable-wise max, (B, P, K) channel index
-        logit = self.probe(pooled.flatten(1)).squeeze(1)  # (B,)
+        feats = pooled.flatten(1)  # (B, P*K)
+        if self.stats is not None:
+            feats = torch.cat([feats, self.stats(x)], dim=1)  # (B, P*K + 18)
+        logit = self.probe(feats).squeeze(1)  # (B,)
         risk = torch.sigmoid(self.platt[0] * logit + self.platt[1])  # calibrated
         V = x.shape[2]
         won = nn.functional.one_hot(winner, V).to(pooled.dtype) * pooled.unsqueeze(

@@ -68,6 +68,9 @@ class Manifest(BaseModel):
     hop: int = Field(100, ge=1)
     threshold: float = Field(ge=0.0, le=1.0)
     calibration: dict[str, Any]  # {"method": "platt", "params": {...}}; in the graph
+    # what the probe reads: the spec's code features, or codes + pooled window
+    # statistics (computed in the graph); informational, the graph is self-contained
+    probe_features: Literal["codes", "codes+stats"] = "codes"
     eval_metrics: dict[str, Any]
     onnx_sha256: str = ""  # filled in by write_manifest
     training_data_fingerprint: str

@@ -121,10 +121,22 @@ def fit_feature_probe(
     return fit
 
 
-def window_stats(normal: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
-    """Featurizer: pooled window statistics, z-scored on the official train windows."""
-    scale = Standardizer().fit(pooled_stats(normal))
-    return lambda x: scale(pooled_stats(x))
+class WindowStatsFeatures:
+    """Featurizer: pooled window statistics, z-scored on the official train windows.
+
+    ``scale`` (its mean and std) goes into a served graph that uses these features
+    (model/stats.py computes the same statistics inside the graph).
+    """
+
+    def __init__(self, normal: np.ndarray) -> None:
+        self.scale = Standardizer().fit(pooled_stats(normal))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.scale(pooled_stats(x))
+
+
+def window_stats(normal: np.ndarray) -> WindowStatsFeatures:
+    return WindowStatsFeatures(normal)
 
 
 def raw_feature_probe(ctx_normal: np.ndarray) -> Callable[[FitContext, int], Scorer]:

@@ -71,10 +71,17 @@ def build_artifact(
 ) -> None:
     """Pre-train (fast preset), fit the probe, export: ``artifact/`` holds the result."""
     from training import export
-    from training.baselines import fit_feature_probe
+    from training.baselines import fit_feature_probe, window_stats
     from training.config import load_config
     from training.encode import CodeFeatures
-    from training.evaluate import evaluate, load_encoders, save_served_probe
+    from training.evaluate import (
+        STATS_ROW,
+        evaluate,
+        load_encoders,
+        normal_windows,
+        save_served_probe,
+        with_window_stats,
+    )
     from training.probe import ProbeConfig
     from training.train import load_pairs, pretrain
 
@@ -100,12 +107,22 @@ def build_artifact(
           "each entity's test windows, threshold + calibration on the next 20 %", flush=True)  # fmt: skip
     t0 = time.time()
     trained, _, _ = load_encoders(best)
-    name = "SC-JEPA probe"
-    result = evaluate(
-        ds, {name: fit_feature_probe(CodeFeatures(trained))}, [0], ProbeConfig(), 50
+    codes, stats = CodeFeatures(trained), window_stats(normal_windows(ds))
+    methods = {
+        "SC-JEPA probe": fit_feature_probe(codes),
+        STATS_ROW: fit_feature_probe(with_window_stats(codes, stats)),
+    }
+    result = evaluate(ds, methods, [0], ProbeConfig(), 50)
+    # serve the probe (codes, or codes + window statistics) that does better on
+    # VALIDATION; the test split is only read for the line printed below
+    name = max(methods, key=lambda n: result["_fitted"][n][0].val["pr_auc"])
+    probe = save_served_probe(
+        work / "probe.pt", result, name, best, ds, stats if name == STATS_ROW else None
     )
-    probe = save_served_probe(work / "probe.pt", result, name, best, ds)
     row = result["rows"][name]["all"]
+    print(
+        f"      served: {name.replace(' (diagnostic)', '')} (higher validation PR AUC)"
+    )
     print(f"      done in {time.time() - t0:.0f} s; on the test split (last 20 %): "
           f"F1 {row['f1']['mean']:.2f}, ROC AUC {row['roc_auc']['mean']:.2f}, "
           f"PR AUC {row['pr_auc']['mean']:.2f}", flush=True)  # fmt: skip
@@ -114,7 +131,7 @@ def build_artifact(
     export.run(
         argparse.Namespace(
             checkpoint=best, probe=probe, out=artifact, name=f"scjepa-demo-{data}",
-            version=None, dataset=data, root=root, int8=False, hop=WINDOW,
+            version=None, dataset=data, root=root, int8=False, fp16=False, hop=WINDOW,
         )
     )  # fmt: skip
 

@@ -21,6 +21,7 @@ import numpy as np
 from training.baselines import (
     FitContext,
     Scorer,
+    WindowStatsFeatures,
     fit_always_positive,
     fit_feature_probe,
     fit_knn,
@@ -257,11 +258,13 @@ def run(args: Any) -> int:
             "SC-JEPA probe": CodeFeatures(trained),
         }
         methods |= {name: fit_feature_probe(f) for name, f in encoders.items()}
-        # Diagnostic (not served): does the level/scale information that RevIN removes
-        # from the encoder's input add to the codes? Same probe, same pooled window
-        # statistics as the raw-feature probe, concatenated to the code features.
+        # Diagnostic: does the level/scale information that RevIN removes from the
+        # encoder's input add to the codes? Same probe, same pooled window statistics
+        # as the raw-feature probe, concatenated to the code features. Saved as
+        # probe-stats.pt too: `scjepa export --probe probe-stats.pt` serves it.
+        stats = window_stats(normal)
         methods[STATS_ROW] = fit_feature_probe(
-            with_window_stats(encoders["SC-JEPA probe"], normal)
+            with_window_stats(encoders["SC-JEPA probe"], stats)
         )
     if not methods:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
@@ -281,6 +284,9 @@ def run(args: Any) -> int:
         save_served_probe(
             args.out / "probe.pt", result, "SC-JEPA probe", args.checkpoint, ds
         )
+        save_served_probe(
+            args.out / "probe-stats.pt", result, STATS_ROW, args.checkpoint, ds, stats
+        )
     _figures(args.out, ds, result, encoders)
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
@@ -291,10 +297,9 @@ STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
 
 
 def with_window_stats(
-    codes: CodeFeatures, normal: np.ndarray
+    codes: CodeFeatures, stats: WindowStatsFeatures
 ) -> Callable[[np.ndarray], np.ndarray]:
     """Features = [code features, the raw-feature probe's window statistics]."""
-    stats = window_stats(normal)
     return lambda x: np.concatenate([codes(x), stats(x)], axis=1)
 
 
@@ -304,8 +309,13 @@ def save_served_probe(
     name: str,
     checkpoint: Path | None,
     ds: Dataset,
+    stats: WindowStatsFeatures | None = None,
 ) -> Path:
-    """Save the probe `scjepa export` will serve: the seed with the best val PR AUC."""
+    """Save the probe `scjepa export` will serve: the seed with the best val PR AUC.
+
+    ``features`` says what it reads: "codes" (the spec's probe, P * K inputs) or
+    "codes+stats" (also the 18 pooled window statistics, with their train-set scaling).
+    """
     import torch
 
     runs: list[Fitted] = result["_fitted"][name]
@@ -323,6 +333,13 @@ def save_served_probe(
             "channels": ds.channels,
             "mask": ds.mask.tolist(),
             "data_fingerprint": ds.fingerprint(),
+            "features": "codes" if stats is None else "codes+stats",
+            "stats_scale": None
+            if stats is None
+            else {
+                "mean": stats.scale.mean.tolist(),
+                "std": stats.scale.std.tolist(),
+            },
             "metrics": {
                 "val": chosen.val,
                 "test": metrics(test.y, result["_scores"][name][i], chosen.threshold),

@@ -53,18 +53,29 @@ def load_probe(path: Path) -> dict[str, Any]:
 
 
 def build_served(checkpoint: Path, probe: dict[str, Any]) -> ServedModel:
+    from model.stats import N_STATS, WindowStats
+
     model = load_model(checkpoint)
     cfg = probe["probe"]["config"]
+    features = probe.get("features", "codes")
     expected = model.cfg.n_patches * model.cfg.n_codes
+    stats = None
+    if features == "codes+stats":
+        scale = probe["stats_scale"]
+        stats = WindowStats(scale["mean"], scale["std"], model.cfg.seq_len)
+        expected += N_STATS
+    elif features != "codes":
+        raise UserError(f"probe reads unknown features {features!r}")
     if probe["n_features"] != expected:
         raise UserError(
-            f"probe expects {probe['n_features']} features, checkpoint gives P*K = {expected}: probe and checkpoint do not belong together"
+            f"probe expects {probe['n_features']} features, checkpoint gives {expected} "
+            f"({features}): probe and checkpoint do not belong together"
         )
     net = build_probe_net(probe["n_features"], cfg["hidden"], cfg["dropout"])
     net.load_state_dict(probe["state_dict"])
     cal = probe["probe"]["calibration"]
     platt = (cal["a"], cal["b"]) if cal["method"] == "platt" else (1.0, 0.0)
-    return ServedModel(model, net, probe["mask"], platt).eval()
+    return ServedModel(model, net, probe["mask"], platt, stats).eval()
 
 
 def onnx_scores(path: Path, x: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -324,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
         hop=args.hop,
         threshold=float(np.clip(probe["threshold"], 0.0, 1.0)),
         calibration=probe["probe"]["calibration"],
+        probe_features=probe.get("features", "codes"),
         eval_metrics=metrics,
         training_data_fingerprint=probe.get("data_fingerprint", "unknown"),
         quantization=quant,

@@ -363,3 +363,62 @@ def test_cuda_provider_is_active_and_matches_cpu(variants: Path) -> None:
         half = load_model(variants, provider="cuda", precision="fp16")
         assert half.provider == CUDA and half.precision == "fp16"
         np.testing.assert_allclose(half.score(x).risk, cpu, atol=5e-3)
+
+
+def test_graph_window_stats_equal_the_training_features() -> None:
+    """model/stats.py (in the graph) == training/features.py (what the probe was fitted on)."""
+    from model.stats import WindowStats
+    from training.baselines import window_stats
+
+    rng = np.random.default_rng(6)
+    normal = (rng.normal(size=(50, 100, 7)) * 3 + 5).astype(np.float32)
+    x = (rng.normal(size=(9, 100, 7)) * rng.uniform(0.1, 20, 7) + 40).astype(np.float32)
+    x[0, :, 2] = 1.5  # a flat channel: std 0
+    feats = window_stats(normal)
+    graph = WindowStats(feats.scale.mean.tolist(), feats.scale.std.tolist(), 100)
+    with torch.no_grad():
+        got = graph(torch.from_numpy(x)).numpy()
+    np.testing.assert_allclose(got, feats(x), rtol=1e-4, atol=1e-3)
+
+
+def test_served_codes_plus_stats_probe(
+    artifact: dict[str, Path], tmp_path: Path
+) -> None:
+    """`scjepa evaluate` also saves probe-stats.pt; export serves it with the statistics
+    computed inside the graph (parity with PyTorch), and unlike the codes-only graph,
+    whose RevIN makes it blind to a channel's level, its risk moves with the level."""
+    stats_probe = artifact["probe"].parent / "probe-stats.pt"
+    probe = load_probe(stats_probe)
+    assert probe["features"] == "codes+stats" and probe["n_features"] == 5 * 16 + 18
+    out = tmp_path / "art"
+    args = [
+        "export",
+        "--checkpoint",
+        str(artifact["ckpt"]),
+        "--probe",
+        str(stats_probe),
+    ]
+    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
+    m = load_manifest(out)
+    assert m.probe_features == "codes+stats"
+    assert load_manifest(artifact["dir"]).probe_features == "codes"
+    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
+
+    served = build_served(artifact["ckpt"], probe)
+    x = np.random.default_rng(7).normal(size=(16, 100, m.n_channels)).astype(np.float32)
+    shifted = x + 25.0  # same shapes, another level
+    run = ort.InferenceSession(
+        str(out / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    with torch.no_grad():
+        ref = served(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], ref, atol=1e-4)
+    moved = np.abs(run.run(["risk"], {"window": shifted})[0] - ref).max()
+    codes_only = ort.InferenceSession(
+        str(artifact["dir"] / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    still = np.abs(
+        codes_only.run(["risk"], {"window": shifted})[0]
+        - codes_only.run(["risk"], {"window": x})[0]
+    ).max()
+    assert still < 1e-4 < moved
