@@ -138,6 +138,26 @@ class PatchTSTStyle(nn.Module):
         return torch.sigmoid(out.max(1).values)  # (B,)
 
 
+def cpu_info() -> dict[str, Any]:
+    """Model name and the vector extensions that decide fp32/int8 kernels (Linux)."""
+    import os
+
+    info: dict[str, Any] = {"cores": os.cpu_count()}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name":
+            info["model"] = value.strip()
+        elif key.strip() == "flags":
+            wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
+            info["isa"] = [f for f in value.split() if f in wanted]
+            break
+    return info
+
+
 def served_from_config(
     cfg: ModelConfig, mask: list[bool], hidden: int = 256
 ) -> ServedModel:
@@ -299,6 +319,7 @@ def bench_artifact(
         "flops_per_window": flops,
         "peak_gflop_per_s": peak_rows,
         "threads": threads,
+        "cpu": cpu_info(),
         "onnxruntime": ort.__version__,
         "onnxruntime_providers": ort.get_available_providers(),
         "torch": torch.__version__,
