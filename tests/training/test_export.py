@@ -326,7 +326,9 @@ def test_bench_infer_compares_like_with_like(
     n = len(mask)
     all_kept = flops_per_window(served_from_config(cfg, [True] * n), n, 100)
     assert res["channels_kept"] == n - 2 and res["channels_in"] == n
-    assert res["cpu"]["cores"] >= 1  # the ISA decides kernels: recorded with the figures
+    assert (
+        res["cpu"]["cores"] >= 1
+    )  # the ISA decides kernels: recorded with the figures
     assert res["flops_per_window"] == pytest.approx(all_kept * (n - 2) / n, rel=0.02)
     assert all(p["cpu fp32 gflop_per_s"] > 0 for p in res["peak_gflop_per_s"])
     rows = {(r["batch"], r["runtime"]): r for r in res["rows"]}
