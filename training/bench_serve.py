@@ -188,6 +188,30 @@ def make_bodies(
     return bodies
 
 
+INGEST_COUNTS = (
+    ("readings", "accepted"),
+    ("windows", "windows_scored"),
+    ("duplicates", "duplicates"),
+    ("late", "rejected"),
+)
+
+
+async def post_ingest(
+    conn: Conn, body: bytes, lat: list[float], counts: dict[str, int]
+) -> None:
+    """POST one ingest body; its latency to ``lat``, its outcome to the keys of ``counts``."""
+    t = time.perf_counter()
+    status, reply = await conn.request("POST", "/ingest", body)
+    lat.append(time.perf_counter() - t)
+    if status != 200:
+        counts["errors"] += 1
+        return
+    res = json.loads(reply)["results"][0]
+    for key, field in INGEST_COUNTS:
+        if key in counts:
+            counts[key] += res[field]
+
+
 async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, float]:
     """POST every body once with ``concurrency`` clients. Each stream belongs to one
     client, which sends its bodies in order (as a real sender does), so nothing is late.
@@ -200,17 +224,7 @@ async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, flo
 
     async def worker(conn: Conn, queue: list[bytes]) -> None:
         for body in queue:
-            t = time.perf_counter()
-            status, reply = await conn.request("POST", "/ingest", body)
-            lat.append(time.perf_counter() - t)
-            if status != 200:
-                counts["errors"] += 1
-                continue
-            res = json.loads(reply)["results"][0]
-            counts["readings"] += res["accepted"]
-            counts["windows"] += res["windows_scored"]
-            counts["duplicates"] += res["duplicates"]
-            counts["late"] += res["rejected"]
+            await post_ingest(conn, body, lat, counts)
 
     queues = [q for q in queues if q]  # fewer streams than clients: some stay idle
     conns = [Conn(*host_port(url)) for _ in queues]
@@ -312,16 +326,8 @@ async def drive_at_rate(
             due = t0 + i / rate
             if (wait := due - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
-            t = time.perf_counter()
-            lag.append(t - due)
-            status, reply = await conn.request("POST", "/ingest", body)
-            lat.append(time.perf_counter() - t)
-            if status != 200:
-                counts["errors"] += 1
-                continue
-            res = json.loads(reply)["results"][0]
-            counts["windows"] += res["windows_scored"]
-            counts["late"] += res["rejected"]
+            lag.append(time.perf_counter() - due)
+            await post_ingest(conn, body, lat, counts)
 
     conns = [Conn(*host_port(url)) for _ in queues]
     await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
