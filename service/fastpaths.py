@@ -27,13 +27,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service.deps import key_ok
 from service.inference import WindowError
 from service.ingest_body import parse_ingest
-from service.schemas import IngestResponse
+from service.schemas import STREAM_PATTERN, IngestResponse
 from service.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/risk/"
-STREAM = re.compile(r"[A-Za-z0-9._:\-]{1,128}")  # routes/risk.py StreamPath
+STREAM = re.compile(STREAM_PATTERN)  # fullmatch; the routes validate with the same
 
 
 class _Route:

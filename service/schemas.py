@@ -8,10 +8,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# No braces (the Redis hash tag), no slashes (the URL path), bounded length.
-StreamName = Annotated[
-    str, Field(pattern=r"^[A-Za-z0-9._:\-]{1,128}$", examples=["pump-7"])
-]
+# No braces (the Redis hash tag), no slashes (the URL path), bounded length. The one
+# definition: the GET /risk path and the fast paths (service/fastpaths.py) use it too.
+STREAM_PATTERN = r"^[A-Za-z0-9._:\-]{1,128}$"
+StreamName = Annotated[str, Field(pattern=STREAM_PATTERN, examples=["pump-7"])]
 
 
 class Reading(BaseModel):

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,16 @@ def make_bodies(
     return bodies
 
 
+async def run_workers(
+    url: str, queues: list[Any], worker: Callable[[Conn, Any], Awaitable[None]]
+) -> None:
+    """One keep-alive connection per queue, each driven by ``worker``; closed after."""
+    conns = [Conn(*host_port(url)) for _ in queues]  # connects on first request
+    await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
+    for c in conns:
+        await c.close()
+
+
 INGEST_COUNTS = (
     ("readings", "accepted"),
     ("windows", "windows_scored"),
@@ -227,12 +238,9 @@ async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, flo
             await post_ingest(conn, body, lat, counts)
 
     queues = [q for q in queues if q]  # fewer streams than clients: some stay idle
-    conns = [Conn(*host_port(url)) for _ in queues]
     t0 = time.perf_counter()
-    await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
+    await run_workers(url, queues, worker)
     dt = time.perf_counter() - t0
-    for c in conns:
-        await c.close()
     ms = 1e3 * np.asarray(lat)
     return {
         "seconds": dt,
@@ -329,11 +337,8 @@ async def drive_at_rate(
             lag.append(time.perf_counter() - due)
             await post_ingest(conn, body, lat, counts)
 
-    conns = [Conn(*host_port(url)) for _ in queues]
-    await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
+    await run_workers(url, queues, worker)
     dt = time.perf_counter() - t0
-    for c in conns:
-        await c.close()
     ms = 1e3 * np.asarray(lat)
     return {
         "rate": rate,

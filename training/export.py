@@ -314,8 +314,7 @@ def run(args: argparse.Namespace) -> int:
         if key == "int8":
             quant = quant.model_copy(
                 update={
-                    "dtype": "int8",
-                    "metric_deltas": deltas,
+                    "metric_deltas": deltas,  # dtype/sha: write_manifest, from the file
                     "int8_method": how["method"],
                 }
             )
@@ -340,10 +339,10 @@ def run(args: argparse.Namespace) -> int:
         training_data_fingerprint=probe.get("data_fingerprint", "unknown"),
         quantization=quant,
     )
-    write_manifest(args.out, manifest)
+    written = write_manifest(args.out, manifest)
     size = path.stat().st_size / 1e6
     print(f"wrote {args.out}/model.onnx ({size:.1f} MB) and manifest.json")
-    print(f"parity max |risk diff|: {par}; weights: {quant.dtype}")
+    print(f"parity max |risk diff|: {par}; variants: {written.quantization or 'none'}")
     return 0
 
 

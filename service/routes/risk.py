@@ -7,11 +7,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Query, Response, status
 
 from service.deps import ApiKey, ScorerDep, StoreDep
-from service.schemas import ErrorResponse, RiskHistory, RiskResponse, StreamsResponse
+from service.schemas import (
+    STREAM_PATTERN,
+    ErrorResponse,
+    RiskHistory,
+    RiskResponse,
+    StreamsResponse,
+)
 
 router = APIRouter(tags=["risk"], dependencies=[ApiKey])
 
-StreamPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9._:\-]{1,128}$")]
+StreamPath = Annotated[str, Path(pattern=STREAM_PATTERN)]
 NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "unknown stream"}
 }
