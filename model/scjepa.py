@@ -51,13 +51,22 @@ class SCJEPA(nn.Module):
     def code_probs(self, x: Tensor) -> Tensor:
         """The served sub-computation. x: (B, T, V) raw windows -> p: (B, V, P, K)."""
         assert self.codebook is not None, "code_probs needs the codebook module"
+        return self.probe_inputs(x)
+
+    @torch.no_grad()
+    def probe_inputs(self, x: Tensor) -> Tensor:
+        """What the probe reads, per channel and patch. x: (B, T, V) raw windows.
+
+        Code probabilities p (B, V, P, K); without the codebook (the "continuous
+        latents" ablation) the encoder's latents h (B, V, P, D) stand in for them.
+        """
         B, steps, V = x.shape
         assert steps == self.cfg.seq_len, (
             f"window of {steps} steps, model expects {self.cfg.seq_len}"
         )
         h, _, _, _ = self.encode(fold_channels(x))  # (B*V, P, D)
-        p = self.codebook.probs(h)  # (B*V, P, K)
-        return p.view(B, V, *p.shape[1:])  # (B, V, P, K)
+        p = h if self.codebook is None else self.codebook.probs(h)  # (B*V, P, K|D)
+        return p.view(B, V, *p.shape[1:])
 
     def forward(
         self, x: Tensor, predict: bool = True, reconstruct: bool = True

@@ -1,7 +1,8 @@
 """Frozen SC-JEPA features for the downstream probe (method.md, "Downstream probe").
 
 A window (T, V) -> code probabilities p (V, P, K) from the online encoder + codebook
--> variable-wise max over V -> (P, K) -> flattened P * K features.
+-> variable-wise max over V -> (P, K) -> flattened P * K features. Without the codebook
+(ablation) the encoder's latents (V, P, D) take the place of p.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ class CodeFeatures:
     def _encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         feats, codes = [], []
         for i in range(0, len(x), self.batch_size):
-            p = self.model.code_probs(
+            p = self.model.probe_inputs(
                 torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
             )  # (B, V, P, K)
             feats.append(p.amax(dim=1).flatten(1).numpy())  # (B, P * K)
@@ -45,6 +46,12 @@ class CodeFeatures:
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self._lookup(x)[0]
 
+    @property
+    def has_codes(self) -> bool:
+        return getattr(self.model, "codebook", None) is not None
+
     def codes(self, x: np.ndarray) -> np.ndarray:
-        """Dominant code per channel and patch, (N, V, P)."""
+        """Dominant code per channel and patch, (N, V, P); needs the codebook."""
+        if not self.has_codes:
+            raise ValueError("a model without the codebook has no codes")
         return self._lookup(x)[1]

@@ -280,7 +280,9 @@ def run(args: Any) -> int:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     path = write_results(args.out, result)
-    if "SC-JEPA probe" in result["_fitted"]:
+    if "SC-JEPA probe" in result["_fitted"] and encoders["SC-JEPA probe"].has_codes:
+        # (the served graph reads code probabilities: a codebook-free ablation model
+        # is evaluated, not exported)
         save_served_probe(
             args.out / "probe.pt", result, "SC-JEPA probe", args.checkpoint, ds
         )
@@ -386,6 +388,6 @@ def _figures(
         plots.reliability_plot(
             out / "reliability.png", rows[best]["reliability"], rows[best]["brier"]
         )
-    if "SC-JEPA probe" in encoders:
+    if "SC-JEPA probe" in encoders and encoders["SC-JEPA probe"].has_codes:
         codes = encoders["SC-JEPA probe"].codes(test.x)  # (N, V, P)
         plots.code_usage(out / "code_usage.png", codes[test.y == 0], codes[test.y == 1])

@@ -153,3 +153,44 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
         == 2
     )
     assert "unknown probe setting 'nope'" in capsys.readouterr().err
+
+
+def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
+    """`model.use_codebook=false` (continuous latents) goes through the same command:
+    the probe reads the encoder's latents (V, P, D) in place of p (V, P, K), and no
+    served probe is written (the served graph reads code probabilities)."""
+    import torch
+
+    from training.encode import CodeFeatures
+    from training.evaluate import load_encoders
+
+    tiny = [
+        "--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
+        "--set", "model.pred_dim=16", "--set", "model.pred_layers=1",
+        "--set", "model.pred_heads=2", "--set", "model.use_codebook=false",
+        "--set", "optim.epochs=1", "--set", "optim.select_from=1",
+        "--set", "run.progress=false", "--set", "run.threads=1",
+    ]  # fmt: skip
+    run = tmp_path / "run"
+    syn = ["--dataset", "synthetic"]
+    args = ["pretrain", *syn, "--config", "configs/fast.yaml", *tiny, "--out", str(run)]
+    assert main(args) == 0
+    trained, _, cfg = load_encoders(run / "best.pt")
+    assert trained.codebook is None
+    x = np.random.default_rng(0).normal(size=(3, 100, 4)).astype(np.float32)
+    feats = CodeFeatures(trained)
+    n_patches = 100 // cfg["patch_len"]
+    assert feats(x).shape == (3, n_patches * cfg["d_model"])
+    assert not feats.has_codes
+    with pytest.raises(ValueError, match="without the codebook"):
+        feats.codes(x)
+    with torch.no_grad():  # the variable-wise max over channels of the latents
+        h = trained.probe_inputs(torch.from_numpy(x))
+    np.testing.assert_allclose(feats(x), h.amax(1).flatten(1).numpy(), rtol=1e-6)
+    out = tmp_path / "eval"
+    ev = ["evaluate", *syn, "--checkpoint", str(run / "best.pt"), "--seeds", "2"]
+    ev += ["--baselines", "none", "--n-boot", "10", "--probe", "max_epochs=20"]
+    assert main([*ev, "--out", str(out)]) == 0
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert np.isfinite(rows["SC-JEPA probe"]["all"]["roc_auc"]["mean"])
+    assert not (out / "probe.pt").exists() and not (out / "code_usage.png").exists()
