@@ -141,3 +141,98 @@ def window_stats(normal: np.ndarray) -> WindowStatsFeatures:
 
 def raw_feature_probe(ctx_normal: np.ndarray) -> Callable[[FitContext, int], Scorer]:
     return fit_feature_probe(window_stats(ctx_normal))
+
+
+# -- TS2Vec: a peer representation learner, read by the same probe ---------------------
+
+
+@dataclass
+class TS2VecConfig:
+    """TS2Vec (Yue et al., AAAI 2022) with its published defaults, via the `ts2vec`
+    package (the official code). ``iters`` defaults to the official rule for a training
+    set of more than 100,000 values (600; 200 below)."""
+
+    iters: int = 600
+    output_dims: int = 320
+    hidden_dims: int = 64
+    depth: int = 10
+    batch_size: int = 16
+    lr: float = 1e-3
+
+
+class TS2VecFeatures:
+    """Featurizer: a TS2Vec encoder trained, label-free, on the official train windows.
+
+    Inputs are z-scored per channel with the train windows' statistics (TS2Vec has no
+    instance normalisation); a window's feature is TS2Vec's full-series max-pooled
+    representation, z-scored on the train windows for the probe. Encodings are cached per
+    input array: the probe reads the same train/val/test arrays again.
+    """
+
+    def __init__(self, normal: np.ndarray, seed: int, cfg: TS2VecConfig) -> None:
+        import torch
+
+        try:
+            from ts2vec import TS2Vec
+        except ImportError:
+            from training.errors import UserError
+
+            raise UserError(
+                "the TS2Vec row needs the `ts2vec` package: pip install -e '.[train]'"
+            ) from None
+        from tqdm.auto import tqdm
+
+        flat = normal.reshape(-1, normal.shape[2])
+        self.mean, self.std = flat.mean(0), flat.std(0) + 1e-6
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        np_state = np.random.get_state()  # TS2Vec crops with NumPy's global RNG
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            np.random.seed(seed)
+            bar = tqdm(total=cfg.iters, desc=f"TS2Vec seed {seed}", leave=False)
+            self.losses: list[float] = []  # one per iteration
+
+            def step(model: object, loss: float) -> None:
+                self.losses.append(loss)
+                bar.update(1)
+
+            self.model = TS2Vec(
+                input_dims=normal.shape[2],
+                output_dims=cfg.output_dims,
+                hidden_dims=cfg.hidden_dims,
+                depth=cfg.depth,
+                device=device,
+                lr=cfg.lr,
+                batch_size=cfg.batch_size,
+                after_iter_callback=step,
+            )
+            self.model.fit(self._scale(normal), n_iters=cfg.iters)
+            bar.close()
+        np.random.set_state(np_state)
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.scale = Standardizer().fit(self._encode(normal))
+
+    def _scale(self, x: np.ndarray) -> np.ndarray:
+        return ((x - self.mean) / self.std).astype(np.float32)
+
+    def _encode(self, x: np.ndarray) -> np.ndarray:
+        z = self.model.encode(
+            self._scale(x), encoding_window="full_series", batch_size=256
+        )
+        return np.asarray(z, dtype=np.float32)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        hit = self._cache.get(id(x))
+        if hit is None or hit[0] is not x:
+            hit = (x, self.scale(self._encode(x)))
+            self._cache[id(x)] = hit  # holds x, so its id cannot be reused
+        return hit[1]
+
+
+def fit_ts2vec(cfg: TS2VecConfig) -> Callable[[FitContext, int], Scorer]:
+    """TS2Vec trained per seed on the official train windows, then the SC-JEPA probe."""
+
+    def fit(ctx: FitContext, seed: int) -> Scorer:
+        return fit_feature_probe(TS2VecFeatures(ctx.normal, seed, cfg))(ctx, seed)
+
+    return fit

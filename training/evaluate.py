@@ -21,6 +21,7 @@ import numpy as np
 from training.baselines import (
     FitContext,
     Scorer,
+    TS2VecConfig,
     WindowStatsFeatures,
     fit_always_positive,
     fit_feature_probe,
@@ -29,6 +30,7 @@ from training.baselines import (
     fit_pca,
     fit_persistence,
     fit_random,
+    fit_ts2vec,
     raw_feature_probe,
     window_stats,
 )
@@ -66,8 +68,11 @@ def normal_windows(ds: Dataset, window: int = 100) -> np.ndarray:
     )
 
 
-def baseline_methods(normal: np.ndarray) -> dict[str, FitFn]:
-    return {
+def baseline_methods(
+    normal: np.ndarray, ts2vec: TS2VecConfig | None = None
+) -> dict[str, FitFn]:
+    """The baseline rows; TS2Vec (a peer representation learner) when ``ts2vec``."""
+    methods: dict[str, FitFn] = {
         "always-positive": fit_always_positive,
         "random": fit_random,
         "persistence (IForest)": fit_persistence,
@@ -76,6 +81,12 @@ def baseline_methods(normal: np.ndarray) -> dict[str, FitFn]:
         "logistic, pooled stats": fit_logistic,
         "raw-feature probe (MLP)": raw_feature_probe(normal),
     }
+    if ts2vec is not None:
+        methods[TS2VEC_ROW] = fit_ts2vec(ts2vec)
+    return methods
+
+
+TS2VEC_ROW = "TS2Vec + same probe"
 
 
 def fit_methods(
@@ -207,6 +218,13 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--baselines", choices=("all", "none"), default="all")
     p.add_argument(
+        "--ts2vec-iters",
+        type=int,
+        default=TS2VecConfig.iters,
+        help="training iterations of the TS2Vec row, per seed (0 = no TS2Vec row; "
+        f"default {TS2VecConfig.iters}, TS2Vec's own)",
+    )
+    p.add_argument(
         "--probe",
         action="append",
         default=[],
@@ -248,7 +266,10 @@ def run(args: Any) -> int:
     ds = load_dataset(args.dataset, args.root)
     probe_cfg = _probe_config(args.probe)
     normal = normal_windows(ds)
-    methods = baseline_methods(normal) if args.baselines == "all" else {}
+    if args.ts2vec_iters < 0:
+        raise UserError(f"--ts2vec-iters {args.ts2vec_iters}: must be >= 0")
+    ts2vec = TS2VecConfig(iters=args.ts2vec_iters) if args.ts2vec_iters else None
+    methods = baseline_methods(normal, ts2vec) if args.baselines == "all" else {}
     encoders: dict[str, CodeFeatures] = {}
     model_config: dict[str, Any] | None = None
     if args.checkpoint:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from training.baselines import TS2VecConfig, TS2VecFeatures
 from training.cli import main
 from training.data import Samples, downstream_splits, load_dataset
 from training.evaluate import baseline_methods, evaluate, normal_windows
@@ -33,7 +34,8 @@ def test_test_split_cannot_influence_fitting(ds) -> None:
         entity=t.entity,
         t=t.t,
     )
-    methods = baseline_methods(normal_windows(ds))
+    tiny_ts2vec = TS2VecConfig(iters=3, output_dims=8, hidden_dims=8, depth=2)
+    methods = baseline_methods(normal_windows(ds), tiny_ts2vec)
     a = evaluate(ds, methods, [0, 1], FAST_PROBE, n_boot=20, splits=splits)
     b = evaluate(
         ds, methods, [0, 1], FAST_PROBE, n_boot=20, splits=dict(splits, test=garbage)
@@ -69,6 +71,23 @@ def test_baseline_rows_and_floors(ds) -> None:
     assert res["rows"]["random"]["all"]["roc_auc"]["std"] > 0  # seeds differ
 
 
+def test_ts2vec_features_are_seeded_and_leave_global_rng_alone(ds) -> None:
+    """The TS2Vec row: a seed gives one encoder; NumPy's global RNG (which TS2Vec's
+    cropping uses) is restored, so the rows after it do not depend on it running."""
+    normal = normal_windows(ds)
+    cfg = TS2VecConfig(iters=4, output_dims=8, hidden_dims=8, depth=2)
+    np.random.seed(123)
+    before = np.random.get_state()[1].copy()
+    a, b = TS2VecFeatures(normal, 0, cfg), TS2VecFeatures(normal, 0, cfg)
+    np.testing.assert_array_equal(np.random.get_state()[1], before)
+    other = TS2VecFeatures(normal, 1, cfg)
+    x = normal[:7]
+    assert a(x).shape == (7, 8) and np.isfinite(a(x)).all()
+    np.testing.assert_allclose(a(x), b(x), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(a(x), other(x))
+    assert len(a.losses) >= 1 and np.isfinite(a.losses).all()
+
+
 def _separable(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     y = (rng.random(n) < 0.3).astype(np.int8)
     f = rng.normal(size=(n, 8)).astype(np.float32)
@@ -102,7 +121,8 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
         "--out",
         str(out),
     ]
-    assert main([*args, "--probe", "hidden=32", "--probe", "max_epochs=40"]) == 0
+    probe = ["--probe", "hidden=32", "--probe", "max_epochs=40"]
+    assert main([*args, *probe, "--ts2vec-iters", "3"]) == 0
     res = json.loads((out / "results.json").read_text())
     for key in (
         "dataset",
@@ -125,6 +145,7 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     text = doc.read_text()
     assert text.index("The codebook collapsed.") < text.index("### SYNTHETIC")
     assert "always-positive" in text and "raw-feature probe (MLP)" in text
+    assert "| TS2Vec + same probe |" in text
     # a second run on the same data set joins the same table, its SC-JEPA rows labelled
     rerun = tmp_path / "rerun"
     rerun.mkdir()
