@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
 from training.errors import UserError
 from training.results import markdown, merge
 
-HEADER = """# Results: anomaly prediction on the benchmarks
+HEADER = """# {title}
 
 Protocol: `evaluation.md` (per-entity 6:2:2 chronological split of the official test
 windows with a one-window gap at each cut; thresholds, calibration, early stopping and
@@ -42,6 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--notes", type=Path, help="markdown analysis to include after the header"
     )
+    p.add_argument(
+        "--title",
+        default=TITLE,
+        help=f"the document's heading (default: {TITLE!r})",
+    )
+
+
+TITLE = "Results: anomaly prediction on the benchmarks"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +80,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"{args.notes}: notes file not found")
         cmd += f" --notes {args.notes}"
         text = args.notes.read_text().strip() + "\n\n"
-    text = HEADER.format(dirs=cmd) + "\n" + text + "\n\n".join(sections) + "\n"
+    if args.title != TITLE:
+        cmd += f" --title {shlex.quote(args.title)}"
+    text = (
+        HEADER.format(title=args.title, dirs=cmd)
+        + "\n"
+        + text
+        + "\n\n".join(sections)
+        + "\n"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text)

@@ -146,6 +146,12 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     assert text.index("The codebook collapsed.") < text.index("### SYNTHETIC")
     assert "always-positive" in text and "raw-feature probe (MLP)" in text
     assert "| TS2Vec + same probe |" in text
+    assert text.startswith("# Results: anomaly prediction")
+    assert (
+        main(["report", str(out), "--title", "Ablations: MSL", "--out", str(doc)]) == 0
+    )
+    text = doc.read_text()
+    assert text.startswith("# Ablations: MSL\n") and "--title 'Ablations: MSL'" in text
     # a second run on the same data set joins the same table, its SC-JEPA rows labelled
     rerun = tmp_path / "rerun"
     rerun.mkdir()
