@@ -18,7 +18,12 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import NearestNeighbors
 
 from training.data import Samples
-from training.features import Standardizer, channel_stats, pooled_stats
+from training.features import (
+    PerArrayCache,
+    Standardizer,
+    channel_stats,
+    pooled_stats,
+)
 from training.metrics import pr_auc
 from training.probe import Probe, ProbeConfig
 
@@ -182,8 +187,7 @@ class TS2VecFeatures:
             ) from None
         from tqdm.auto import tqdm
 
-        flat = normal.reshape(-1, normal.shape[2])
-        self.mean, self.std = flat.mean(0), flat.std(0) + 1e-6
+        self.inputs = Standardizer().fit(normal.reshape(-1, normal.shape[2]))
         device = "cuda" if torch.cuda.is_available() else "cpu"
         np_state = np.random.get_state()  # TS2Vec crops with NumPy's global RNG
         with torch.random.fork_rng(devices=[]):
@@ -206,27 +210,20 @@ class TS2VecFeatures:
                 batch_size=cfg.batch_size,
                 after_iter_callback=step,
             )
-            self.model.fit(self._scale(normal), n_iters=cfg.iters)
+            self.model.fit(self.inputs(normal), n_iters=cfg.iters)
             bar.close()
         np.random.set_state(np_state)
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.scale = Standardizer().fit(self._encode(normal))
-
-    def _scale(self, x: np.ndarray) -> np.ndarray:
-        return ((x - self.mean) / self.std).astype(np.float32)
+        self._features = PerArrayCache(lambda x: self.scale(self._encode(x)))
 
     def _encode(self, x: np.ndarray) -> np.ndarray:
         z = self.model.encode(
-            self._scale(x), encoding_window="full_series", batch_size=256
+            self.inputs(x), encoding_window="full_series", batch_size=256
         )
         return np.asarray(z, dtype=np.float32)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        hit = self._cache.get(id(x))
-        if hit is None or hit[0] is not x:
-            hit = (x, self.scale(self._encode(x)))
-            self._cache[id(x)] = hit  # holds x, so its id cannot be reused
-        return hit[1]
+        return self._features(x)
 
 
 def fit_ts2vec(cfg: TS2VecConfig) -> Callable[[FitContext, int], Scorer]:

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from training.features import PerArrayCache
+
 
 class CodeFeatures:
     """Callable featurizer over window batches, cached per input array.
@@ -22,7 +24,7 @@ class CodeFeatures:
     def __init__(self, model: nn.Module, batch_size: int = 64) -> None:
         self.model = model.eval()
         self.batch_size = batch_size
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._lookup = PerArrayCache(self._encode)  # -> (features, codes)
 
     @torch.no_grad()
     def _encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -34,14 +36,6 @@ class CodeFeatures:
             feats.append(p.amax(dim=1).flatten(1).numpy())  # (B, P * K)
             codes.append(p.argmax(dim=-1).to(torch.int16).numpy())  # (B, V, P)
         return np.concatenate(feats), np.concatenate(codes)
-
-    def _lookup(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        hit = self._cache.get(id(x))
-        if hit is None or hit[0] is not x:
-            feats, codes = self._encode(x)
-            hit = (x, feats, codes)
-            self._cache[id(x)] = hit  # holds x, so its id cannot be reused
-        return hit[1], hit[2]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self._lookup(x)[0]

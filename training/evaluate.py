@@ -68,6 +68,9 @@ def normal_windows(ds: Dataset, window: int = 100) -> np.ndarray:
     )
 
 
+TS2VEC_ROW = "TS2Vec + same probe"
+
+
 def baseline_methods(
     normal: np.ndarray, ts2vec: TS2VecConfig | None = None
 ) -> dict[str, FitFn]:
@@ -84,9 +87,6 @@ def baseline_methods(
     if ts2vec is not None:
         methods[TS2VEC_ROW] = fit_ts2vec(ts2vec)
     return methods
-
-
-TS2VEC_ROW = "TS2Vec + same probe"
 
 
 def fit_methods(

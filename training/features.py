@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
 import numpy as np
+
+T = TypeVar("T")
 
 STATS = ("mean", "std", "min", "max", "last", "slope")
 
@@ -39,3 +44,23 @@ class Standardizer:
 
     def __call__(self, f: np.ndarray) -> np.ndarray:
         return ((f - self.mean) / self.std).astype(np.float32)
+
+
+class PerArrayCache(Generic[T]):
+    """``fn(x)``, computed once per input array (by identity).
+
+    Evaluation refits the probe for every seed on the same train/val/test arrays; a
+    featurizer wrapped in this encodes each of them once. An entry holds its array, so
+    that array's id cannot be reused by another while the cache lives.
+    """
+
+    def __init__(self, fn: Callable[[np.ndarray], T]) -> None:
+        self.fn = fn
+        self._hits: dict[int, tuple[np.ndarray, T]] = {}
+
+    def __call__(self, x: np.ndarray) -> T:
+        hit = self._hits.get(id(x))
+        if hit is None or hit[0] is not x:
+            hit = (x, self.fn(x))
+            self._hits[id(x)] = hit
+        return hit[1]
