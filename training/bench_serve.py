@@ -136,16 +136,27 @@ class Conn:
     async def request(
         self, method: str, path: str, body: bytes = b""
     ) -> tuple[int, bytes]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(
-                self.host, self.port
-            )
-        assert self.reader is not None
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
         if body:
             head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
-        self.writer.write(head.encode() + b"\r\n" + body)
-        status = int((await self.reader.readline()).split()[1])
+        while True:
+            fresh = self.writer is None
+            if fresh:
+                self.reader, self.writer = await asyncio.open_connection(
+                    self.host, self.port
+                )
+            assert self.reader is not None and self.writer is not None
+            self.writer.write(head.encode() + b"\r\n" + body)
+            if line := await self.reader.readline():
+                break
+            # End of stream before a status line: the server closed the connection
+            # while it sat idle (uvicorn's keep-alive timeout is 5 s), before reading
+            # this request. Reopen once, as HTTP clients do; a new connection that
+            # answers nothing is an error.
+            await self.close()
+            if fresh:
+                raise ConnectionResetError(f"{self.host}:{self.port} sent no response")
+        status = int(line.split()[1])
         length = 0
         while (line := await self.reader.readline()) not in (b"\r\n", b""):
             name, _, value = line.partition(b":")
@@ -154,9 +165,11 @@ class Conn:
         return status, await self.reader.readexactly(length)
 
     async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            await self.writer.wait_closed()
+        writer, self.reader, self.writer = self.writer, None, None
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
 
 def host_port(url: str) -> tuple[str, int]:

@@ -44,3 +44,45 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     assert fixed["windows_per_s"] * fixed["seconds"] == pytest.approx(16)
     assert fixed["fraction_of_saturated"] == pytest.approx(8 / score["windows_per_s"])
     assert risk2["errors"] == 0 and risk2["sent"] >= 10
+
+
+def test_client_reopens_a_keep_alive_connection_the_server_closed() -> None:
+    """A server may close an idle keep-alive connection (uvicorn after 5 s): the load
+    generator's next request on it reopens the connection once instead of failing; a
+    server that closes a fresh connection without answering is an error."""
+    import asyncio
+
+    from training.bench_serve import Conn
+
+    async def one_answer_then_close(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    async def silent(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    async def go() -> tuple[list[tuple[int, bytes]], BaseException | None]:
+        server = await asyncio.start_server(one_answer_then_close, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        conn = Conn("127.0.0.1", port)
+        answers = [await conn.request("GET", "/risk/a")]
+        await asyncio.sleep(0.05)  # the server has closed it by now
+        answers.append(await conn.request("GET", "/risk/b"))
+        await conn.close()
+        server.close()
+        bad = await asyncio.start_server(silent, "127.0.0.1", 0)
+        err = None
+        try:
+            await Conn("127.0.0.1", bad.sockets[0].getsockname()[1]).request("GET", "/")
+        except ConnectionResetError as e:
+            err = e
+        bad.close()
+        return answers, err
+
+    answers, err = asyncio.run(go())
+    assert answers == [(200, b"ok"), (200, b"ok")]
+    assert isinstance(err, ConnectionResetError)
