@@ -139,6 +139,7 @@ class Conn:
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
         if body:
             head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        req = head.encode() + b"\r\n" + body
         while True:
             fresh = self.writer is None
             if fresh:
@@ -146,7 +147,7 @@ class Conn:
                     self.host, self.port
                 )
             assert self.reader is not None and self.writer is not None
-            self.writer.write(head.encode() + b"\r\n" + body)
+            self.writer.write(req)
             if line := await self.reader.readline():
                 break
             # End of stream before a status line: the server closed the connection

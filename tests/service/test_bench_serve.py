@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from training.bench_serve import Conn
 from training.cli import main
 
 
@@ -50,9 +52,6 @@ def test_client_reopens_a_keep_alive_connection_the_server_closed() -> None:
     """A server may close an idle keep-alive connection (uvicorn after 5 s): the load
     generator's next request on it reopens the connection once instead of failing; a
     server that closes a fresh connection without answering is an error."""
-    import asyncio
-
-    from training.bench_serve import Conn
 
     async def one_answer_then_close(
         reader: asyncio.StreamReader, writer: asyncio.StreamWriter
