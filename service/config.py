@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.inference import CPU_CHUNK_TOKENS
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
@@ -36,7 +38,10 @@ class Settings(BaseSettings):
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None
-    max_batch: Annotated[int, Field(ge=1)] = 64  # windows per onnxruntime call
+    max_batch: Annotated[int, Field(ge=1)] = 64  # windows per batch (one worker job)
+    # CPU: a batch runs in onnxruntime runs of about this many encoder tokens
+    # (windows x kept channels x patches), which keeps activations in cache; 0 = off
+    cpu_chunk_tokens: Annotated[int, Field(ge=0)] = CPU_CHUNK_TOKENS
     # 0: a batch takes what queued while the previous one ran, adding no delay
     max_wait_ms: Annotated[float, Field(ge=0)] = 0.0
     # windows scored per stream and call; when more complete, the latest are kept

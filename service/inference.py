@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 OUTPUTS = ("risk", "channel_contrib", "codes")
+CPU_CHUNK_TOKENS = 512  # encoder tokens per CPU run; see run_size
 
 
 class WindowError(ValueError):
@@ -96,6 +97,7 @@ class Model:
         *,
         precision: Literal["fp32", "int8", "fp16"],
         max_batch: int,
+        cpu_chunk_tokens: int = CPU_CHUNK_TOKENS,
     ) -> None:
         self.session = session
         self.manifest = manifest
@@ -104,6 +106,7 @@ class Model:
         self.provider: str = session.get_providers()[0]  # the ACTIVE one
         self.window = manifest.window
         self.n_channels = manifest.n_channels
+        self.run_size = run_size(manifest, self.provider, max_batch, cpu_chunk_tokens)
         self.warmed = False
         self._check_graph()
 
@@ -144,11 +147,11 @@ class Model:
             )
 
     def score(self, windows: np.ndarray) -> Scores:
-        """Score (B, window, V) windows, in chunks of at most ``max_batch``."""
+        """Score (B, window, V) windows, one onnxruntime run per ``run_size`` of them."""
         x = validate_windows(windows, self.window, self.n_channels)
         parts = [
-            self.session.run(list(OUTPUTS), {"window": x[i : i + self.max_batch]})
-            for i in range(0, len(x), self.max_batch)
+            self.session.run(list(OUTPUTS), {"window": x[i : i + self.run_size]})
+            for i in range(0, len(x), self.run_size)
         ]
         risk, contrib, codes = (np.concatenate([p[k] for p in parts]) for k in range(3))
         if risk.shape != (len(x),) or contrib.shape != (len(x), self.n_channels):
@@ -165,12 +168,37 @@ class Model:
     def warmup(self, batch_sizes: tuple[int, ...] | None = None) -> None:
         """Run the batch sizes the batcher will use, so the first request is not slow."""
         sizes = batch_sizes or tuple(
-            sorted({1, min(8, self.max_batch), self.max_batch})
+            sorted({1, min(8, self.max_batch), self.run_size, self.max_batch})
         )
         rng = np.random.default_rng(0)
         for b in sizes:
             self.score(rng.standard_normal((b, self.window, self.n_channels)))
         self.warmed = True
+
+
+def run_size(
+    manifest: Manifest, provider: str, max_batch: int, cpu_chunk_tokens: int
+) -> int:
+    """Windows per onnxruntime run: ``max_batch``, or fewer on the CPU provider.
+
+    The encoder sees one token per kept channel and patch, so a batch of B windows is
+    B * kept * patches tokens. On the CPU a large run spills its activations out of the
+    cache and scores fewer windows per second than the same windows run in chunks
+    (docs/benchmarks.md: about 1.5x at 64 windows of 25-50 channels on 2 cores), so a
+    batch runs in chunks of about ``cpu_chunk_tokens`` tokens; 0 turns that off. A GPU
+    wants the whole batch in one run.
+    """
+    cfg = manifest.model_cfg
+    if "n_patches" in cfg:
+        patches = int(cfg["n_patches"])
+    elif "patch_len" in cfg:
+        patches = manifest.window // int(cfg["patch_len"])
+    else:  # a config that does not say: no chunking rather than a guess
+        return max_batch
+    if provider != CPU or cpu_chunk_tokens <= 0:
+        return max_batch
+    tokens = sum(manifest.channel_mask) * patches  # per window
+    return max(1, min(max_batch, cpu_chunk_tokens // tokens))
 
 
 def session_options(intra_op_threads: int, inter_op_threads: int) -> ort.SessionOptions:
@@ -191,6 +219,7 @@ def load_model(
     intra_op_threads: int = 1,
     inter_op_threads: int = 1,
     max_batch: int = 64,
+    cpu_chunk_tokens: int = CPU_CHUNK_TOKENS,
 ) -> Model:
     """Open an artifact folder; raises :class:`ArtifactError` naming the failed check.
 
@@ -233,4 +262,10 @@ def load_model(
         raise ArtifactError(f"provider 'cuda' requested but {active} is active")
     if CUDA in wanted and active != CUDA:
         log.warning("CUDA requested but inactive after loading; running on %s", active)
-    return Model(session, manifest, precision=precision, max_batch=max_batch)
+    return Model(
+        session,
+        manifest,
+        precision=precision,
+        max_batch=max_batch,
+        cpu_chunk_tokens=cpu_chunk_tokens,
+    )

@@ -47,6 +47,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 intra_op_threads=settings.intra_op_threads,
                 inter_op_threads=settings.inter_op_threads,
                 max_batch=settings.max_batch,
+                cpu_chunk_tokens=settings.cpu_chunk_tokens,
             ),
         )
         await loop.run_in_executor(executor, model.warmup)

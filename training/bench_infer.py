@@ -184,6 +184,13 @@ def ort_session(path: Path, threads: int, providers: list[str]) -> Any:
 Runtime = tuple[Callable[[np.ndarray], Any], str, str]  # (fn, baseline name, peak key)
 
 
+def in_calls_of(
+    fn: Callable[[np.ndarray], Any], n: int
+) -> Callable[[np.ndarray], list[Any]]:
+    """``fn`` over a batch in calls of at most ``n`` windows."""
+    return lambda x: [fn(x[i : i + n]) for i in range(0, len(x), n)]
+
+
 def _runtimes(
     artifact: Path, eager: ServedModel, threads: int
 ) -> tuple[
@@ -196,6 +203,7 @@ def _runtimes(
     """
     import onnxruntime as ort
 
+    from service.inference import load_model
     from service.manifest import FP16_FILE, INT8_FILE, MODEL_FILE
 
     cpu_eager = "pytorch eager cpu fp32"
@@ -225,6 +233,23 @@ def _runtimes(
         return f
 
     rt[cpu_eager] = (torch_fn(eager, "cpu"), cpu_eager, "cpu fp32")
+    # What the service runs: its runtime (service/inference.py) splits a batch into
+    # onnxruntime calls of about CPU_CHUNK_TOKENS encoder tokens. Eager in the same
+    # chunks shows how much of that gain is the chunking, not onnxruntime.
+    served = load_model(
+        artifact, provider="cpu", intra_op_threads=threads, max_batch=1 << 16
+    )
+    n = served.run_size
+    rt[f"service runtime cpu fp32 ({n} windows a call)"] = (
+        served.score,
+        cpu_eager,
+        "cpu fp32",
+    )
+    rt[f"pytorch eager cpu fp32 ({n} windows a call)"] = (
+        in_calls_of(torch_fn(eager, "cpu"), n),
+        cpu_eager,
+        "cpu fp32",
+    )
 
     cuda = "CUDAExecutionProvider"
     if cuda in ort.get_available_providers():

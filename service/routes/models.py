@@ -16,6 +16,8 @@ class LoadedModel(BaseModel):
     provider: str  # the ACTIVE onnxruntime execution provider
     precision: str
     warmed: bool
+    max_batch: int  # windows per batch
+    windows_per_run: int  # windows per onnxruntime run (CPU: chunks of a batch)
 
 
 class ModelsResponse(BaseModel):
@@ -32,6 +34,8 @@ async def models(model: ModelDep) -> ModelsResponse:
                 provider=model.provider,
                 precision=model.precision,
                 warmed=model.warmed,
+                max_batch=model.max_batch,
+                windows_per_run=model.run_size,
             )
         ]
     )

@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 from service_artifact import build_artifact
 
-from service.inference import WindowError, load_model, validate_windows
+from service.inference import (
+    CPU,
+    CUDA,
+    WindowError,
+    load_model,
+    run_size,
+    validate_windows,
+)
 from service.manifest import ArtifactError, Manifest, load_manifest, write_manifest
 
 
@@ -147,6 +154,42 @@ def test_batch_scoring_equals_one_by_one(artifact_dir: Path) -> None:
     assert np.all((batch.risk > 0) & (batch.risk < 1))
     np.testing.assert_allclose(batch.contrib.sum(1), 1.0, atol=1e-6)
     assert np.all(batch.contrib[:, 3] == 0)  # the masked channel never contributes
+
+
+class RunSizes:
+    """Session proxy that records the batch of every onnxruntime run."""
+
+    def __init__(self, session: object) -> None:
+        self.session, self.batches = session, []
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list:
+        self.batches.append(len(feeds["window"]))
+        return self.session.run(outputs, feeds)
+
+
+def test_cpu_batches_run_in_chunks_of_the_token_budget(artifact_dir: Path) -> None:
+    # the tiny artifact: 3 kept channels x 5 patches = 15 encoder tokens a window
+    chunked = load_model(artifact_dir, max_batch=64, cpu_chunk_tokens=45)
+    whole = load_model(artifact_dir, max_batch=64, cpu_chunk_tokens=0)
+    assert (chunked.run_size, whole.run_size) == (3, 64)
+    assert load_model(artifact_dir, cpu_chunk_tokens=1).run_size == 1  # at least one
+    chunked.session = RunSizes(chunked.session)  # type: ignore[assignment]
+    x = np.random.default_rng(3).normal(size=(10, 100, 4)).astype(np.float32)
+    a, b = chunked.score(x), whole.score(x)
+    assert chunked.session.batches == [3, 3, 3, 1]
+    np.testing.assert_allclose(a.risk, b.risk, atol=1e-6)
+    np.testing.assert_allclose(a.contrib, b.contrib, atol=1e-6)
+    np.testing.assert_array_equal(a.codes, b.codes)
+
+
+def test_run_size_reads_the_exporters_config(artifact_dir: Path) -> None:
+    m = load_manifest(artifact_dir)
+    real = m.model_copy(update={"model_cfg": {"seq_len": 100, "patch_len": 20}})
+    assert run_size(real, CPU, 64, 512) == 34  # 512 // (3 kept x 5 patches)
+    assert run_size(real, CPU, 8, 512) == 8  # never above max_batch
+    assert run_size(real, CUDA, 64, 512) == 64  # a GPU runs the whole batch
+    unknown = m.model_copy(update={"model_cfg": {}})
+    assert run_size(unknown, CPU, 64, 512) == 64  # no patch size known: no chunking
 
 
 def test_masked_channel_is_inert(tmp_path: Path) -> None:

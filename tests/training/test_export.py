@@ -340,7 +340,15 @@ def test_bench_infer_compares_like_with_like(
         assert r["gflop_per_s"] == pytest.approx(
             r["windows_per_s"] * res["flops_per_window"] / 1e9
         )
-    assert {n for _, n in rows} == {"onnxruntime cpu fp32", "pytorch eager cpu fp32"}
+    # the service's runtime splits a batch into calls of ~512 encoder tokens; eager is
+    # timed in the same calls too, so the gain of the chunking is not credited to ORT
+    k = max(1, 512 // ((n - 2) * (cfg.seq_len // cfg.patch_len)))
+    assert {n for _, n in rows} == {
+        "onnxruntime cpu fp32",
+        "pytorch eager cpu fp32",
+        f"service runtime cpu fp32 ({k} windows a call)",
+        f"pytorch eager cpu fp32 ({k} windows a call)",
+    }
 
 
 def _cuda_in_onnxruntime() -> bool:
