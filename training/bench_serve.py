@@ -6,7 +6,8 @@ Three measurements, each against its own ceiling measured in the same run:
 1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
    doing the same appends (one pipelined RPUSH + LTRIM + EXPIRE per request);
 2. scoring: windows/s with hop 100 and many streams vs the artifact's standalone
-   onnxruntime throughput at the service's batch size and thread count;
+   throughput in the service's own runtime (service/inference.py: same batch size,
+   threads and onnxruntime calls per batch), without HTTP or Redis;
 3. GET /risk latency p50/p99 at a fixed request rate while (2) runs.
 The load generator sends pre-serialised bodies, so its own JSON cost stays out of the
 service's numbers. Everything binds to 127.0.0.1.
@@ -464,19 +465,32 @@ def batch_stats(url: str) -> dict[str, float]:
 
 
 def standalone_windows_per_s(
-    artifact: Path, batch: int, threads: int, n_channels: int, seconds: float
-) -> float:
-    from training.bench_infer import ort_session, time_fn
+    artifact: Path,
+    batch: int,
+    threads: int,
+    n_channels: int,
+    seconds: float,
+    cpu_chunk_tokens: int,
+) -> tuple[float, int]:
+    """(windows/s, windows per onnxruntime call) of the service's own runtime at
+    ``batch``, without HTTP or Redis: the ceiling the service is compared with."""
+    from service.inference import load_model
+    from training.bench_infer import time_fn
 
-    sess = ort_session(artifact / "model.onnx", threads, ["CPUExecutionProvider"])
+    model = load_model(
+        artifact,
+        provider="cpu",
+        intra_op_threads=threads,
+        max_batch=batch,
+        cpu_chunk_tokens=cpu_chunk_tokens,
+    )
     x = (
         np.random.default_rng(0)
         .normal(size=(batch, 100, n_channels))
         .astype(np.float32)
     )
-    return batch / float(
-        np.median(time_fn(lambda: sess.run(None, {"window": x}), seconds))
-    )
+    lat = time_fn(lambda: model.score(x), seconds)
+    return batch / float(np.median(lat)), model.run_size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -605,8 +619,18 @@ def run(args: argparse.Namespace) -> int:
         #    saturated, then at a fixed rate; GET /risk at a fixed rate during each,
         #    from a separate process.
         bodies = make_bodies(args.streams, 100, args.streams + n, v, seed=2)
-        before_alone = standalone_windows_per_s(
-            args.artifact, args.max_batch, args.threads, v, min(3.0, args.risk_seconds)
+        from service.inference import CPU_CHUNK_TOKENS
+
+        chunk_tokens = int(
+            base_env.get("SCJEPA_CPU_CHUNK_TOKENS", "") or CPU_CHUNK_TOKENS
+        )
+        before_alone, per_call = standalone_windows_per_s(
+            args.artifact,
+            args.max_batch,
+            args.threads,
+            v,
+            min(3.0, args.risk_seconds),
+            chunk_tokens,
         )
 
         def with_risk(load: Any) -> tuple[dict[str, float], dict[str, float]]:
@@ -647,13 +671,19 @@ def run(args: argparse.Namespace) -> int:
             fixed |= _delta(batch_stats(url), after)
             fixed["fraction_of_saturated"] = rate / max(scored["windows_per_s"], 1e-9)
             fixed["clients"] = clients
-        after_alone = standalone_windows_per_s(
-            args.artifact, args.max_batch, args.threads, v, min(3.0, args.risk_seconds)
+        after_alone, _ = standalone_windows_per_s(
+            args.artifact,
+            args.max_batch,
+            args.threads,
+            v,
+            min(3.0, args.risk_seconds),
+            chunk_tokens,
         )
         # the machine is shared: the ceiling is the mean of runs before and after
         alone = (before_alone + after_alone) / 2
         scored["standalone_onnxruntime_windows_per_s"] = alone
         scored["standalone_before_after"] = [before_alone, after_alone]
+        scored["standalone_windows_per_call"] = per_call
         scored["vs_standalone"] = scored["windows_per_s"] / alone
         out["scoring"], out["risk_during_scoring"] = scored, risk
         out["fixed_rate_scoring"], out["risk_during_fixed_rate_scoring"] = (
