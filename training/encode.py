@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from model.patching import fold_channels, patchify
 from training.features import PerArrayCache
 
 
@@ -49,3 +50,36 @@ class CodeFeatures:
         if not self.has_codes:
             raise ValueError("a model without the codebook has no codes")
         return self._lookup(x)[1]
+
+
+class ReconstructionError:
+    """Label-free score from the pre-trained model itself: how badly its decoder
+    reconstructs the current window from the codes.
+
+    Per channel, the mean squared error of the reconstruction on the RevIN-normalised
+    scale (so every channel counts alike), then the mean of its log over channels: a
+    detector fitted on nothing but pre-training, like the PCA row's reconstruction
+    error. Cached per input array like :class:`CodeFeatures`.
+    """
+
+    def __init__(self, model: nn.Module, batch_size: int = 64) -> None:
+        self.model = model.eval()
+        self.batch_size = batch_size
+        self._lookup = PerArrayCache(self._score)
+
+    @torch.no_grad()
+    def _score(self, x: np.ndarray) -> np.ndarray:
+        out = []
+        for i in range(0, len(x), self.batch_size):
+            xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
+            B, _, V = xb.shape
+            xc = fold_channels(xb)  # (B*V, T)
+            x_hat = self.model(xc, predict=False)["x_hat"]  # (B*V, P, L), raw scale
+            var = xc.var(-1, unbiased=False) + self.model.cfg.revin_eps  # RevIN's
+            err = (x_hat - patchify(xc, self.model.cfg.patch_len)) ** 2
+            per_channel = err.mean((-1, -2)) / var  # normalised-scale MSE, (B*V,)
+            out.append(torch.log(per_channel + 1e-6).view(B, V).mean(1).numpy())
+        return np.concatenate(out).astype(np.float64)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self._lookup(x)

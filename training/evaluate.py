@@ -35,7 +35,7 @@ from training.baselines import (
     window_stats,
 )
 from training.data import Dataset, Samples, cut_windows, downstream_splits
-from training.encode import CodeFeatures
+from training.encode import CodeFeatures, ReconstructionError
 from training.errors import UserError
 from training.metrics import (
     METRICS,
@@ -287,6 +287,10 @@ def run(args: Any) -> int:
         methods[STATS_ROW] = fit_feature_probe(
             with_window_stats(encoders["SC-JEPA probe"], stats)
         )
+        # Label-free: the model's own reconstruction error of the current window,
+        # beside the PCA row (same kind of detector, pre-training as its only fit).
+        recon = ReconstructionError(trained)
+        methods[RECON_ROW] = lambda ctx, seed: recon
     if not methods:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
 
@@ -317,6 +321,7 @@ def run(args: Any) -> int:
 
 
 STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
+RECON_ROW = "SC-JEPA reconstruction error (label-free)"
 
 
 def with_window_stats(

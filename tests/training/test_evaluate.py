@@ -214,10 +214,27 @@ def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
     with torch.no_grad():  # the variable-wise max over channels of the latents
         h = trained.probe_inputs(torch.from_numpy(x))
     np.testing.assert_allclose(feats(x), h.amax(1).flatten(1).numpy(), rtol=1e-6)
+    # the label-free row: mean over channels of the log reconstruction MSE on the
+    # RevIN scale, recomputed one window and one channel at a time
+    from training.encode import ReconstructionError
+
+    want = np.zeros(len(x))
+    for n in range(len(x)):
+        for v in range(x.shape[2]):
+            series = torch.from_numpy(x[n, :, v].copy())[None]  # (1, T)
+            with torch.no_grad():
+                x_hat = trained.eval()(series, predict=False)["x_hat"].flatten()
+            mse = float(((x_hat - series.flatten()) ** 2).mean())
+            var = float(series.var(unbiased=False)) + cfg["revin_eps"]
+            want[n] += np.log(mse / var + 1e-6) / x.shape[2]
+    np.testing.assert_allclose(ReconstructionError(trained)(x), want, rtol=1e-4)
     out = tmp_path / "eval"
     ev = ["evaluate", *syn, "--checkpoint", str(run / "best.pt"), "--seeds", "2"]
     ev += ["--baselines", "none", "--n-boot", "10", "--probe", "max_epochs=20"]
     assert main([*ev, "--out", str(out)]) == 0
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert np.isfinite(rows["SC-JEPA probe"]["all"]["roc_auc"]["mean"])
+    recon = rows["SC-JEPA reconstruction error (label-free)"]
+    assert np.isfinite(recon["all"]["roc_auc"]["mean"])
+    assert recon["all"]["roc_auc"]["std"] == 0  # no seed enters a label-free score
     assert not (out / "probe.pt").exists() and not (out / "code_usage.png").exists()
