@@ -184,7 +184,7 @@ def run_size(
     The encoder sees one token per kept channel and patch, so a batch of B windows is
     B * kept * patches tokens. On the CPU a large run spills its activations out of the
     cache and scores fewer windows per second than the same windows run in chunks
-    (docs/benchmarks.md: about 1.5x at 64 windows of 25-50 channels on 2 cores), so a
+    (docs/benchmarks.md: 1.14x at 64 windows of 25 or 50 channels, one thread), so a
     batch runs in chunks of about ``cpu_chunk_tokens`` tokens; 0 turns that off. A GPU
     wants the whole batch in one run.
     """
