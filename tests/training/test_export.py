@@ -179,16 +179,19 @@ def test_export_errors_are_one_line(
 
 
 def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
-    """With a checkpoint: both encoders and the window-stats diagnostic are evaluated;
-    the probe saved for export is the spec's (code features only, P * K inputs)."""
-    from training.evaluate import STATS_ROW
+    """With a checkpoint: both encoders, the window-stats diagnostic and the label-free
+    reconstruction error are evaluated; the probe saved for export is the spec's (code
+    features only, P * K inputs)."""
+    from training.evaluate import RECON_ROW, STATS_ROW
 
     res = json.loads((artifact["probe"].parent / "results.json").read_text())
     assert set(res["rows"]) == {
         "SC-JEPA probe, untrained encoder",
         "SC-JEPA probe",
         STATS_ROW,
+        RECON_ROW,
     }
+    assert "brier" not in res["rows"][RECON_ROW]  # a score, not a calibrated risk
     saved = torch.load(artifact["probe"], weights_only=False)
     assert saved["n_features"] == 5 * 16  # patches x codes of the TINY model
 
