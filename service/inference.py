@@ -168,7 +168,7 @@ class Model:
     def warmup(self, batch_sizes: tuple[int, ...] | None = None) -> None:
         """Run the batch sizes the batcher will use, so the first request is not slow."""
         sizes = batch_sizes or tuple(
-            sorted({1, min(8, self.max_batch), self.run_size, self.max_batch})
+            sorted({1, min(8, self.max_batch), self.max_batch})
         )
         rng = np.random.default_rng(0)
         for b in sizes:
@@ -189,13 +189,13 @@ def run_size(
     wants the whole batch in one run.
     """
     cfg = manifest.model_cfg
+    if provider != CPU or cpu_chunk_tokens <= 0:
+        return max_batch
     if "n_patches" in cfg:
         patches = int(cfg["n_patches"])
     elif "patch_len" in cfg:
         patches = manifest.window // int(cfg["patch_len"])
     else:  # a config that does not say: no chunking rather than a guess
-        return max_batch
-    if provider != CPU or cpu_chunk_tokens <= 0:
         return max_batch
     tokens = sum(manifest.channel_mask) * patches  # per window
     return max(1, min(max_batch, cpu_chunk_tokens // tokens))

@@ -28,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -565,6 +566,8 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
 
 
 def run(args: argparse.Namespace) -> int:
+    from service.inference import CPU_CHUNK_TOKENS
+
     manifest = json.loads((args.artifact / "manifest.json").read_text())
     v = int(manifest["n_channels"])
     out: dict[str, Any] = {
@@ -619,12 +622,11 @@ def run(args: argparse.Namespace) -> int:
         #    saturated, then at a fixed rate; GET /risk at a fixed rate during each,
         #    from a separate process.
         bodies = make_bodies(args.streams, 100, args.streams + n, v, seed=2)
-        from service.inference import CPU_CHUNK_TOKENS
-
         chunk_tokens = int(
             base_env.get("SCJEPA_CPU_CHUNK_TOKENS", "") or CPU_CHUNK_TOKENS
         )
-        before_alone, per_call = standalone_windows_per_s(
+        standalone = partial(
+            standalone_windows_per_s,
             args.artifact,
             args.max_batch,
             args.threads,
@@ -632,6 +634,7 @@ def run(args: argparse.Namespace) -> int:
             min(3.0, args.risk_seconds),
             chunk_tokens,
         )
+        before_alone, per_call = standalone()
 
         def with_risk(load: Any) -> tuple[dict[str, float], dict[str, float]]:
             async def both() -> tuple[dict[str, float], dict[str, float]]:
@@ -671,14 +674,7 @@ def run(args: argparse.Namespace) -> int:
             fixed |= _delta(batch_stats(url), after)
             fixed["fraction_of_saturated"] = rate / max(scored["windows_per_s"], 1e-9)
             fixed["clients"] = clients
-        after_alone, _ = standalone_windows_per_s(
-            args.artifact,
-            args.max_batch,
-            args.threads,
-            v,
-            min(3.0, args.risk_seconds),
-            chunk_tokens,
-        )
+        after_alone, _ = standalone()
         # the machine is shared: the ceiling is the mean of runs before and after
         alone = (before_alone + after_alone) / 2
         scored["standalone_onnxruntime_windows_per_s"] = alone
