@@ -233,6 +233,17 @@ def test_api_environment_keys_are_settings(services: dict[str, Any]) -> None:
         assert keys <= fields, sorted(keys - fields)
 
 
+@pytest.mark.parametrize("name", ["api", "api-gpu"])
+def test_every_setting_reaches_the_api_container(
+    services: dict[str, Any], name: str
+) -> None:
+    # the reverse drift: a setting added to service/config.py but not listed in the
+    # compose environment could not be set in the deployment without editing the file
+    keys = set(_env(services[name]))
+    missing = settings_fields() - keys
+    assert not missing, f"{name}'s environment does not pass {sorted(missing)}"
+
+
 def test_the_drift_check_catches_an_unknown_variable() -> None:
     text = "environment:\n  SCJEPA_MAX_BATCH: 64\n  SCJEPA_MAX_BATCHES: 64\n"
     assert unknown_scjepa_vars(text) == {"SCJEPA_MAX_BATCHES"}
