@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     precision: Literal["fp32", "int8", "fp16"] = (
         "fp32"  # int8: model.int8.onnx (CPU), fp16: model.fp16.onnx (CUDA)
     )
-    intra_op_threads: Annotated[int, Field(ge=0)] = 1  # 0 = onnxruntime's choice
+    # CPU threads for one batch: > 1 runs the CPU chunks of a batch side by side, one
+    # thread each (a one-chunk batch uses intra-op threads); 0 = onnxruntime's choice
+    intra_op_threads: Annotated[int, Field(ge=0)] = 1
     inter_op_threads: Annotated[int, Field(ge=0)] = 1
     # nice steps of the inference thread below the event loop (Linux): reads and
     # ingest are not queued behind a batch on a small machine; 0 = same priority

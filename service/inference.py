@@ -9,6 +9,7 @@ Knows numpy and onnxruntime only (no FastAPI, no PyTorch), so it is tested witho
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -88,7 +89,15 @@ def validate_windows(x: np.ndarray, window: int, n_channels: int) -> np.ndarray:
 
 
 class Model:
-    """One loaded artifact: the session, its manifest and the provider actually running it."""
+    """One loaded artifact: the session, its manifest and the provider actually running it.
+
+    On the CPU a batch runs in chunks of ``run_size`` windows (see :func:`run_size`).
+    With a ``serial`` session (one intra-op thread) and ``parallel_runs`` > 1, a batch
+    of several chunks runs them ``parallel_runs`` at a time, one thread each (the
+    sessions release the GIL): chunks are independent, so this scales where intra-op
+    threads, which split every small operator of one chunk, do not (docs/benchmarks.md).
+    A batch of one chunk uses ``session`` and its intra-op threads.
+    """
 
     def __init__(
         self,
@@ -98,6 +107,8 @@ class Model:
         precision: Literal["fp32", "int8", "fp16"],
         max_batch: int,
         cpu_chunk_tokens: int = CPU_CHUNK_TOKENS,
+        serial: ort.InferenceSession | None = None,
+        parallel_runs: int = 1,
     ) -> None:
         self.session = session
         self.manifest = manifest
@@ -107,6 +118,14 @@ class Model:
         self.window = manifest.window
         self.n_channels = manifest.n_channels
         self.run_size = run_size(manifest, self.provider, max_batch, cpu_chunk_tokens)
+        self.serial = serial
+        self.parallel_runs = parallel_runs if serial is not None else 1
+        # threads start on first use, from the scoring thread: they inherit its nice
+        self._pool = (
+            ThreadPoolExecutor(self.parallel_runs, thread_name_prefix="scjepa-chunk")
+            if self.parallel_runs > 1
+            else None
+        )
         self.warmed = False
         self._check_graph()
 
@@ -147,12 +166,23 @@ class Model:
             )
 
     def score(self, windows: np.ndarray) -> Scores:
-        """Score (B, window, V) windows, one onnxruntime run per ``run_size`` of them."""
+        """Score (B, window, V) windows, one onnxruntime run per ``run_size`` of them
+        (``parallel_runs`` of those runs at a time when there are several)."""
         x = validate_windows(windows, self.window, self.n_channels)
-        parts = [
-            self.session.run(list(OUTPUTS), {"window": x[i : i + self.run_size]})
-            for i in range(0, len(x), self.run_size)
-        ]
+        chunks = -(-len(x) // self.run_size)
+        if self._pool is not None and self.serial is not None and chunks > 1:
+            serial = self.serial
+            parts = list(
+                self._pool.map(
+                    lambda part: serial.run(list(OUTPUTS), {"window": part}),
+                    balanced_chunks(x, chunks, self.parallel_runs),
+                )
+            )
+        else:
+            parts = [
+                self.session.run(list(OUTPUTS), {"window": x[i : i + self.run_size]})
+                for i in range(0, len(x), self.run_size)
+            ]
         risk, contrib, codes = (np.concatenate([p[k] for p in parts]) for k in range(3))
         if risk.shape != (len(x),) or contrib.shape != (len(x), self.n_channels):
             raise ArtifactError(
@@ -201,6 +231,13 @@ def run_size(
     return max(1, min(max_batch, cpu_chunk_tokens // tokens))
 
 
+def balanced_chunks(x: np.ndarray, chunks: int, workers: int) -> list[np.ndarray]:
+    """``x`` in ``chunks`` slices or more, rounded up to a multiple of ``workers``
+    (at most one window each): sizes differ by one at most, none larger than a
+    ``chunks`` split's, so the workers finish together."""
+    return np.array_split(x, min(len(x), -(-chunks // workers) * workers))
+
+
 def session_options(intra_op_threads: int, inter_op_threads: int) -> ort.SessionOptions:
     """Latency-oriented options: every graph optimisation, sequential execution."""
     so = ort.SessionOptions()
@@ -245,6 +282,13 @@ def load_model(
                 f"quantization.{precision}_sha256"
             )
     wanted = requested_providers(provider)
+    # On the CPU with several threads, a batch of several chunks runs them in
+    # parallel on a one-thread session; the intra-op session keeps single chunks.
+    parallel = (
+        wanted == [CPU]
+        and intra_op_threads > 1
+        and run_size(manifest, CPU, max_batch, cpu_chunk_tokens) < max_batch
+    )
     try:
         session = ort.InferenceSession(
             str(path),
@@ -254,6 +298,11 @@ def load_model(
     except Exception as e:  # onnxruntime raises its own untyped errors
         raise ArtifactError(f"{path}: onnxruntime cannot load it ({e})") from None
     active = session.get_providers()[0]
+    serial = None
+    if parallel:
+        serial = ort.InferenceSession(
+            str(path), sess_options=session_options(1, 1), providers=[CPU]
+        )
     if precision == "fp16" and active != CUDA:
         raise ArtifactError(
             f"{path}: precision fp16 needs the CUDA provider, but {active} is active"
@@ -268,4 +317,6 @@ def load_model(
         precision=precision,
         max_batch=max_batch,
         cpu_chunk_tokens=cpu_chunk_tokens,
+        serial=serial,
+        parallel_runs=intra_op_threads,
     )

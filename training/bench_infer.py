@@ -235,12 +235,15 @@ def _runtimes(
     rt[cpu_eager] = (torch_fn(eager, "cpu"), cpu_eager, "cpu fp32")
     # What the service runs: its runtime (service/inference.py) splits a batch into
     # onnxruntime calls of about CPU_CHUNK_TOKENS encoder tokens. Eager in the same
-    # chunks shows how much of that gain is the chunking, not onnxruntime.
+    # chunks shows how much of that gain is the chunking, not onnxruntime. With
+    # threads > 1 the runtime runs those calls side by side, one thread each, while
+    # eager's chunks run one after another on its intra-op threads.
     served = load_model(
         artifact, provider="cpu", intra_op_threads=threads, max_batch=1 << 16
     )
-    n = served.run_size
-    rt[f"service runtime cpu fp32 ({n} windows a call)"] = (
+    n, par = served.run_size, served.parallel_runs
+    at_once = f", {par} calls at once" if par > 1 else ""  # threads > 1: see Model
+    rt[f"service runtime cpu fp32 ({n} windows a call{at_once})"] = (
         served.score,
         cpu_eager,
         "cpu fp32",

@@ -18,6 +18,7 @@ class LoadedModel(BaseModel):
     warmed: bool
     max_batch: int  # windows per batch
     windows_per_run: int  # windows per onnxruntime run (CPU: chunks of a batch)
+    parallel_runs: int  # CPU: chunk runs of one batch at a time, one thread each
 
 
 class ModelsResponse(BaseModel):
@@ -36,6 +37,7 @@ async def models(model: ModelDep) -> ModelsResponse:
                 warmed=model.warmed,
                 max_batch=model.max_batch,
                 windows_per_run=model.run_size,
+                parallel_runs=model.parallel_runs,
             )
         ]
     )

@@ -305,6 +305,7 @@ def test_models_and_openapi(client: TestClient) -> None:
     assert m["manifest"]["model_config"] == {"window": 100, "n_patches": 5}
     # 3 kept channels x 5 patches = 15 tokens a window: 512 // 15 = 34 per CPU run
     assert (m["max_batch"], m["windows_per_run"]) == (64, 34)
+    assert m["parallel_runs"] == 1  # one intra-op thread (the default)
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/ingest", "/risk/{stream}", "/risk/{stream}/history", "/streams",
             "/healthz", "/readyz", "/models"} <= set(paths)  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ from service.inference import (
     CPU,
     CUDA,
     WindowError,
+    balanced_chunks,
     load_model,
     run_size,
     validate_windows,
@@ -180,6 +182,78 @@ def test_cpu_batches_run_in_chunks_of_the_token_budget(artifact_dir: Path) -> No
     np.testing.assert_allclose(a.risk, b.risk, atol=1e-6)
     np.testing.assert_allclose(a.contrib, b.contrib, atol=1e-6)
     np.testing.assert_array_equal(a.codes, b.codes)
+
+
+class Overlapping(RunSizes):
+    """Session proxy whose first two runs wait for each other: if the runs of one
+    batch were sequential the barrier would time out and the score would fail."""
+
+    def __init__(self, session: object) -> None:
+        super().__init__(session)
+        self.barrier = threading.Barrier(2, timeout=10)
+        self.lock = threading.Lock()
+
+    def run(self, outputs: list[str], feeds: dict[str, np.ndarray]) -> list:
+        with self.lock:
+            first_two = len(self.batches) < 2
+            self.batches.append(len(feeds["window"]))
+        if first_two:
+            self.barrier.wait()
+        return self.session.run(outputs, feeds)
+
+
+def test_cpu_threads_run_the_chunks_of_a_batch_in_parallel(artifact_dir: Path) -> None:
+    par = load_model(
+        artifact_dir, intra_op_threads=2, max_batch=64, cpu_chunk_tokens=45
+    )
+    whole = load_model(artifact_dir, max_batch=64, cpu_chunk_tokens=0)
+    assert (par.run_size, par.parallel_runs) == (3, 2)
+    assert par.serial is not None
+    assert par.serial.get_session_options().intra_op_num_threads == 1
+    assert par.session.get_session_options().intra_op_num_threads == 2
+    par.serial = Overlapping(par.serial)  # type: ignore[assignment]
+    par.session = RunSizes(par.session)  # type: ignore[assignment]
+    x = np.random.default_rng(4).normal(size=(10, 100, 4)).astype(np.float32)
+    a, b = par.score(x), whole.score(x)
+    # 10 windows in chunks of <= 3 -> 4 chunks (a multiple of 2 threads), in order
+    assert sorted(par.serial.batches) == [2, 2, 3, 3] and par.session.batches == []
+    np.testing.assert_allclose(a.risk, b.risk, atol=1e-6)
+    np.testing.assert_allclose(a.contrib, b.contrib, atol=1e-6)
+    np.testing.assert_array_equal(a.codes, b.codes)
+    # a batch of one chunk runs on the intra-op session
+    par.score(x[:3])
+    assert par.session.batches == [3] and len(par.serial.batches) == 4
+
+
+def test_no_parallel_runs_without_threads_or_chunks(artifact_dir: Path) -> None:
+    one = load_model(
+        artifact_dir, intra_op_threads=1, max_batch=64, cpu_chunk_tokens=45
+    )
+    unchunked = load_model(
+        artifact_dir, intra_op_threads=2, max_batch=64, cpu_chunk_tokens=0
+    )
+    small = load_model(
+        artifact_dir, intra_op_threads=2, max_batch=3, cpu_chunk_tokens=45
+    )
+    for m in (one, unchunked, small):
+        assert (m.parallel_runs, m.serial) == (1, None)
+
+
+@pytest.mark.parametrize(
+    ("n", "chunks", "workers", "sizes"),
+    [
+        (10, 4, 2, [3, 3, 2, 2]),
+        (10, 3, 2, [3, 3, 2, 2]),  # 3 chunks -> 4: both threads work to the end
+        (64, 16, 2, [4] * 16),
+        (3, 3, 2, [1, 1, 1]),  # never an empty slice
+        (7, 2, 4, [2, 2, 2, 1]),
+    ],
+)
+def test_balanced_chunks(n: int, chunks: int, workers: int, sizes: list[int]) -> None:
+    x = np.arange(n)
+    parts = balanced_chunks(x, chunks, workers)
+    assert [len(p) for p in parts] == sizes
+    np.testing.assert_array_equal(np.concatenate(parts), x)  # in order, each once
 
 
 def test_run_size_reads_the_exporters_config(artifact_dir: Path) -> None:
