@@ -291,6 +291,11 @@ def run(args: Any) -> int:
         # beside the PCA row (same kind of detector, pre-training as its only fit).
         recon = ReconstructionError(trained)
         methods[RECON_ROW] = lambda ctx, seed: recon
+        # ... and its floor, as the probe has one: the same score from the untrained
+        # model. Where it is as good, the row measures the window (how many channels
+        # move), not what pre-training learned.
+        recon0 = ReconstructionError(untrained)
+        methods[RECON_UNTRAINED_ROW] = lambda ctx, seed: recon0
     if not methods:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
 
@@ -322,6 +327,7 @@ def run(args: Any) -> int:
 
 STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
 RECON_ROW = "SC-JEPA reconstruction error (label-free)"
+RECON_UNTRAINED_ROW = "SC-JEPA reconstruction error, untrained model (label-free)"
 
 
 def with_window_stats(

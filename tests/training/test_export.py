@@ -182,7 +182,7 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
     """With a checkpoint: both encoders, the window-stats diagnostic and the label-free
     reconstruction error are evaluated; the probe saved for export is the spec's (code
     features only, P * K inputs)."""
-    from training.evaluate import RECON_ROW, STATS_ROW
+    from training.evaluate import RECON_ROW, RECON_UNTRAINED_ROW, STATS_ROW
 
     res = json.loads((artifact["probe"].parent / "results.json").read_text())
     assert set(res["rows"]) == {
@@ -190,8 +190,14 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         "SC-JEPA probe",
         STATS_ROW,
         RECON_ROW,
+        RECON_UNTRAINED_ROW,
     }
-    assert "brier" not in res["rows"][RECON_ROW]  # a score, not a calibrated risk
+    for row in (RECON_ROW, RECON_UNTRAINED_ROW):
+        assert "brier" not in res["rows"][row]  # a score, not a calibrated risk
+    # the floor is scored by another model: not a copy of the trained row's scores
+    saved_scores = np.load(artifact["probe"].parent / "scores.npz")
+    a, b = (saved_scores[f"score/{r}"] for r in (RECON_ROW, RECON_UNTRAINED_ROW))
+    assert a.shape == b.shape and np.all(np.isfinite(b)) and not np.allclose(a, b)
     saved = torch.load(artifact["probe"], weights_only=False)
     assert saved["n_features"] == 5 * 16  # patches x codes of the TINY model
 
