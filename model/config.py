@@ -35,6 +35,10 @@ class ModelConfig:
     # -- ablation switches of the architecture (loss switches live in LossConfig)
     use_codebook: bool = True  # False: continuous latents, MSE prediction, no KL
     use_coarse: bool = True  # False: no DownAvg view, no coarse predictor
+    # -- beyond the paper (configs/improved-level.yaml): the level and scale RevIN removes
+    # (the window's mean and log std per channel) enter the encoder as one extra token,
+    # on both branches, so the predictor must forecast W_{t+1}'s level too.
+    stats_token: bool = False
 
     def __post_init__(self) -> None:
         assert self.seq_len % self.patch_len == 0, (
@@ -48,6 +52,10 @@ class ModelConfig:
     @property
     def n_patches(self) -> int:  # P
         return self.seq_len // self.patch_len
+
+    @property
+    def n_tokens(self) -> int:  # encoder tokens per channel: P (+ the stats token)
+        return self.n_patches + int(self.stats_token)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

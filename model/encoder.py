@@ -56,22 +56,42 @@ class PatchEncoder(nn.Module):
             for _ in range(cfg.n_layers)
         )
         self.ln = nn.LayerNorm(cfg.d_model)
+        if cfg.stats_token:  # [mean, log std] of the raw channel window -> one token
+            self.stats_proj = nn.Sequential(
+                nn.Linear(2, cfg.tok_hidden),
+                nn.GELU(),
+                nn.Linear(cfg.tok_hidden, cfg.d_model),
+            )
+            self.stats_pos = nn.Parameter(0.02 * torch.randn(cfg.d_model))
+        else:
+            self.stats_proj = None
         init_weights(self)
 
     def forward(
-        self, patches: Tensor, pos: Tensor | None = None, mask: Tensor | None = None
+        self,
+        patches: Tensor,
+        pos: Tensor | None = None,
+        mask: Tensor | None = None,
+        stats: Tensor | None = None,
     ) -> Tensor:
-        """patches: (N, n, L) -> h: (N, n, D).
+        """patches: (N, n, L) -> h: (N, n, D), or (N, n + 1, D) with ``stats``.
 
-        ``pos`` (n,) picks each token's position (default 0..n-1); ``mask`` (n, n) bool
-        restricts attention, e.g. block-diagonal to encode two views in one pass.
+        ``pos`` (n,) picks each token's position (default 0..n-1); ``mask`` bool
+        restricts attention, e.g. block-diagonal to encode two views in one pass (it
+        covers the stats token too, last). ``stats`` (N, 2): the window's level and
+        scale (:func:`model.patching.level_stats`), appended as the last token.
         """
         n = patches.shape[1]
         assert n <= self.pos.shape[0] or pos is not None, (
             f"{n} tokens > {self.pos.shape[0]}"
         )
         pe = self.pos[:n] if pos is None else self.pos[pos]  # (n, D)
-        x = self.drop(self.tokenizer(patches) + pe)  # (N, n, D)
+        x = self.tokenizer(patches) + pe  # (N, n, D)
+        if stats is not None:
+            assert self.stats_proj is not None, "this encoder has no stats token"
+            tok = self.stats_proj(stats) + self.stats_pos  # (N, D)
+            x = torch.cat([x, tok.unsqueeze(1)], dim=1)  # (N, n + 1, D)
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x, mask)
         return self.ln(x)

@@ -46,13 +46,17 @@ class ServedModel(nn.Module):
         )
 
     def forward(self, window: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """window: (B, T, V_in) -> risk (B,), channel_contrib (B, V_in), codes (B, P)."""
+        """window: (B, T, V_in) -> risk (B,), channel_contrib (B, V_in), codes (B, P).
+
+        With the stats token the probe reads P + 1 tokens; ``codes`` stays the dominant
+        code of each of the P patches (the service's contract).
+        """
         x = window.index_select(2, self.kept)  # (B, T, V) kept channels
-        p = self.model.code_probs(x)  # (B, V, P, K)
+        p = self.model.code_probs(x)  # (B, V, n, K), n = P (+ the stats token)
         pooled, winner = p.max(
             dim=1
-        )  # (B, P, K) variable-wise max, (B, P, K) channel index
-        feats = pooled.flatten(1)  # (B, P*K)
+        )  # (B, n, K) variable-wise max, (B, n, K) channel index
+        feats = pooled.flatten(1)  # (B, n*K)
         if self.stats is not None:
             feats = torch.cat([feats, self.stats(x)], dim=1)  # (B, P*K + 18)
         logit = self.probe(feats).squeeze(1)  # (B,)
@@ -60,12 +64,12 @@ class ServedModel(nn.Module):
         V = x.shape[2]
         won = nn.functional.one_hot(winner, V).to(pooled.dtype) * pooled.unsqueeze(
             -1
-        )  # (B, P, K, V)
+        )  # (B, n, K, V)
         share = won.sum(dim=(1, 2)) / pooled.sum(dim=(1, 2)).unsqueeze(1)  # (B, V)
         contrib = window.new_zeros(window.shape[0], self.n_in).index_copy(
             1, self.kept, share
         )  # (B, V_in)
-        codes = pooled.argmax(dim=-1)  # (B, P)
+        codes = pooled[:, : self.model.cfg.n_patches].argmax(dim=-1)  # (B, P)
         return risk, contrib, codes
 
 

@@ -40,3 +40,9 @@ def fold_channels(x: Tensor) -> Tensor:
     """Channel independence: (B, T, V) raw windows -> (B*V, T) one-channel series."""
     B, T, V = x.shape
     return x.transpose(1, 2).reshape(B * V, T)  # (B*V, T)
+
+
+def level_stats(mean: Tensor, std: Tensor) -> Tensor:
+    """What RevIN removed, as the stats token's input: (..., 1) each -> (..., 2) of
+    [mean, log std] (std already holds RevIN's eps, so the log is finite)."""
+    return torch.cat([mean, torch.log(std)], dim=-1)

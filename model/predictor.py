@@ -20,7 +20,7 @@ class FinePredictor(nn.Module):
         super().__init__()
         d = cfg.pred_dim
         self.proj = nn.Linear(in_dim, d)
-        self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_patches, d))
+        self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_tokens, d))
         self.blocks = nn.ModuleList(
             Block(d, cfg.pred_heads, cfg.ffn_mult, cfg.dropout)
             for _ in range(cfg.pred_layers)
@@ -42,7 +42,7 @@ class CoarsePredictor(nn.Module):
         super().__init__()
         d = cfg.pred_dim
         self.proj = nn.Linear(in_dim, d)
-        self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_patches, d))
+        self.pos = nn.Parameter(0.02 * torch.randn(cfg.n_tokens, d))
         self.query = nn.Parameter(0.02 * torch.randn(1, 1, d))
         self.blocks = nn.ModuleList(
             CrossBlock(d, cfg.pred_heads, cfg.ffn_mult, cfg.dropout)

@@ -19,7 +19,14 @@ from model.codebook import SoftCodebook
 from model.config import ModelConfig
 from model.decoder import PatchDecoder
 from model.encoder import PatchEncoder
-from model.patching import down_avg, fold_channels, patchify, revin, revin_inverse
+from model.patching import (
+    down_avg,
+    fold_channels,
+    level_stats,
+    patchify,
+    revin,
+    revin_inverse,
+)
 from model.predictor import CoarsePredictor, FinePredictor
 
 
@@ -42,14 +49,18 @@ class SCJEPA(nn.Module):
         return self.cfg
 
     def encode(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """x: (N, T) one-channel windows -> (h (N, P, D), patches (N, P, L), mean, std)."""
+        """x: (N, T) one-channel windows -> (h (N, n, D), patches (N, P, L), mean, std).
+
+        n = P tokens, plus the stats token (last) when ``cfg.stats_token``.
+        """
         xn, mean, std = revin(x, self.cfg.revin_eps)  # (N, T), (N, 1), (N, 1)
         patches = patchify(xn, self.cfg.patch_len)  # (N, P, L)
-        return self.encoder(patches), patches, mean, std
+        stats = level_stats(mean, std) if self.cfg.stats_token else None  # (N, 2)
+        return self.encoder(patches, stats=stats), patches, mean, std
 
     @torch.no_grad()
     def code_probs(self, x: Tensor) -> Tensor:
-        """The served sub-computation. x: (B, T, V) raw windows -> p: (B, V, P, K)."""
+        """The served sub-computation. x: (B, T, V) raw windows -> p: (B, V, n, K)."""
         assert self.codebook is not None, "code_probs needs the codebook module"
         return self.probe_inputs(x)
 
@@ -57,8 +68,9 @@ class SCJEPA(nn.Module):
     def probe_inputs(self, x: Tensor) -> Tensor:
         """What the probe reads, per channel and patch. x: (B, T, V) raw windows.
 
-        Code probabilities p (B, V, P, K); without the codebook (the "continuous
-        latents" ablation) the encoder's latents h (B, V, P, D) stand in for them.
+        Code probabilities p (B, V, n, K) of the n = ``cfg.n_tokens`` tokens; without
+        the codebook (the "continuous latents" ablation) the encoder's latents h
+        (B, V, n, D) stand in for them.
         """
         B, steps, V = x.shape
         assert steps == self.cfg.seq_len, (
@@ -73,9 +85,10 @@ class SCJEPA(nn.Module):
     ) -> dict[str, Tensor]:
         """Online branch on W_t. x: (N, T) one-channel windows.
 
-        Returns h, z (N, P, D); probs (N, P, K) with the codebook; x_hat (N, P, L)
-        de-normalised; fine (N, P, K|D) logits or latents, z_hat (N, P, D); coarse
-        (N, 1, K|D), z_hat_coarse (N, 1, D).
+        Returns h, z (N, n, D); probs (N, n, K) with the codebook; x_hat (N, P, L)
+        de-normalised (from the P patch tokens); fine (N, n, K|D) logits or latents,
+        z_hat (N, n, D); coarse (N, 1, K|D), z_hat_coarse (N, 1, D). n = P patches, plus
+        the stats token with ``cfg.stats_token``.
         """
         h, _, mean, std = self.encode(x)
         out = {"h": h}
@@ -85,7 +98,8 @@ class SCJEPA(nn.Module):
         else:
             out["z"] = pred_in = h  # continuous latents
         if reconstruct:
-            x_hat = self.decoder(out["z"])  # (N, P, L), normalised scale
+            P = self.cfg.n_patches
+            x_hat = self.decoder(out["z"][:, :P])  # (N, P, L), normalised scale
             out["x_hat"] = revin_inverse(x_hat, mean.unsqueeze(-1), std.unsqueeze(-1))
         if predict:
             fine = self.fine_predictor(pred_in)  # (N, P, K|D)
@@ -114,9 +128,13 @@ class TargetEncoder(nn.Module):
         self.codebook = copy.deepcopy(model.codebook)
         P = cfg.n_patches
         n = P + 1 if cfg.use_coarse else P
-        mask = torch.zeros(n, n, dtype=torch.bool)
-        mask[:P, :P] = True
-        mask[P:, P:] = True
+        # tokens: P fine patches, [the coarse patch], [the stats token, last]; the
+        # stats token belongs to the fine view (the online branch sees them together)
+        m = n + int(cfg.stats_token)
+        fine = torch.zeros(m, dtype=torch.bool)
+        fine[:P] = True
+        fine[n:] = True
+        mask = fine[:, None] == fine[None, :]  # block-diagonal: fine(+stats) | coarse
         self.register_buffer("mask", mask, persistent=False)
         self.register_buffer(
             "pos", torch.arange(n) % P, persistent=False
@@ -131,7 +149,8 @@ class TargetEncoder(nn.Module):
     def forward(self, x: Tensor) -> dict[str, Tensor]:
         """x: (N, T) W_{t+1} -> z_fine (N, P, D), probs_fine (N, P, K), and *_coarse (N, 1, .)."""
         cfg = self.cfg
-        xn, _, _ = revin(x, cfg.revin_eps)  # (N, T)
+        xn, mean, std = revin(x, cfg.revin_eps)  # (N, T)
+        stats = level_stats(mean, std) if cfg.stats_token else None  # (N, 2)
         views = patchify(xn, cfg.patch_len)  # (N, P, L)
         if cfg.use_coarse:
             views = torch.cat(
@@ -140,18 +159,21 @@ class TargetEncoder(nn.Module):
             mask = self.mask
         else:
             mask = None
-        h = self.encoder(views, self.pos, mask)  # (N, P(+1), D)
+        h = self.encoder(views, self.pos, mask, stats)  # (N, P(+1)(+1), D)
         out = {}
         if self.codebook is not None:
-            p, z = self.codebook(h)  # (N, P(+1), K), (N, P(+1), D)
+            p, z = self.codebook(h)  # (N, m, K), (N, m, D)
         else:
             p, z = None, h
         P = cfg.n_patches
-        out["z_fine"] = z[:, :P]
+        fine = torch.cat([z[:, :P], z[:, P + int(cfg.use_coarse) :]], dim=1)
+        out["z_fine"] = fine  # (N, n_tokens, D): the online branch's token order
         if p is not None:
-            out["probs_fine"] = p[:, :P]
+            out["probs_fine"] = torch.cat(
+                [p[:, :P], p[:, P + int(cfg.use_coarse) :]], dim=1
+            )
         if cfg.use_coarse:
-            out["z_coarse"] = z[:, P:]
+            out["z_coarse"] = z[:, P : P + 1]
             if p is not None:
-                out["probs_coarse"] = p[:, P:]
+                out["probs_coarse"] = p[:, P : P + 1]
         return out

@@ -227,6 +227,7 @@ def run_size(
         patches = manifest.window // int(cfg["patch_len"])
     else:  # a config that does not say: no chunking rather than a guess
         return max_batch
+    patches += int(bool(cfg.get("stats_token", False)))  # the level token, if any
     tokens = sum(manifest.channel_mask) * patches  # per window
     return max(1, min(max_batch, cpu_chunk_tokens // tokens))
 

@@ -166,7 +166,7 @@ def served_from_config(
     The mask matters: the graph encodes only the kept channels (33 of MSL's 55), so an
     eager model keeping all of them would do 55/33 of the work and flatter onnxruntime.
     """
-    probe = build_probe_net(cfg.n_patches * cfg.n_codes, hidden, 0.0)
+    probe = build_probe_net(cfg.n_tokens * cfg.n_codes, hidden, 0.0)
     return ServedModel(SCJEPA(cfg), probe, list(mask), (1.0, 0.0)).eval()
 
 

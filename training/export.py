@@ -58,7 +58,7 @@ def build_served(checkpoint: Path, probe: dict[str, Any]) -> ServedModel:
     model = load_model(checkpoint)
     cfg = probe["probe"]["config"]
     features = probe.get("features", "codes")
-    expected = model.cfg.n_patches * model.cfg.n_codes
+    expected = model.cfg.n_tokens * model.cfg.n_codes
     stats = None
     if features == "codes+stats":
         scale = probe["stats_scale"]

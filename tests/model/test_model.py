@@ -8,28 +8,38 @@ import torch.nn.functional as F
 from model_helpers import tiny_config
 
 from model import SCJEPA, SoftCodebook, TargetEncoder
-from model.patching import down_avg, fold_channels, patchify, revin, revin_inverse
+from model.patching import (
+    down_avg,
+    fold_channels,
+    level_stats,
+    patchify,
+    revin,
+    revin_inverse,
+)
 
 ARCH = [
     {},
     {"use_codebook": False},
     {"use_coarse": False},
     {"use_codebook": False, "use_coarse": False},
+    {"stats_token": True},
+    {"stats_token": True, "use_coarse": False},
 ]
 
 
 @pytest.mark.parametrize("arch", ARCH, ids=str)
 def test_online_and_target_shapes(arch: dict) -> None:
     cfg = tiny_config(**arch)
-    model, N, P, D, K = SCJEPA(cfg), 6, cfg.n_patches, cfg.d_model, cfg.n_codes
+    model, N, n, D, K = SCJEPA(cfg), 6, cfg.n_tokens, cfg.d_model, cfg.n_codes
+    assert n == cfg.n_patches + cfg.stats_token
     target = TargetEncoder(model)
     x = torch.randn(N, cfg.seq_len)
     out, tgt = model(x), target(x)
     width = K if cfg.use_codebook else D
-    assert out["h"].shape == out["z"].shape == out["z_hat"].shape == (N, P, D)
-    assert out["x_hat"].shape == (N, P, cfg.patch_len)
-    assert out["fine"].shape == (N, P, width)
-    assert tgt["z_fine"].shape == (N, P, D)
+    assert out["h"].shape == out["z"].shape == out["z_hat"].shape == (N, n, D)
+    assert out["x_hat"].shape == (N, cfg.n_patches, cfg.patch_len)
+    assert out["fine"].shape == (N, n, width)
+    assert tgt["z_fine"].shape == (N, n, D)
     assert ("coarse" in out) == cfg.use_coarse == ("z_coarse" in tgt)
     if cfg.use_coarse:
         assert out["coarse"].shape == (N, 1, width)
@@ -63,18 +73,46 @@ def test_code_probs_is_channel_independent_and_on_simplex(use_coarse: bool) -> N
     torch.testing.assert_close(model.code_probs(3.0 * x + 7.0), p, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("use_coarse", [True, False])
+def test_stats_token_carries_the_level_revin_removes(use_coarse: bool) -> None:
+    cfg = tiny_config(stats_token=True, use_coarse=use_coarse)
+    model = SCJEPA(cfg).eval()
+    x = torch.randn(3, cfg.seq_len, 4).cumsum(1)
+    p = model.code_probs(x)
+    P = cfg.n_patches
+    assert p.shape == (3, 4, P + 1, cfg.n_codes)
+    torch.testing.assert_close(model.code_probs(x[:, :, 1:2])[:, 0], p[:, 1])
+    shifted = model.code_probs(3.0 * x + 7.0)
+    # the stats token (last) sees offset and scale; the patches see them through
+    # attention to it, so every token moves, unlike the paper's RevIN-only encoder
+    assert not torch.allclose(shifted[:, :, P], p[:, :, P], atol=1e-4)
+    assert not torch.allclose(shifted[:, :, :P], p[:, :, :P], atol=1e-4)
+    # the token reads exactly [mean, log std] of each raw channel window
+    xc = fold_channels(x)
+    _, mean, std = revin(xc, cfg.revin_eps)
+    s = level_stats(mean, std)
+    torch.testing.assert_close(s[:, 0], xc.mean(-1))
+    torch.testing.assert_close(
+        s[:, 1], 0.5 * torch.log(xc.var(-1, unbiased=False) + cfg.revin_eps)
+    )
+
+
 def test_code_probs_needs_the_codebook() -> None:
     with pytest.raises(AssertionError, match="codebook"):
         SCJEPA(tiny_config(use_codebook=False)).code_probs(torch.randn(1, 100, 2))
 
 
-def test_target_single_pass_equals_separate_fine_and_coarse_passes() -> None:
-    cfg = tiny_config()
+@pytest.mark.parametrize("stats_token", [False, True], ids=["paper", "stats-token"])
+def test_target_single_pass_equals_separate_fine_and_coarse_passes(
+    stats_token: bool,
+) -> None:
+    cfg = tiny_config(stats_token=stats_token)
     target = TargetEncoder(SCJEPA(cfg))
     x = torch.randn(5, cfg.seq_len).cumsum(1)
     out = target(x)
-    xn, _, _ = revin(x)
-    h_fine = target.encoder(patchify(xn, cfg.patch_len))  # 5 tokens alone
+    xn, mean, std = revin(x)
+    stats = level_stats(mean, std) if stats_token else None
+    h_fine = target.encoder(patchify(xn, cfg.patch_len), stats=stats)  # P (+1) alone
     h_coarse = target.encoder(down_avg(xn, cfg.n_patches))  # 1 token alone
     p_fine, z_fine = target.codebook(h_fine)
     p_coarse, _ = target.codebook(h_coarse)

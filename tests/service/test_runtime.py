@@ -184,6 +184,13 @@ def test_cpu_batches_run_in_chunks_of_the_token_budget(artifact_dir: Path) -> No
     np.testing.assert_array_equal(a.codes, b.codes)
 
 
+def test_chunk_budget_counts_the_stats_token(artifact_dir: Path) -> None:
+    m = load_manifest(artifact_dir)  # 3 kept channels x 5 patches = 15 tokens
+    level = m.model_copy(update={"model_cfg": m.model_cfg | {"stats_token": True}})
+    assert run_size(m, CPU, 64, 90) == 6
+    assert run_size(level, CPU, 64, 90) == 5  # 3 x 6 tokens
+
+
 class Overlapping(RunSizes):
     """Session proxy whose first two runs wait for each other: if the runs of one
     batch were sequential the barrier would time out and the score would fail."""

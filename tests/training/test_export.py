@@ -131,6 +131,32 @@ def test_served_graph_for_several_channel_counts(
     ).all()  # masked channels never contribute
 
 
+def test_stats_token_model_exports_and_matches_pytorch(tmp_path: Path) -> None:
+    """A `model.stats_token` encoder (P + 1 tokens into the probe) runs as one ONNX
+    graph; the served codes stay one per patch and the level reaches the risk."""
+    from model import SCJEPA, ModelConfig
+    from model.export import ServedModel, export_onnx
+    from training.probe import build_probe_net
+
+    cfg = ModelConfig(
+        d_model=16, n_layers=1, n_heads=2, n_codes=8, pred_dim=16, pred_layers=1,
+        pred_heads=2, tok_channels=4, dropout=0.0, stats_token=True,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    probe = build_probe_net(cfg.n_tokens * cfg.n_codes, 8, 0.0)
+    served = ServedModel(SCJEPA(cfg), probe, [True, True, False], (1.0, 0.0)).eval()
+    path = export_onnx(served, tmp_path / "m.onnx")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).normal(size=(4, 100, 3)).astype(np.float32)
+    risk, contrib, codes = sess.run(None, {"window": x})
+    with torch.no_grad():
+        ref = served(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(risk, ref, atol=1e-4)
+    assert codes.shape == (4, cfg.n_patches) and contrib.shape == (4, 3)
+    shifted = sess.run(None, {"window": x + 5.0})[0]  # RevIN alone would not see it
+    assert np.abs(shifted - risk).max() > 1e-4
+
+
 def test_masked_channel_values_do_not_matter(artifact: dict[str, Path]) -> None:
     m = load_manifest(artifact["dir"])
     sess = ort.InferenceSession(
