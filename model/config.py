@@ -35,9 +35,9 @@ class ModelConfig:
     # -- ablation switches of the architecture (loss switches live in LossConfig)
     use_codebook: bool = True  # False: continuous latents, MSE prediction, no KL
     use_coarse: bool = True  # False: no DownAvg view, no coarse predictor
-    # -- beyond the paper (configs/improved-level.yaml): the level and scale RevIN removes
-    # (the window's mean and log std per channel) enter the encoder as one extra token,
-    # on both branches, so the predictor must forecast W_{t+1}'s level too.
+    # -- beyond the paper: the level and scale RevIN removes (the window's mean and log
+    # std per channel) enter the encoder as one extra token, on both branches, so the
+    # predictor must forecast W_{t+1}'s level too (measured: docs/ablations.md).
     stats_token: bool = False
 
     def __post_init__(self) -> None:
