@@ -131,3 +131,15 @@ def test_without_downsampling_no_coarse_term() -> None:
     model, t = _run({"use_coarse": False})
     assert model.coarse_predictor is None
     assert t["kl_coarse"] == 0 and t["mse_coarse"] == 0 and t["kl_fine"] > 0
+
+
+def test_stats_token_is_trained_by_every_objective() -> None:
+    """The level token is one more predicted token (fine KL/MSE over P + 1) and feeds
+    the patches' latents; reconstruction still decodes the P patches only."""
+    model, t = _run(arch={"stats_token": True})
+    assert all(t[k] > 0 for k in ("kl_fine", "kl_coarse", "mse_fine", "rec"))
+    assert model.encoder.stats_proj is not None
+    assert _has_grad(model.encoder.stats_proj)
+    assert model.encoder.stats_pos.grad is not None
+    for m in ("fine_predictor", "coarse_predictor", "decoder"):
+        assert _has_grad(getattr(model, m)), m

@@ -169,6 +169,19 @@ def test_every_ablation_trains_end_to_end(tmp_path: Path, switch: str) -> None:
     assert row["train_loss"] > 0
 
 
+def test_stats_token_trains_end_to_end_and_reloads(tmp_path: Path) -> None:
+    cfg = tiny_train_config(
+        optim={"epochs": 1, "max_steps": 2}, model={"stats_token": True}
+    )
+    row = pretrain(cfg, random_pairs(), tmp_path)
+    assert row["step"] == 2 and row["train_kl_fine"] > 0
+    assert all(v == v for v in row.values() if isinstance(v, float))
+    model = load_model(tmp_path / "last.pt")  # the switch travels with the checkpoint
+    assert model.cfg.stats_token
+    x = torch.randn(2, 100, 3)
+    assert model.code_probs(x).shape[2] == model.cfg.n_patches + 1
+
+
 def test_paper_preset_holds_every_default_and_fast_is_small() -> None:
     assert load_config(REPO / "configs" / "paper.yaml") == TrainConfig()
     fast = load_config(REPO / "configs" / "fast.yaml")
