@@ -5,7 +5,8 @@ Online (W_t):   RevIN -> P patches -> E -> h -> Q -> (Pi_t, z) -> decoder -> X_h
 Target (W_{t+1}, EMA of E and Q, no grad): fine patches and the DownAvg patch in ONE
 encoder pass: a 6-token sequence with a block-diagonal attention mask (fine tokens see
 fine tokens, the coarse token sees itself) and positions [0..P-1, 0], which equals two
-separate passes while keeping one set of large matmuls.
+separate passes while keeping one set of large matmuls. With ``stats_token`` (beyond the
+paper) both branches append the window's level token, which joins the fine block.
 """
 
 from __future__ import annotations
