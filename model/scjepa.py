@@ -135,6 +135,7 @@ class TargetEncoder(nn.Module):
         fine = torch.zeros(m, dtype=torch.bool)
         fine[:P] = True
         fine[n:] = True
+        self.register_buffer("fine", fine, persistent=False)  # which tokens are fine
         mask = fine[:, None] == fine[None, :]  # block-diagonal: fine(+stats) | coarse
         self.register_buffer("mask", mask, persistent=False)
         self.register_buffer(
@@ -148,7 +149,8 @@ class TargetEncoder(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: Tensor) -> dict[str, Tensor]:
-        """x: (N, T) W_{t+1} -> z_fine (N, P, D), probs_fine (N, P, K), and *_coarse (N, 1, .)."""
+        """x: (N, T) W_{t+1} -> z_fine (N, n, D), probs_fine (N, n, K) in the online
+        branch's token order (n = ``cfg.n_tokens``), and *_coarse (N, 1, .)."""
         cfg = self.cfg
         xn, mean, std = revin(x, cfg.revin_eps)  # (N, T)
         stats = level_stats(mean, std) if cfg.stats_token else None  # (N, 2)
@@ -166,15 +168,12 @@ class TargetEncoder(nn.Module):
             p, z = self.codebook(h)  # (N, m, K), (N, m, D)
         else:
             p, z = None, h
-        P = cfg.n_patches
-        fine = torch.cat([z[:, :P], z[:, P + int(cfg.use_coarse) :]], dim=1)
-        out["z_fine"] = fine  # (N, n_tokens, D): the online branch's token order
+        fine, coarse = self.fine, ~self.fine
+        out["z_fine"] = z[:, fine]  # (N, n_tokens, D)
         if p is not None:
-            out["probs_fine"] = torch.cat(
-                [p[:, :P], p[:, P + int(cfg.use_coarse) :]], dim=1
-            )
+            out["probs_fine"] = p[:, fine]
         if cfg.use_coarse:
-            out["z_coarse"] = z[:, P : P + 1]
+            out["z_coarse"] = z[:, coarse]  # (N, 1, D)
             if p is not None:
-                out["probs_coarse"] = p[:, P : P + 1]
+                out["probs_coarse"] = p[:, coarse]
         return out
