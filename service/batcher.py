@@ -20,15 +20,17 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from service import metrics
+from service import metrics, sched
 from service.inference import Scores
 
 Job = tuple[np.ndarray, asyncio.Future[Scores]]
 
 
-def inference_executor(nice: int = 0) -> ThreadPoolExecutor:
+def inference_executor(nice: int = 0, slice_us: int = 0) -> ThreadPoolExecutor:
     """The one thread that runs onnxruntime, ``nice`` steps below the event loop's CPU
-    priority (Linux: per thread; elsewhere ignored).
+    priority (Linux: per thread; elsewhere ignored), asking for a ``slice_us`` CPU time
+    slice (``service.sched``; 0 = the kernel's default, set explicitly because a thread
+    inherits its creator's slice, here the event loop's short one).
 
     On a small machine the inference thread competes for a core with the event loop
     that answers every request; niced, it yields the CPU whenever the loop has work, so
@@ -37,14 +39,13 @@ def inference_executor(nice: int = 0) -> ThreadPoolExecutor:
     own pool threads (intra-op > 1) inherit the priority.
     """
 
-    def lower_priority() -> None:
+    def init() -> None:
         if nice and sys.platform == "linux":
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        sched.set_slice_us(slice_us)
 
-    return ThreadPoolExecutor(
-        1, thread_name_prefix="scjepa-infer", initializer=lower_priority
-    )
+    return ThreadPoolExecutor(1, thread_name_prefix="scjepa-infer", initializer=init)
 
 
 class Batcher:

@@ -10,10 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service import sched
 from service.inference import CPU_CHUNK_TOKENS
+
+
+def _slice(us: int) -> int:
+    if us != 0 and not sched.MIN_US <= us <= sched.MAX_US:
+        raise ValueError(f"0 (kernel default) or {sched.MIN_US}..{sched.MAX_US} µs")
+    return us
 
 
 class Settings(BaseSettings):
@@ -37,6 +44,12 @@ class Settings(BaseSettings):
     # nice steps of the inference thread below the event loop (Linux): reads and
     # ingest are not queued behind a batch on a small machine; 0 = same priority
     infer_nice: Annotated[int, Field(ge=0, le=19)] = 0
+    # requested CPU time slices (Linux 6.12+, service/sched.py; 0 = the kernel's
+    # default, else 100..100000 µs): a short one for the event loop, a long one for the
+    # inference thread, so a request preempts a batch on arrival instead of waiting for
+    # its slice to end, with neither thread's CPU share changed (docs/benchmarks.md)
+    loop_slice_us: Annotated[int, AfterValidator(_slice)] = 100
+    infer_slice_us: Annotated[int, AfterValidator(_slice)] = 50_000
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None

@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import metrics, middleware
+from service import metrics, middleware, sched
 from service.batcher import Batcher, inference_executor
 from service.config import Settings
 from service.inference import load_model
@@ -34,9 +34,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # loaded and warmed on the inference thread (its priority, see batcher.py)
-        executor = inference_executor(settings.infer_nice)
+        # a short CPU slice for this (the event loop's) thread, a long one for the
+        # inference thread (service/sched.py); the model is loaded and warmed on the
+        # inference thread (its priority and slice, see batcher.py)
+        loop_slice = sched.set_slice_us(settings.loop_slice_us)
+        executor = inference_executor(settings.infer_nice, settings.infer_slice_us)
         loop = asyncio.get_running_loop()
+        infer_slice = await loop.run_in_executor(executor, sched.get_slice_us)
+        log.info(
+            "CPU slices: event loop %s, inference %s",
+            sched.describe(settings.loop_slice_us, loop_slice),
+            sched.describe(settings.infer_slice_us, infer_slice),
+        )
         model = await loop.run_in_executor(
             executor,
             partial(
