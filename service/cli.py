@@ -10,9 +10,11 @@ Redis prefer one worker per container and more replicas (metrics are per process
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from service.manifest import ArtifactError, load_manifest
 
@@ -37,7 +39,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1,
         help="uvicorn worker processes (needs Redis; metrics stay per process)",
     )
-    p.add_argument("--log-level", default="info")
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="uvicorn's and the service's own log level",
+    )
+
+
+def log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging configuration plus the service's own loggers (``service.*``:
+    model loaded and on which provider, CPU slices, store errors) on the same stderr
+    handler and format; uvicorn alone leaves them without a handler below WARNING."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    cfg = copy.deepcopy(LOGGING_CONFIG)
+    cfg["loggers"]["service"] = {
+        "handlers": ["default"],
+        "level": "DEBUG" if level == "trace" else level.upper(),
+        "propagate": False,
+    }
+    return cfg
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,5 +95,6 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
+        log_config=log_config(args.log_level),
     )
     return 0
