@@ -45,11 +45,12 @@ class Settings(BaseSettings):
     # ingest are not queued behind a batch on a small machine; 0 = same priority
     infer_nice: Annotated[int, Field(ge=0, le=19)] = 0
     # requested CPU time slices (Linux 6.12+, service/sched.py; 0 = the kernel's
-    # default, else 100..100000 µs): a short one for the event loop, a long one for the
-    # inference thread, so a request preempts a batch on arrival instead of waiting for
-    # its slice to end, with neither thread's CPU share changed (docs/benchmarks.md)
+    # default, else 100..100000 µs): the event loop's short one lets a request preempt
+    # a batch on arrival, with no thread's CPU share changed (GET /risk p99 lower in 5
+    # of 5 pairs, docs/benchmarks.md). A long inference slice is NOT the default: a
+    # busy loop that has used its share then waits out the whole batch slice
     loop_slice_us: Annotated[int, AfterValidator(_slice)] = 100
-    infer_slice_us: Annotated[int, AfterValidator(_slice)] = 50_000
+    infer_slice_us: Annotated[int, AfterValidator(_slice)] = 0
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None
