@@ -135,7 +135,9 @@ class TargetEncoder(nn.Module):
         fine = torch.zeros(m, dtype=torch.bool)
         fine[:P] = True
         fine[n:] = True
-        self.register_buffer("fine", fine, persistent=False)  # which tokens are fine
+        # token indices, not the boolean: boolean indexing syncs the GPU every step
+        self.register_buffer("fine_idx", fine.nonzero()[:, 0], persistent=False)
+        self.register_buffer("coarse_idx", (~fine).nonzero()[:, 0], persistent=False)
         mask = fine[:, None] == fine[None, :]  # block-diagonal: fine(+stats) | coarse
         self.register_buffer("mask", mask, persistent=False)
         self.register_buffer(
@@ -168,7 +170,7 @@ class TargetEncoder(nn.Module):
             p, z = self.codebook(h)  # (N, m, K), (N, m, D)
         else:
             p, z = None, h
-        fine, coarse = self.fine, ~self.fine
+        fine, coarse = self.fine_idx, self.coarse_idx
         out["z_fine"] = z[:, fine]  # (N, n_tokens, D)
         if p is not None:
             out["probs_fine"] = p[:, fine]

@@ -17,12 +17,6 @@ from service import sched
 from service.inference import CPU_CHUNK_TOKENS
 
 
-def _slice(us: int) -> int:
-    if us != 0 and not sched.MIN_US <= us <= sched.MAX_US:
-        raise ValueError(f"0 (kernel default) or {sched.MIN_US}..{sched.MAX_US} µs")
-    return us
-
-
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SCJEPA_",
@@ -49,8 +43,8 @@ class Settings(BaseSettings):
     # a batch on arrival, with no thread's CPU share changed (GET /risk p99 lower in 5
     # of 5 pairs, docs/benchmarks.md). A long inference slice is NOT the default: a
     # busy loop that has used its share then waits out the whole batch slice
-    loop_slice_us: Annotated[int, AfterValidator(_slice)] = 100
-    infer_slice_us: Annotated[int, AfterValidator(_slice)] = 0
+    loop_slice_us: Annotated[int, AfterValidator(sched.check_us)] = 100
+    infer_slice_us: Annotated[int, AfterValidator(sched.check_us)] = 0
     # --- windows and batching
     # readings between scored windows (100 = non-overlapping); None = the manifest's
     hop: Annotated[int | None, Field(ge=1)] = None

@@ -34,9 +34,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # a short CPU slice for this (the event loop's) thread, a long one for the
-        # inference thread (service/sched.py); the model is loaded and warmed on the
-        # inference thread (its priority and slice, see batcher.py)
+        # CPU slices of this (the event loop's) thread and of the inference thread
+        # (service/sched.py); the model is loaded and warmed on the inference thread
+        # (its priority and slice, see batcher.py)
         loop_slice = sched.set_slice_us(settings.loop_slice_us)
         executor = inference_executor(settings.infer_nice, settings.infer_slice_us)
         loop = asyncio.get_running_loop()

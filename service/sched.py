@@ -4,10 +4,11 @@ The event loop answers every request in a few hundred microseconds and then slee
 inference thread computes for tens of milliseconds at a time. Under Linux's EEVDF
 scheduler a thread's requested slice sets how soon after waking it runs: a short slice
 gives an earlier virtual deadline, and a waking thread with a shorter slice preempts a
-running one with a longer slice. So the loop asks for a short slice and the inference
-thread for a long one: a request no longer waits for the running batch's slice to end,
-and unlike ``nice`` neither thread's share of the CPU changes (weights are untouched),
-so scoring loses no throughput to the loop or to other processes.
+running one with a longer slice. So the loop asks for a short slice: a request no
+longer waits for the running batch's slice to end, and unlike ``nice`` no thread's
+share of the CPU changes (weights are untouched). A long slice for the inference thread
+is possible but not the default: a busy loop that has used its share then waits out the
+whole batch slice (docs/benchmarks.md).
 
 The slice is ``sched_attr.sched_runtime`` of ``sched_setattr(2)``, the thread's policy
 and nice kept as they are; the kernel clamps it to 0.1-100 ms and needs no
@@ -18,6 +19,7 @@ value is read back, never assumed. A new thread inherits its creator's slice.
 from __future__ import annotations
 
 import ctypes
+import functools
 import platform
 import struct
 import sys
@@ -37,8 +39,16 @@ def _syscalls() -> tuple[int, int] | None:
     return _SYSCALLS.get(platform.machine())
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
+
+
+def check_us(us: int) -> int:
+    """``us`` if it is a slice the kernel takes (0 = its default), else ValueError."""
+    if us != 0 and not MIN_US <= us <= MAX_US:
+        raise ValueError(f"slice {us} µs: 0 (kernel default) or {MIN_US}..{MAX_US} µs")
+    return us
 
 
 def _get_attr() -> tuple[int, ...] | None:
@@ -66,8 +76,7 @@ def set_slice_us(us: int) -> int | None:
     exist or fail, or the thread runs a real-time policy (another OS, a seccomp filter,
     chrt): the service runs the same, only without the latency gain.
     """
-    if us != 0 and not MIN_US <= us <= MAX_US:
-        raise ValueError(f"slice {us} µs: 0 (kernel default) or {MIN_US}..{MAX_US} µs")
+    check_us(us)
     nrs = _syscalls()
     now = _get_attr()
     if nrs is None or now is None or now[1] not in _FAIR:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -106,8 +107,6 @@ def test_describe_says_what_happened() -> None:
 
 @needs_slices
 def test_the_thread_keeps_its_nice() -> None:
-    import os
-
     def run() -> tuple[int, int | None, int]:
         tid = threading.get_native_id()
         os.setpriority(os.PRIO_PROCESS, tid, 3)
