@@ -1,6 +1,6 @@
 """Pooled window statistics as probe features: the level and scale that RevIN removes.
 
-The same definition as ``training.features.pooled_stats`` (per-channel mean, std, min,
+The same definition as ``training.evaluate.features.pooled_stats`` (per-channel mean, std, min,
 max, last value and least-squares slope, each pooled over channels by mean, max and min:
 18 features, channel-count independent), z-scored with the official train windows'
 statistics. This module is the one inside the served graph; a test holds the two equal.

@@ -20,12 +20,21 @@ from training.errors import UserError
 COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("training.data.cli", "inspect benchmark data: loaders, windows, splits"),
     "evaluate": (
-        "training.evaluate",
+        "training.evaluate.protocol",
         "anomaly-prediction protocol: probes, baselines, seeds, report",
     ),
-    "report": ("training.report", "merge evaluation results into one markdown table"),
-    "pretrain": ("training.train", "self-supervised SC-JEPA pre-training (DDP-ready)"),
-    "bench": ("training.bench", "throughput and memory: bench train | infer | serve"),
+    "report": (
+        "training.evaluate.report",
+        "merge evaluation results into one markdown table",
+    ),
+    "pretrain": (
+        "training.pretrain.train",
+        "self-supervised SC-JEPA pre-training (DDP-ready)",
+    ),
+    "bench": (
+        "training.bench.cli",
+        "throughput and memory: bench train | infer | serve",
+    ),
     "export": (
         "training.export",
         "write the ONNX model artifact + manifest for the service",
@@ -34,8 +43,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "service.cli",
         "run the risk service (FastAPI + onnxruntime, no PyTorch)",
     ),
-    "replay": ("service.replay", "stream a CSV or benchmark series through /ingest"),
-    "demo": ("training.demo", "run the main job end to end on an embedded default"),
+    "replay": (
+        "training.demo.replay",
+        "stream a CSV or benchmark series through /ingest",
+    ),
+    "demo": (
+        "training.demo.demo",
+        "run the main job end to end on an embedded default",
+    ),
 }
 
 

@@ -29,10 +29,10 @@ import numpy as np
 import torch
 
 from model.export import ServedModel, export_onnx
-from training.checkpoint import load_checkpoint, load_model
 from training.errors import UserError
-from training.probe import build_probe_net
-from training.results import git_commit
+from training.evaluate.probe import build_probe_net
+from training.evaluate.results import git_commit
+from training.pretrain.checkpoint import load_checkpoint, load_model
 
 INT8_TOLERANCE = 0.005  # 0.5 points on every metric
 
@@ -185,7 +185,7 @@ def variant_check(
     fp32: Path, variant: Path, splits: dict[str, Any], threshold: float
 ) -> dict[str, Any]:
     """Metrics of both models on val and test; kept if no metric drops > 0.5 points."""
-    from training.metrics import metrics
+    from training.evaluate.metrics import metrics
 
     report: dict[str, Any] = {}
     worst = 0.0

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import (
+from support.deploy_helpers import (
     COMPOSE_FILE,
     DOCKERFILE,
     REPO,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import (
+from support.deploy_helpers import (
     REPO,
     documented_metric_names,
     settings_fields,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from deploy_helpers import DOCKERFILE, REPO, explain, require_tool, run_tool
+from support.deploy_helpers import DOCKERFILE, REPO, explain, require_tool, run_tool
 
 SERVICE_TARGETS = ("runtime", "runtime-cpu")
 

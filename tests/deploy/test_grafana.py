@@ -12,9 +12,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-import grafana_schemas as schemas
 import pytest
-from deploy_helpers import (
+from support import grafana_schemas as schemas
+from support.deploy_helpers import (
     COMPOSE_FILE,
     DASHBOARDS,
     DATASOURCE_UID,

@@ -6,7 +6,6 @@ rules must run and return data from the live service."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -22,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploy_helpers import (
+from support.deploy_helpers import (
     DASHBOARDS,
     PROM_DIR,
     PROVISIONING,
-    REPO,
     find_tool,
     load_yaml,
 )
+from support.service_artifact import build_artifact
 
 pytestmark = pytest.mark.slow
 
@@ -60,16 +59,8 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
 
 
 def build_tiny_artifact(directory: Path) -> None:
-    """The service tests' tiny artifact (tests/service/service_artifact.py)."""
-    pytest.importorskip("torch", reason="building the tiny ONNX artifact needs torch")
-    path = REPO / "tests" / "service" / "service_artifact.py"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    spec = importlib.util.spec_from_file_location("deploy_tiny_artifact", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    module.build_artifact(directory, threshold=0.0)  # every scored stream alerts
+    """The service tests' tiny artifact, every scored stream in alert."""
+    build_artifact(directory, threshold=0.0)
 
 
 class Proc:

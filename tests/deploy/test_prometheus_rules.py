@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from deploy_helpers import (
+from support.deploy_helpers import (
     PROM_DIR,
     explain,
     exported_metric_names,

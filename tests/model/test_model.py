@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import tiny_config
+from support.model_helpers import tiny_config
 
 from model import SCJEPA, SoftCodebook, TargetEncoder
 from model.patching import (

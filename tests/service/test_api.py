@@ -13,7 +13,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
-from service_helpers import ClientFactory, RedisServer
+from support.service_helpers import ClientFactory, RedisServer
 
 from service.config import Settings
 from service.main import create_app

@@ -13,7 +13,7 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
-from service_helpers import ClientFactory
+from support.service_helpers import ClientFactory
 from test_api import T0, body, ingest, series
 
 from service import ingest_body

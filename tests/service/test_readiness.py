@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service_helpers import REDIS_BIN, RedisServer
+from support.service_helpers import REDIS_BIN, RedisServer
 
 from service.config import Settings
 from service.main import create_app

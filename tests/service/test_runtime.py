@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service_artifact import build_artifact
+from support.service_artifact import build_artifact
 
 from service.inference import (
     CPU,

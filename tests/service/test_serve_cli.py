@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_helpers import free_port
+from support.service_helpers import free_port
 
 
 def test_serve_logs_model_provider_and_slices(

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from service_helpers import free_port
+from support.service_helpers import free_port
 
 from service.config import Settings
 from service.main import create_app

@@ -136,7 +136,7 @@ def test_stats_token_model_exports_and_matches_pytorch(tmp_path: Path) -> None:
     graph; the served codes stay one per patch and the level reaches the risk."""
     from model import SCJEPA, ModelConfig
     from model.export import ServedModel, export_onnx
-    from training.probe import build_probe_net
+    from training.evaluate.probe import build_probe_net
 
     cfg = ModelConfig(
         d_model=16, n_layers=1, n_heads=2, n_codes=8, pred_dim=16, pred_layers=1,
@@ -208,7 +208,7 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
     """With a checkpoint: both encoders, the window-stats diagnostic and the label-free
     reconstruction error are evaluated; the probe saved for export is the spec's (code
     features only, P * K inputs)."""
-    from training.evaluate import RECON_ROW, RECON_UNTRAINED_ROW, STATS_ROW
+    from training.evaluate.protocol import RECON_ROW, RECON_UNTRAINED_ROW, STATS_ROW
 
     res = json.loads((artifact["probe"].parent / "results.json").read_text())
     assert set(res["rows"]) == {
@@ -339,7 +339,7 @@ def test_bench_infer_compares_like_with_like(
     from model.config import ModelConfig
     from model.export import ServedModel, export_onnx
     from service.manifest import write_manifest
-    from training.bench_infer import flops_per_window, served_from_config
+    from training.bench.infer import flops_per_window, served_from_config
 
     # the TINY artifact with two of its channels masked, as MSL masks 22 of 55
     base = build_served(artifact["ckpt"], load_probe(artifact["probe"]))
@@ -412,9 +412,9 @@ def test_cuda_provider_is_active_and_matches_cpu(variants: Path) -> None:
 
 
 def test_graph_window_stats_equal_the_training_features() -> None:
-    """model/stats.py (in the graph) == training/features.py (what the probe was fitted on)."""
+    """model/stats.py (in the graph) == training/evaluate/features.py (what the probe was fitted on)."""
     from model.stats import WindowStats
-    from training.baselines import window_stats
+    from training.evaluate.baselines import window_stats
 
     rng = np.random.default_rng(6)
     normal = (rng.normal(size=(50, 100, 7)) * 3 + 5).astype(np.float32)

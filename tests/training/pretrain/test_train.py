@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from train_helpers import TINY_MODEL, random_pairs, tiny_train_config
+from support.train_helpers import TINY_MODEL, random_pairs, tiny_train_config
 
 from model import SCJEPA
-from training import train as train_module
-from training.checkpoint import load_checkpoint, load_model
 from training.cli import main
-from training.config import TrainConfig, load_config
-from training.ema import make_target
 from training.errors import UserError
-from training.losses import scjepa_loss
-from training.train import make_optimizer, pretrain, train_step
+from training.pretrain import train as train_module
+from training.pretrain.checkpoint import load_checkpoint, load_model
+from training.pretrain.config import TrainConfig, load_config
+from training.pretrain.ema import make_target
+from training.pretrain.losses import scjepa_loss
+from training.pretrain.train import make_optimizer, pretrain, train_step
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -231,7 +231,7 @@ def test_cli_pretrain_on_synthetic(
 
 
 def test_cross_domain_pools_datasets_channel_independently() -> None:
-    from training.train import load_pairs
+    from training.pretrain.train import load_pairs
 
     cfg = tiny_train_config()
     one = load_pairs(["synthetic"], None, cfg)

@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from training.baselines import (
+from training.data import Dataset, Samples, cut_windows, downstream_splits
+from training.errors import UserError
+from training.evaluate.baselines import (
     FitContext,
     Scorer,
     TS2VecConfig,
@@ -34,10 +36,8 @@ from training.baselines import (
     raw_feature_probe,
     window_stats,
 )
-from training.data import Dataset, Samples, cut_windows, downstream_splits
-from training.encode import CodeFeatures, ReconstructionError
-from training.errors import UserError
-from training.metrics import (
+from training.evaluate.encode import CodeFeatures, ReconstructionError
+from training.evaluate.metrics import (
     METRICS,
     best_f1_threshold,
     bootstrap_ci,
@@ -45,8 +45,8 @@ from training.metrics import (
     metrics,
     reliability,
 )
-from training.probe import ProbeConfig
-from training.results import git_commit, write_results
+from training.evaluate.probe import ProbeConfig
+from training.evaluate.results import git_commit, write_results
 
 FitFn = Callable[[FitContext, int], Scorer]
 SUBSETS = ("all", "onset", "continuation")
@@ -392,7 +392,7 @@ def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:
     import torch
 
     from model import SCJEPA, ModelConfig
-    from training.checkpoint import load_model
+    from training.pretrain.checkpoint import load_model
 
     trained = load_model(path)
     cfg = trained.cfg
@@ -404,7 +404,7 @@ def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:
 def _figures(
     out: Path, ds: Dataset, result: dict[str, Any], encoders: dict[str, CodeFeatures]
 ) -> None:
-    from training import plots
+    from training.evaluate import plots
 
     test, scores, rows = result["_test"], result["_scores"], result["rows"]
     plots.roc_pr(out / "roc_pr.png", test, scores, rows)

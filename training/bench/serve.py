@@ -476,7 +476,7 @@ def standalone_windows_per_s(
     """(windows/s, windows per onnxruntime call) of the service's own runtime at
     ``batch``, without HTTP or Redis: the ceiling the service is compared with."""
     from service.inference import load_model
-    from training.bench_infer import time_fn
+    from training.bench.infer import time_fn
 
     model = load_model(
         artifact,

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.config import Settings
-from service.loadtest import run_load_in_process
-from service.replay import read_csv, read_dataset, replay
+from training.bench.loadtest import run_load_in_process
 from training.cli import main as scjepa
+from training.demo.replay import read_csv, read_dataset, replay
 
 
 def write_csv(path: Path, n: int) -> np.ndarray:

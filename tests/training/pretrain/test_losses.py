@@ -7,11 +7,17 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from train_helpers import TINY_MODEL
+from support.train_helpers import TINY_MODEL
 
 from model import SCJEPA, ModelConfig, TargetEncoder
-from training.config import LossConfig
-from training.losses import entropy_terms, kl_div, lambda_r, patch_sq_err, scjepa_loss
+from training.pretrain.config import LossConfig
+from training.pretrain.losses import (
+    entropy_terms,
+    kl_div,
+    lambda_r,
+    patch_sq_err,
+    scjepa_loss,
+)
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,7 @@
     scjepa pretrain --dataset msl --root DIR --config configs/paper.yaml --out runs/msl
     scjepa pretrain --dataset msl,smap --root DIR --config configs/fast.yaml \\
         --set optim.epochs=3 --out runs/x [--resume]
-    torchrun --nproc_per_node 2 -m training.train --dataset synthetic ...   # DDP
+    torchrun --nproc_per_node 2 -m training.pretrain.train --dataset synthetic ...   # DDP
 
 The run dir gets config.yaml (resolved), metrics.jsonl (one line per epoch: every loss
 term, codebook usage, collapse diagnostics), last.pt (resume), best.pt (model
@@ -29,12 +29,12 @@ from torch import Tensor, nn
 
 from model import SCJEPA, TargetEncoder
 from model.codebook import pca_variance_ratio, usage_stats
-from training import distributed
-from training.checkpoint import load_checkpoint, save_checkpoint
-from training.config import TrainConfig, load_config, save_config
-from training.ema import ema_update, make_target
 from training.errors import UserError
-from training.losses import lambda_r, scjepa_loss
+from training.pretrain import distributed
+from training.pretrain.checkpoint import load_checkpoint, save_checkpoint
+from training.pretrain.config import TrainConfig, load_config, save_config
+from training.pretrain.ema import ema_update, make_target
+from training.pretrain.losses import lambda_r, scjepa_loss
 
 
 def resolve_device(name: str) -> torch.device:

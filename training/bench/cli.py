@@ -1,7 +1,7 @@
 """`scjepa bench TARGET`: throughput and peak memory of the project's hot paths.
 
     scjepa bench train --config configs/paper.yaml --threads 2 --json bench.json
-    scjepa bench infer ... / scjepa bench serve ...   (training/bench_infer.py, _serve.py)
+    scjepa bench infer ... / scjepa bench serve ...   (training/bench/infer.py, _serve.py)
 
 ``train`` times the full pre-training step (online forward, EMA target pass, losses,
 backward, clipping, Adam, EMA update) on random pairs, after a warm-up, and reports
@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 from model import SCJEPA
-from training.config import load_config
-from training.ema import make_target
-from training.train import make_optimizer, resolve_device, train_step
+from training.pretrain.config import load_config
+from training.pretrain.ema import make_target
+from training.pretrain.train import make_optimizer, resolve_device, train_step
 
 
 def bench_train(
@@ -90,8 +90,8 @@ def bench_train(
 # target -> (module with add_arguments/run, help); "train" lives here
 TARGETS: dict[str, tuple[str, str]] = {
     "train": (__name__, "pre-training step: pairs/s and peak memory"),
-    "infer": ("training.bench_infer", "serving speed: onnxruntime vs PyTorch eager"),
-    "serve": ("training.bench_serve", "the running service over loopback"),
+    "infer": ("training.bench.infer", "serving speed: onnxruntime vs PyTorch eager"),
+    "serve": ("training.bench.serve", "the running service over loopback"),
 }
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.baselines import TS2VecConfig, TS2VecFeatures
 from training.cli import main
 from training.data import Samples, downstream_splits, load_dataset
-from training.evaluate import baseline_methods, evaluate, normal_windows
-from training.probe import Probe, ProbeConfig
+from training.evaluate.baselines import TS2VecConfig, TS2VecFeatures
+from training.evaluate.probe import Probe, ProbeConfig
+from training.evaluate.protocol import baseline_methods, evaluate, normal_windows
 
 FAST_PROBE = ProbeConfig(hidden=32, max_epochs=60, patience=10)
 
@@ -188,8 +188,8 @@ def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
     served probe is written (the served graph reads code probabilities)."""
     import torch
 
-    from training.encode import CodeFeatures
-    from training.evaluate import load_encoders
+    from training.evaluate.encode import CodeFeatures
+    from training.evaluate.protocol import load_encoders
 
     tiny = [
         "--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
@@ -216,7 +216,7 @@ def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
     np.testing.assert_allclose(feats(x), h.amax(1).flatten(1).numpy(), rtol=1e-6)
     # the label-free row: mean over channels of the log reconstruction MSE on the
     # RevIN scale, recomputed one window and one channel at a time
-    from training.encode import ReconstructionError
+    from training.evaluate.encode import ReconstructionError
 
     want = np.zeros(len(x))
     for n in range(len(x)):

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from model.patching import fold_channels, patchify
-from training.features import PerArrayCache
+from training.evaluate.features import PerArrayCache
 
 
 class CodeFeatures:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from training.config import LossConfig
+from training.pretrain.config import LossConfig
 
 
 def kl_div(p_target: Tensor, logits: Tensor) -> Tensor:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from training.config import TrainConfig, from_dict
+from training.pretrain.config import TrainConfig, from_dict
 
 TINY_MODEL = {
     "d_model": 16,

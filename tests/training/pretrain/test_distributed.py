@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from train_helpers import TINY_MODEL
+from support.train_helpers import TINY_MODEL
 
-from training.checkpoint import load_checkpoint
+from training.pretrain.checkpoint import load_checkpoint
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow
@@ -28,7 +28,7 @@ def test_two_cpu_processes_keep_identical_replicas(tmp_path: Path) -> None:
     }
     (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
-    cmd += ["--standalone", "-m", "training.train", "--dataset", "synthetic"]
+    cmd += ["--standalone", "-m", "training.pretrain.train", "--dataset", "synthetic"]
     cmd += ["--config", str(tmp_path / "tiny.yaml"), "--out", str(tmp_path / "run")]
     env = os.environ | {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     # own session: on a timeout the workers are killed with torchrun, not orphaned

@@ -7,7 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from training.metrics import best_f1_threshold, bootstrap_ci, confusion, pr_auc, roc_auc
+from training.evaluate.metrics import (
+    best_f1_threshold,
+    bootstrap_ci,
+    confusion,
+    pr_auc,
+    roc_auc,
+)
 
 
 def brute_auc(y, s):

@@ -46,7 +46,7 @@ import numpy as np
 
 from training.errors import UserError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST = REPO / "configs" / "fast.yaml"
 WINDOW = 100
 SPARK = "▁▂▃▄▅▆▇█"
@@ -71,10 +71,10 @@ def build_artifact(
 ) -> None:
     """Pre-train (fast preset), fit the probe, export: ``artifact/`` holds the result."""
     from training import export
-    from training.baselines import fit_feature_probe, window_stats
-    from training.config import load_config
-    from training.encode import CodeFeatures
-    from training.evaluate import (
+    from training.evaluate.baselines import fit_feature_probe, window_stats
+    from training.evaluate.encode import CodeFeatures
+    from training.evaluate.probe import ProbeConfig
+    from training.evaluate.protocol import (
         STATS_ROW,
         evaluate,
         load_encoders,
@@ -82,8 +82,8 @@ def build_artifact(
         save_served_probe,
         with_window_stats,
     )
-    from training.probe import ProbeConfig
-    from training.train import load_pairs, pretrain
+    from training.pretrain.config import load_config
+    from training.pretrain.train import load_pairs, pretrain
 
     if not FAST.is_file():
         raise UserError(f"{FAST}: the fast preset is missing (run from a repo clone)")

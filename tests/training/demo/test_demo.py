@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training import demo
 from training.cli import main as scjepa
 from training.data import load_dataset
+from training.demo import demo
 
 TINY = [
     "optim.epochs=1", "model.d_model=16", "model.n_layers=1", "model.n_heads=2",

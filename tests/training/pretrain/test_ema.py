@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import torch
-from train_helpers import TINY_MODEL
+from support.train_helpers import TINY_MODEL
 
 from model import SCJEPA, ModelConfig
-from training.config import LossConfig
-from training.ema import ema_update, make_target, online_params
-from training.losses import scjepa_loss
+from training.pretrain.config import LossConfig
+from training.pretrain.ema import ema_update, make_target, online_params
+from training.pretrain.losses import scjepa_loss
 
 
 def _flat(params) -> torch.Tensor:

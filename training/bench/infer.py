@@ -29,7 +29,7 @@ from model.export import ServedModel
 from model.layers import Block
 from model.patching import revin
 from model.scjepa import SCJEPA
-from training.probe import build_probe_net
+from training.evaluate.probe import build_probe_net
 
 
 def time_fn(fn: Callable[[], Any], seconds: float, warmup: int = 2) -> np.ndarray:

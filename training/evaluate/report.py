@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from training.errors import UserError
-from training.results import markdown, merge
+from training.evaluate.results import markdown, merge
 
 HEADER = """# {title}
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.bench_serve import Conn
+from training.bench.serve import Conn
 from training.cli import main
 
 

@@ -18,14 +18,14 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import NearestNeighbors
 
 from training.data import Samples
-from training.features import (
+from training.evaluate.features import (
     PerArrayCache,
     Standardizer,
     channel_stats,
     pooled_stats,
 )
-from training.metrics import pr_auc
-from training.probe import Probe, ProbeConfig
+from training.evaluate.metrics import pr_auc
+from training.evaluate.probe import Probe, ProbeConfig
 
 Scorer = Callable[[np.ndarray], np.ndarray]
 

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.metrics import roc_auc
+from training.evaluate.metrics import roc_auc
 
 
 @dataclass
