@@ -89,4 +89,4 @@ if __name__ == "__main__":
     assert torch.allclose(p.sum(-1), torch.ones(4, 5))
     one_hot = F.one_hot(p.argmax(-1), 128).float()
     assert torch.allclose(cb.probs_to_codes(one_hot), cb.indices_to_codes(p.argmax(-1)))
-    print(f"ok: perplexity {perplexity(p).item():.1f} of 128")
+    print(f"ok: perplexity {perplexity(p).item():.1f} of 128")  # noqa: T201
