@@ -1,0 +1,196 @@
+"""Event-level early-warning metrics against a brute-force reading of their definitions
+(docs/evaluation.md item 9; training/evaluate/events.py's docstring), on hand-made
+series: events at series edges, back-to-back events, an alert spanning an onset."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from training.evaluate.events import (
+    Segment,
+    event_counts,
+    events,
+    segment_counts,
+    summary,
+    threshold_at_budget,
+    warning_curve,
+)
+
+
+def brute(seg: Segment, threshold: float, lookback: int) -> dict[str, object]:
+    """Step by step, straight from the definitions, no searchsorted."""
+    y = [int(v) for v in seg.labels]
+    runs, t = [], 0
+    while t < len(y):
+        if y[t]:
+            s = t
+            while t < len(y) and y[t]:
+                t += 1
+            runs.append((s, t))
+        else:
+            t += 1
+    alerts = [
+        int(e) for e, sc in zip(seg.ends, seg.scores, strict=True) if sc >= threshold
+    ]
+    out: dict[str, object] = {"warned": 0, "late": 0, "missed": 0, "censored": 0}
+    leads, delays, onsets = [], [], []
+    for onset, offset in runs:
+        if onset == 0:
+            out["censored"] += 1  # type: ignore[operator]
+            continue
+        onsets.append(onset)
+        before = [e for e in alerts if onset - lookback <= e <= onset]
+        inside = [e for e in alerts if onset < e <= offset]
+        if before:
+            out["warned"] += 1  # type: ignore[operator]
+            leads.append(onset - min(before))
+        elif inside:
+            out["late"] += 1  # type: ignore[operator]
+            delays.append(min(inside) - onset)
+        else:
+            out["missed"] += 1  # type: ignore[operator]
+    fa = 0
+    for e in alerts:
+        announces = any(e <= o <= e + lookback for o in onsets)
+        if not announces and not y[e - 1]:
+            fa += 1
+    out |= {"events": len(onsets), "leads": leads, "delays": delays, "fa": fa}
+    return out
+
+
+def check(seg: Segment, threshold: float, lookback: int) -> None:
+    got = segment_counts(seg, threshold, lookback)
+    want = brute(seg, threshold, lookback)
+    assert (got.events, got.censored) == (want["events"], want["censored"])
+    assert (got.warned, got.late, got.missed) == (
+        want["warned"],
+        want["late"],
+        want["missed"],
+    )
+    assert sorted(got.leads) == sorted(want["leads"])  # type: ignore[arg-type]
+    assert sorted(got.delays) == sorted(want["delays"])  # type: ignore[arg-type]
+    assert got.false_alarms == want["fa"]
+    assert got.warned + got.late + got.missed == got.events
+
+
+def seg(labels: str, alerts: dict[int, float], n: int | None = None) -> Segment:
+    """labels as a string of 0/1; windows ending at every step, score 0 unless given."""
+    y = np.array([int(c) for c in labels])
+    ends = np.arange(1, len(y) + 1)
+    scores = np.array([alerts.get(int(e), 0.0) for e in ends])
+    return Segment(y, ends, scores)
+
+
+def test_events_are_maximal_runs() -> None:
+    assert events(np.array([1, 1, 0, 1, 0, 0, 1])).tolist() == [[0, 2], [3, 4], [6, 7]]
+    assert events(np.zeros(5)).shape == (0, 2)
+
+
+def test_warned_with_lead_from_the_earliest_alert_in_the_lookback() -> None:
+    s = seg("0000000000111100000", {4: 1.0, 7: 1.0, 9: 1.0})
+    c = segment_counts(s, 0.5, lookback=6)  # onset 10; ends 4..10 count
+    assert (c.events, c.warned, c.late, c.missed) == (1, 1, 0, 0)
+    assert c.leads == [6]  # 10 - 4
+    assert c.false_alarms == 0
+    c = segment_counts(s, 0.5, lookback=2)  # only end 9 is close enough: lead 1
+    assert c.leads == [1]
+    assert c.false_alarms == 2  # ends 4 and 7 announce nothing within 2 steps
+    check(s, 0.5, 6)
+    check(s, 0.5, 2)
+
+
+def test_an_alert_spanning_the_onset_is_a_late_detection() -> None:
+    # the window ending at 12 covers steps 2..11 (W = 10) and so spans the onset at 10
+    s = seg("0000000000111100000", {12: 1.0})
+    c = segment_counts(s, 0.5, lookback=5)
+    assert (c.warned, c.late, c.missed) == (0, 1, 0)
+    assert c.delays == [2]
+    assert c.false_alarms == 0  # its last step (11) is inside the event
+    check(s, 0.5, 5)
+
+
+def test_an_alert_ending_just_after_the_event_is_a_false_alarm() -> None:
+    s = seg("0000000000111100000", {15: 1.0})  # last step 14: the event ended at 14
+    c = segment_counts(s, 0.5, lookback=3)
+    assert (c.warned, c.late, c.missed, c.false_alarms) == (0, 0, 1, 1)
+    check(s, 0.5, 3)
+
+
+def test_events_at_the_edges() -> None:
+    # one already running at step 0 (censored), one running to the last step
+    s = seg("1110000000000000011", {16: 1.0})
+    c = segment_counts(s, 0.5, lookback=4)
+    assert (c.events, c.censored, c.warned) == (1, 1, 1)
+    assert c.leads == [1]
+    s = seg("1110000000000000011", {19: 1.0})  # the last window, inside the event
+    c = segment_counts(s, 0.5, lookback=4)
+    assert (c.late, c.delays, c.false_alarms) == (1, [2], 0)
+    check(s, 0.5, 4)
+
+
+def test_back_to_back_events() -> None:
+    # events at 5..7 and 9..11, one normal step between: an alert ending at 8 (last
+    # step 7, inside the first) warns the second; one at 9 ends on the normal step
+    s = seg("000001110111000000", {8: 1.0})
+    c = segment_counts(s, 0.5, lookback=3)
+    assert (c.events, c.warned, c.late, c.missed) == (2, 1, 1, 0)
+    assert c.leads == [1] and c.delays == [3]
+    check(s, 0.5, 3)
+    s = seg("000001110111000000", {9: 1.0})
+    c = segment_counts(s, 0.5, lookback=3)
+    assert (c.warned, c.late, c.missed, c.false_alarms) == (1, 0, 1, 0)
+    check(s, 0.5, 3)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_series_match_brute_force(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 200))
+    y = (rng.random(n) < 0.08).astype(int)
+    for i in range(1, n):  # make runs: an anomalous step tends to continue
+        if y[i - 1] and rng.random() < 0.7:
+            y[i] = 1
+    stride = int(rng.integers(1, 6))
+    ends = np.arange(int(rng.integers(1, 8)), n + 1, stride)
+    s = Segment(y, ends, rng.random(len(ends)))
+    for t in (0.0, 0.3, 0.7, 0.95, 1.1):
+        for lookback in (1, 5, 17):
+            check(s, t, lookback)
+
+
+def test_sums_rates_and_summary() -> None:
+    a = seg("0000000000111100000", {9: 1.0, 2: 1.0})
+    b = seg("00000110000", {3: 1.0})
+    c = event_counts([a, b], 0.5, lookback=3)
+    assert (c.events, c.warned, c.false_alarms, c.windows) == (2, 2, 1, 30)
+    assert c.warned_rate == 1.0
+    assert c.false_alarms_per_1000 == pytest.approx(1000 / 30)
+    out = summary(c, steps_per_day=1440)
+    assert out["false_alarms_per_day"] == pytest.approx(1440 / 30)
+    assert out["lead_quartiles"] == [1.25, 1.5, 1.75]  # leads 1 and 2
+    assert out["delay_quartiles"] is None
+
+
+def test_curve_runs_from_every_window_to_none_and_budget_holds() -> None:
+    rng = np.random.default_rng(3)
+    segs = [
+        Segment(np.r_[np.zeros(50), np.ones(5), np.zeros(45)], np.arange(1, 101), rng.random(100))
+        for _ in range(3)
+    ]  # fmt: skip
+    curve = warning_curve(segs, lookback=10, n_thresholds=20)
+    assert curve["warned_rate"][0] == 1.0  # everything alerts
+    assert (
+        curve["warned_rate"][-1] == 0.0
+        and curve["false_alarms_per_1000_windows"][-1] == 0
+    )
+    fa = curve["false_alarms_per_1000_windows"]
+    assert all(
+        a >= b for a, b in itertools.pairwise(fa)
+    )  # a higher threshold never adds one
+    t = threshold_at_budget(segs, lookback=10, max_fa_per_1000=50.0)
+    assert event_counts(segs, t, 10).false_alarms_per_1000 <= 50.0
+    lower = max(s for s in np.concatenate([x.scores for x in segs]) if s < t)
+    assert event_counts(segs, lower, 10).false_alarms_per_1000 > 50.0

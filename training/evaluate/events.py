@@ -1,0 +1,204 @@
+"""Event-level early warning (docs/evaluation.md, item 9): what an operator buys.
+
+A *segment* is one entity's scored stretch of time (e.g. its test split): the 0/1
+label of every step, and the windows scored on it, each known by its ``end`` (one
+past its last step, so the window covers ``[end - W, end)``) and its score. A window
+is *in alert* when ``score >= threshold``.
+
+- An *event* is a maximal run of anomalous steps in a segment; its *onset* is the run's
+  first step. An event that starts at the segment's first step began before it was
+  observed (the split cut it): it is *censored*, counted apart, never warned or missed.
+- An event is *warned* when an alerting window ends before its onset and at most
+  ``lookback`` steps before it: ``onset - lookback <= end <= onset``. Lead time is
+  onset minus the end of the earliest such window.
+- An event not warned is *detected late* when an alerting window ends inside it
+  (``onset < end <= offset``, its last step anomalous); the delay is that first
+  window's end minus the onset. Otherwise it is *missed*.
+- A *false alarm* is an alerting window with no onset within ``lookback`` steps after
+  its end (``end <= onset <= end + lookback``) whose last step is not inside an event.
+
+Every function takes the segments as they are and counts directly; the tests check the
+counts against a brute-force reading of the definitions above.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One entity's scored stretch: step labels and the windows scored on it."""
+
+    labels: np.ndarray  # (T,) 0/1 per step
+    ends: np.ndarray  # (N,) window ends, one past each window's last step, 1..T
+    scores: np.ndarray  # (N,) higher = more anomalous
+
+    def __post_init__(self) -> None:
+        ends = np.asarray(self.ends)
+        assert ends.shape == np.shape(self.scores), "one score per window end"
+        assert ends.size == 0 or (ends.min() >= 1 and ends.max() <= len(self.labels)), (
+            "window ends must lie in 1..T"
+        )
+
+
+def events(labels: np.ndarray) -> np.ndarray:
+    """(E, 2) [onset, offset) of each maximal run of anomalous steps."""
+    y = np.r_[0, np.asarray(labels, dtype=np.int8).astype(bool), 0].astype(np.int8)
+    edges = np.diff(y)
+    return np.stack([np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)], axis=1)
+
+
+@dataclass
+class EventCounts:
+    """Counts at one threshold, summed over segments."""
+
+    events: int = 0  # observed onsets (censored ones excluded)
+    censored: int = 0  # events already running at a segment's first step
+    warned: int = 0
+    late: int = 0
+    missed: int = 0
+    false_alarms: int = 0
+    windows: int = 0  # scored windows
+    steps: int = 0  # steps covered by the segments (for rates per day)
+    leads: list[int] = field(default_factory=list)  # steps, one per warned event
+    delays: list[int] = field(default_factory=list)  # steps, one per late detection
+
+    @property
+    def warned_rate(self) -> float:
+        return self.warned / self.events if self.events else float("nan")
+
+    @property
+    def false_alarms_per_1000(self) -> float:
+        return 1000 * self.false_alarms / self.windows if self.windows else float("nan")
+
+    def add(self, other: EventCounts) -> None:
+        for name in ("events", "censored", "warned", "late", "missed"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.false_alarms += other.false_alarms
+        self.windows += other.windows
+        self.steps += other.steps
+        self.leads += other.leads
+        self.delays += other.delays
+
+
+def segment_counts(seg: Segment, threshold: float, lookback: int) -> EventCounts:
+    """Warned / late / missed events and false alarms of one segment at ``threshold``."""
+    labels = np.asarray(seg.labels).astype(bool)
+    ends = np.asarray(seg.ends, dtype=np.int64)
+    alert_ends = np.sort(ends[np.asarray(seg.scores) >= threshold])
+    runs = events(labels)
+    out = EventCounts(windows=len(ends), steps=len(labels))
+    onsets = []
+    for onset, offset in runs.tolist():
+        if onset == 0:
+            out.censored += 1
+            continue
+        onsets.append(onset)
+        out.events += 1
+        # alerting windows ending in [onset - lookback, onset]
+        lo = np.searchsorted(alert_ends, onset - lookback, side="left")
+        hi = np.searchsorted(alert_ends, onset, side="right")
+        if hi > lo:
+            out.warned += 1
+            out.leads.append(int(onset - alert_ends[lo]))
+            continue
+        # first alerting window ending inside the event: onset < end <= offset
+        k = np.searchsorted(alert_ends, onset, side="right")
+        if k < len(alert_ends) and alert_ends[k] <= offset:
+            out.late += 1
+            out.delays.append(int(alert_ends[k] - onset))
+        else:
+            out.missed += 1
+    # false alarms: no onset in [end, end + lookback] and the last step not anomalous
+    on = np.asarray(onsets, dtype=np.int64)
+    if len(alert_ends):
+        first_onset_after = np.searchsorted(on, alert_ends, side="left")
+        padded = np.r_[on, np.iinfo(np.int64).max // 2]  # "no later onset"
+        announcing = padded[first_onset_after] - alert_ends <= lookback
+        inside = labels[alert_ends - 1]
+        out.false_alarms = int(np.sum(~announcing & ~inside))
+    return out
+
+
+def event_counts(
+    segments: Sequence[Segment], threshold: float, lookback: int
+) -> EventCounts:
+    """:func:`segment_counts` summed over segments."""
+    total = EventCounts()
+    for seg in segments:
+        total.add(segment_counts(seg, threshold, lookback))
+    return total
+
+
+def quartiles(values: Sequence[int]) -> list[float] | None:
+    """[q25, median, q75], or None when there is nothing to summarise."""
+    if not len(values):
+        return None
+    return [float(q) for q in np.percentile(values, [25, 50, 75])]
+
+
+def summary(
+    counts: EventCounts, steps_per_day: float | None = None
+) -> dict[str, object]:
+    """The operator's figures at one threshold, JSON-ready."""
+    out: dict[str, object] = {
+        "events": counts.events,
+        "censored_events": counts.censored,
+        "warned": counts.warned,
+        "warned_rate": counts.warned_rate,
+        "lead_quartiles": quartiles(counts.leads),
+        "late": counts.late,
+        "delay_quartiles": quartiles(counts.delays),
+        "missed": counts.missed,
+        "false_alarms": counts.false_alarms,
+        "windows": counts.windows,
+        "false_alarms_per_1000_windows": counts.false_alarms_per_1000,
+    }
+    if steps_per_day is not None and counts.steps:
+        out["false_alarms_per_day"] = counts.false_alarms * steps_per_day / counts.steps
+    return out
+
+
+def warning_curve(
+    segments: Sequence[Segment], lookback: int, n_thresholds: int = 100
+) -> dict[str, list[float]]:
+    """Warned-event rate against false alarms per 1,000 windows as the threshold sweeps
+    the scores' quantiles (from alerting on every window to alerting on none)."""
+    scores = np.concatenate([np.asarray(s.scores, dtype=np.float64) for s in segments])
+    qs = np.unique(np.quantile(scores, np.linspace(0, 1, n_thresholds)))
+    thresholds = np.r_[qs, np.inf]
+    warned, fa = [], []
+    for t in thresholds:
+        c = event_counts(segments, float(t), lookback)
+        warned.append(c.warned_rate)
+        fa.append(c.false_alarms_per_1000)
+    return {
+        "threshold": thresholds.tolist(),
+        "warned_rate": warned,
+        "false_alarms_per_1000_windows": fa,
+    }
+
+
+def threshold_at_budget(
+    segments: Sequence[Segment], lookback: int, max_fa_per_1000: float
+) -> float:
+    """The lowest threshold (most warnings) whose false alarms per 1,000 windows stay
+    within the budget, chosen on the given (validation) segments."""
+    scores = np.unique(
+        np.concatenate([np.asarray(s.scores, dtype=np.float64) for s in segments])
+    )
+    best = float("inf")
+    lo, hi = 0, len(scores) - 1
+    # false alarms fall as the threshold rises: binary search on the sorted scores
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        c = event_counts(segments, float(scores[mid]), lookback)
+        if c.false_alarms_per_1000 <= max_fa_per_1000:
+            best, hi = float(scores[mid]), mid - 1
+        else:
+            lo = mid + 1
+    return best
