@@ -26,24 +26,22 @@ from service.inference import Scores
 Job = tuple[np.ndarray, asyncio.Future[Scores]]
 
 
-def inference_executor(nice: int = 0, slice_us: int = 0) -> ThreadPoolExecutor:
+def inference_executor(nice: int = 0) -> ThreadPoolExecutor:
     """The one thread that runs onnxruntime, ``nice`` steps below the event loop's CPU
-    priority (Linux: per thread; elsewhere ignored), asking for a ``slice_us`` CPU time
-    slice (``service.sched``; 0 = the kernel's default, set explicitly because a thread
-    inherits its creator's slice, here the event loop's short one).
+    priority (Linux: per thread; elsewhere ignored), on the kernel's default CPU slice.
 
-    On a small machine the inference thread competes for a core with the event loop
-    that answers every request; niced, it yields the CPU whenever the loop has work, so
-    a GET /risk does not wait behind a batch, and it takes every cycle the loop leaves
-    idle. Create the session from this thread (``run_in_executor``) so onnxruntime's
-    own pool threads (intra-op > 1) inherit the priority.
+    Niced, it yields the core whenever the event loop has work, so a GET /risk does not
+    wait behind a batch, and it takes every cycle the loop leaves idle. The slice is set
+    because a thread inherits its creator's, here the loop's short one (service.sched).
+    Create the session from this thread (``run_in_executor``) so onnxruntime's own pool
+    threads (intra-op > 1) inherit both.
     """
 
     def init() -> None:
         if nice and sys.platform == "linux":
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        sched.set_slice_us(slice_us)
+        sched.set_slice_us(0)
 
     return ThreadPoolExecutor(1, thread_name_prefix="scjepa-infer", initializer=init)
 

@@ -38,15 +38,12 @@ class Settings(BaseSettings):
     # nice steps of the inference thread below the event loop (Linux): reads and
     # ingest are not queued behind a batch on a small machine; 0 = same priority
     infer_nice: Annotated[int, Field(ge=0, le=19)] = 0
-    # requested CPU time slices (Linux 6.12+, service/sched.py; 0 = the kernel's
-    # default, else 100..100000 µs): the event loop's short one lets a request preempt
-    # a batch on arrival, with no thread's CPU share changed (GET /risk p99 lower in 5
-    # of 5 pairs, docs/benchmarks.md). A long inference slice is NOT the default: a
-    # busy loop that has used its share then waits out the whole batch slice
+    # CPU time slice the event loop's thread asks for (Linux 6.12+, service/sched.py):
+    # a request preempts a running batch on arrival; 0 = the kernel's default
     loop_slice_us: Annotated[int, AfterValidator(sched.check_us)] = 100
-    infer_slice_us: Annotated[int, AfterValidator(sched.check_us)] = 0
     # --- windows and batching
-    # readings between scored windows (100 = non-overlapping); None = the manifest's
+    # readings between scored windows (= the window: non-overlapping); None = the
+    # manifest's hop
     hop: Annotated[int | None, Field(ge=1)] = None
     max_batch: Annotated[int, Field(ge=1)] = 64  # windows per batch (one worker job)
     # CPU: a batch runs in onnxruntime runs of about this many encoder tokens
@@ -70,6 +67,9 @@ class Settings(BaseSettings):
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     max_readings_per_request: Annotated[int, Field(ge=1)] = 10_000
     top_channels: Annotated[int, Field(ge=1)] = 5  # contributing channels reported
+    # POST /ingest and GET /risk/{stream} answered ahead of FastAPI's routing
+    # (service/fastpaths.py), through the same handlers; off = the FastAPI routes
+    fast_paths: bool = True
 
     @field_validator("api_keys", mode="before")
     @classmethod

@@ -1,16 +1,18 @@
-"""Dependencies: what the lifespan put on ``app.state``, as Annotated aliases.
+"""FastAPI dependencies: what the lifespan put on ``app.state``, as Annotated aliases,
+and the X-API-Key check of the routes that service.handlers does not answer.
 
-All ``async def``: FastAPI would run plain ``def`` dependencies in its thread pool, a
-thread hop per dependency per request for what is an attribute read."""
+All ``async def``: FastAPI runs a plain ``def`` dependency in its thread pool, a thread
+hop per request for what is an attribute read.
+"""
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated, cast
 
-from fastapi import Depends, Header, HTTPException, Request, status
+from fastapi import Depends, Header, HTTPException, Request
 
 from service.config import Settings
+from service.handlers import AUTH_DETAIL, AUTH_HEADERS, key_ok
 from service.inference import Model
 from service.scoring import Scorer
 from service.store import Store
@@ -36,30 +38,15 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 ModelDep = Annotated[Model, Depends(get_model)]
 StoreDep = Annotated[Store, Depends(get_store)]
 ScorerDep = Annotated[Scorer, Depends(get_scorer)]
-
-
-def key_ok(settings: Settings, key: str | None) -> bool:
-    """Open when no keys are configured; otherwise ``key`` must match one."""
-    if not settings.api_keys:
-        return True
-    return key is not None and any(
-        secrets.compare_digest(key.encode(), k.encode()) for k in settings.api_keys
-    )
+ApiKeyHeader = Annotated[str | None, Header(description="one of SCJEPA_API_KEYS")]
 
 
 async def require_api_key(
-    settings: SettingsDep,
-    x_api_key: Annotated[
-        str | None, Header(description="one of SCJEPA_API_KEYS")
-    ] = None,
+    settings: SettingsDep, x_api_key: ApiKeyHeader = None
 ) -> None:
-    """Open when no keys are configured; otherwise the X-API-Key header must match one."""
+    """401 unless no keys are configured or the X-API-Key header matches one."""
     if not key_ok(settings, x_api_key):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail="missing or unknown X-API-Key",
-            headers={"WWW-Authenticate": "X-API-Key"},
-        )
+        raise HTTPException(401, detail=AUTH_DETAIL, headers=dict(AUTH_HEADERS))
 
 
 ApiKey = Depends(require_api_key)

@@ -1,66 +1,50 @@
-"""The two hot requests answered ahead of FastAPI's routing: ``GET /risk/{stream}``
-(polled by every dashboard and client) and ``POST /ingest`` (every reading).
-
-Through the full stack (Starlette middleware, routing, dependency injection, parameter
-validation) each request cost about as much again as the work it wraps, on the one
-event loop. This ASGI wrapper answers the plain case itself with the same functions
-the routes call: a valid stream name or body, a valid X-API-Key (when keys are set);
-the same JSON bodies, status codes and route timing. Anything else goes on to FastAPI
-unchanged (a body already read is replayed), which answers as before: a bad name,
-a missing key, a body that fails validation or is over the reading limit (nothing has
-been stored at that point), any other path. A store failure during an ingest that has
-begun is answered here, as the route's handler would (503, nothing lost: appends are
-atomic per stream and retries are deduplicated). Reads go to the shared store only,
-so any replica answers.
+"""ASGI adapter: POST /ingest and GET /risk/{stream} answered by service.handlers
+ahead of FastAPI's routing, which costs about as much again as the work it wraps
+(docs/notebook/benchmarks.md, Service). Installed when ``SCJEPA_FAST_PATHS`` is on (the
+default); with it off the FastAPI routes answer, through the same handlers. Every other
+request, and any before start-up, goes on to FastAPI unchanged.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import re
-from typing import Any
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fastapi.exceptions import RequestValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from service import handlers
+from service.handlers import Reply
+from service.scoring import Scorer
 
-from service.deps import key_ok
-from service.inference import WindowError
-from service.ingest_body import parse_ingest
-from service.schemas import STREAM_PATTERN, IngestResponse
-from service.store import StoreUnavailable
-
-log = logging.getLogger(__name__)
-
-PREFIX = "/risk/"
-STREAM = re.compile(STREAM_PATTERN)  # fullmatch; the routes validate with the same
+RISK_PREFIX = "/risk/"
 
 
 class _Route:
+    """What the router would put in ``scope["route"]``: the template the request
+    timing is labelled with (middleware.TimingAndLimits)."""
+
     def __init__(self, path: str) -> None:
-        self.path = path  # the label TimingAndLimits records
+        self.path = path
 
 
 RISK, INGEST = _Route("/risk/{stream}"), _Route("/ingest")
 
 
-def _json(detail: Any) -> bytes:
-    return json.dumps({"detail": detail}, separators=(",", ":")).encode()
+def _api_key(scope: Scope) -> str | None:
+    """The first X-API-Key header, as Starlette's ``Headers.get`` reads it."""
+    for name, value in scope["headers"]:
+        if name == b"x-api-key":
+            return bytes(value).decode("latin-1")
+    return None
 
 
-async def _respond(
-    send: Send,
-    status: int,
-    body: bytes,
-    extra: list[tuple[bytes, bytes]] = (),  # type: ignore[assignment]
-) -> None:
+async def _send(send: Send, reply: Reply) -> None:
     headers = [
-        (b"content-length", str(len(body)).encode()),
-        (b"content-type", b"application/json"),
-        *extra,
+        (b"content-length", str(len(reply.body)).encode()),
+        (b"content-type", handlers.JSON.encode()),
+        *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers),
     ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    await send(
+        {"type": "http.response.start", "status": reply.status, "headers": headers}
+    )
+    await send({"type": "http.response.body", "body": reply.body})
 
 
 class FastPaths:
@@ -68,93 +52,27 @@ class FastPaths:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scorer: Scorer | None = None
         if scope["type"] == "http":
-            if scope["method"] == "GET" and scope["path"].startswith(PREFIX):
-                if await self._risk(scope, send):
+            scorer = getattr(scope["app"].state, "scorer", None)
+        if scorer is None:
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        stream = path[len(RISK_PREFIX) :] if path.startswith(RISK_PREFIX) else ""
+        if method == "GET" and stream and "/" not in stream:  # the route's {stream}
+            scope["route"] = RISK
+            await _send(send, await handlers.risk(stream, _api_key(scope), scorer))
+        elif method == "POST" and path == "/ingest":
+            chunks, more = [], True
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":  # the client left
                     return
-            elif scope["method"] == "POST" and scope["path"] == "/ingest":
-                await self._ingest(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-    @staticmethod
-    def _ready(scope: Scope) -> tuple[Any, Any] | None:
-        """(scorer, settings) once started and when the key (if any) is valid."""
-        state = scope["app"].state
-        scorer = getattr(state, "scorer", None)
-        settings = getattr(state, "settings", None)
-        if scorer is None or settings is None:
-            return None
-        if settings.api_keys:
-            key = dict(scope["headers"]).get(b"x-api-key")
-            if key is None or not key_ok(settings, key.decode("latin-1")):
-                return None
-        return scorer, settings
-
-    async def _risk(self, scope: Scope, send: Send) -> bool:
-        stream = scope["path"][len(PREFIX) :]
-        ready = self._ready(scope) if STREAM.fullmatch(stream) else None
-        if ready is None:
-            return False
-        try:
-            body = await ready[0].risk(stream)
-        except StoreUnavailable:
-            return False  # the route answers 503
-        scope["route"] = RISK
-        if body is None:
-            detail = f"unknown stream {stream!r} (no readings yet)"  # as the route
-            await _respond(send, 404, _json(detail))
+                chunks.append(message.get("body", b""))
+                more = message.get("more_body", False)
+            scope["route"] = INGEST
+            reply = await handlers.ingest(b"".join(chunks), _api_key(scope), scorer)
+            await _send(send, reply)
         else:
-            await _respond(send, 200, body)
-        return True
-
-    async def _ingest(self, scope: Scope, receive: Receive, send: Send) -> None:
-        chunks, more = [], True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left
-                return
-            chunks.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        raw = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": raw, "more_body": False}
-
-        ready = self._ready(scope)
-        if ready is None:
-            await self.app(scope, replay, send)
-            return
-        scorer, settings = ready
-        try:
-            items, batch_form = parse_ingest(raw)
-        except RequestValidationError:
-            await self.app(scope, replay, send)  # the route answers 422 the same way
-            return
-        n = sum(len(item.ts) for item in items)
-        arrays, problems = (
-            scorer.prepare(items, batch_form=batch_form)
-            if n <= settings.max_readings_per_request
-            else ([], [None])
-        )
-        if problems:  # 413 or 422, from the route: nothing was stored
-            await self.app(scope, replay, send)
-            return
-        scope["route"] = INGEST
-        try:
-            results = await scorer.ingest([item.stream for item in items], arrays)
-        except StoreUnavailable as e:  # as middleware.store_unavailable
-            log.warning("store unavailable: %s", e)
-            detail = f"store unavailable, retry later ({e})"
-            await _respond(send, 503, _json(detail), ((b"retry-after", b"1"),))
-            return
-        except WindowError as e:  # as middleware.bad_window
-            await _respond(send, 422, _json(str(e)))
-            return
-        body = IngestResponse(results=results).model_dump_json().encode()
-        await _respond(send, 200, body)
+            await self.app(scope, receive, send)

@@ -3,7 +3,7 @@
 Knows numpy and onnxruntime only (no FastAPI, no PyTorch), so it is tested without HTTP:
 
     model = load_model(Path("artifacts/msl"), provider="auto")
-    scores = model.score(windows)  # (B, 100, V) float32 -> risk (B,), contrib (B, V), codes
+    scores = model.score(windows)  # (B, window, V) float32 -> risk (B,), contrib (B, V), codes
 """
 
 from __future__ import annotations
@@ -95,7 +95,8 @@ class Model:
     With a ``serial`` session (one intra-op thread) and ``parallel_runs`` > 1, a batch
     of several chunks runs them ``parallel_runs`` at a time, one thread each (the
     sessions release the GIL): chunks are independent, so this scales where intra-op
-    threads, which split every small operator of one chunk, do not (docs/benchmarks.md).
+    threads, which split every small operator of one chunk, do not
+    (docs/notebook/benchmarks.md).
     A batch of one chunk uses ``session`` and its intra-op threads.
     """
 
@@ -214,9 +215,9 @@ def run_size(
     The encoder sees one token per kept channel and patch, so a batch of B windows is
     B * kept * patches tokens. On the CPU a large run spills its activations out of the
     cache and scores fewer windows per second than the same windows run in chunks
-    (docs/benchmarks.md: 1.14x at 64 windows of 25 or 50 channels, one thread), so a
-    batch runs in chunks of about ``cpu_chunk_tokens`` tokens; 0 turns that off. A GPU
-    wants the whole batch in one run.
+    (docs/notebook/benchmarks.md, "Chunked CPU calls"), so a batch runs in chunks of
+    about ``cpu_chunk_tokens`` tokens; 0 turns that off. A GPU wants the whole batch in
+    one run.
     """
     cfg = manifest.model_cfg
     if provider != CPU or cpu_chunk_tokens <= 0:

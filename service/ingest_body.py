@@ -1,15 +1,9 @@
-"""POST /ingest bodies: parsed and validated in one pass, with no model object per reading.
+"""POST /ingest bodies, parsed and validated in one pass with no model object per reading.
 
-The body's schema is :class:`service.schemas.IngestRequest` (documented in OpenAPI, and
-the source of every error message). Building that pydantic model costs a ``Reading``
-object per reading, about as much as parsing the JSON; the hot path instead validates
-the raw bytes against plain-dict twins of the same fields (``TypedDict``s with the same
-types and constraints, checked by pydantic-core in one pass) and checks the remaining
-rules (one form, distinct streams, increasing timestamps) on the plain lists.
-
-Anything that fails there, or is unusual, takes the slow path: the body parsed and
-validated by ``IngestRequest`` itself, so errors are exactly the model's (422, ``loc``
-naming the field under ``body``) and a body the model accepts is never refused.
+The schema is :class:`service.schemas.IngestRequest`. A plain body is validated from the
+raw bytes against plain-dict twins of its fields (``TypedDict``s, same types and
+constraints), because a ``Reading`` object per reading costs about as much as parsing
+the JSON; anything else goes to ``IngestRequest`` itself, so every error is the model's.
 """
 
 from __future__ import annotations
@@ -51,17 +45,17 @@ class _Body(TypedDict, total=False):
     streams: Annotated[list[_Stream], Field(min_length=1)]
 
 
-_FAST = TypeAdapter(_Body)
+_PLAIN = TypeAdapter(_Body)
 
 
 def _increasing(ts: list[float]) -> bool:
     return all(a < b for a, b in pairwise(ts))
 
 
-def _fast(body: bytes) -> tuple[list[StreamBody], bool] | None:
-    """The parsed body, or None when the slow path must decide."""
+def _plain(body: bytes) -> tuple[list[StreamBody], bool] | None:
+    """The parsed body, or None when the model must decide."""
     try:
-        obj = _FAST.validate_json(body)
+        obj = _PLAIN.validate_json(body)
     except (ValidationError, ValueError):
         return None
     if "streams" in obj:
@@ -99,7 +93,7 @@ def _located(errors: list[Any]) -> RequestValidationError:
     )
 
 
-def _slow(body: bytes) -> tuple[list[StreamBody], bool]:
+def _by_model(body: bytes) -> tuple[list[StreamBody], bool]:
     """The model's verdict, with its errors (FastAPI's usual ones for bad JSON)."""
     if not body:
         raise _located([{"type": "missing", "loc": (), "msg": "Field required"}])
@@ -134,4 +128,4 @@ def _slow(body: bytes) -> tuple[list[StreamBody], bool]:
 def parse_ingest(body: bytes) -> tuple[list[StreamBody], bool]:
     """The streams of a POST /ingest body and whether it used the ``streams`` form;
     raises :class:`RequestValidationError` (422) naming the field."""
-    return _fast(body) or _slow(body)
+    return _plain(body) or _by_model(body)

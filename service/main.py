@@ -34,18 +34,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # CPU slices of this (the event loop's) thread and of the inference thread
-        # (service/sched.py); the model is loaded and warmed on the inference thread
-        # (its priority and slice, see batcher.py)
+        # the model is loaded and warmed on the inference thread, so that onnxruntime's
+        # threads inherit its priority and slice (batcher.inference_executor)
         loop_slice = sched.set_slice_us(settings.loop_slice_us)
-        executor = inference_executor(settings.infer_nice, settings.infer_slice_us)
-        loop = asyncio.get_running_loop()
-        infer_slice = await loop.run_in_executor(executor, sched.get_slice_us)
         log.info(
-            "CPU slices: event loop %s, inference %s",
+            "CPU slices: event loop %s, inference thread kernel default",
             sched.describe(settings.loop_slice_us, loop_slice),
-            sched.describe(settings.infer_slice_us, infer_slice),
         )
+        executor = inference_executor(settings.infer_nice)
+        loop = asyncio.get_running_loop()
         model = await loop.run_in_executor(
             executor,
             partial(
@@ -62,9 +59,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await loop.run_in_executor(executor, model.warmup)
         m = model.manifest
         metrics.PROVIDER.info(
-            {"provider": model.provider, "model": m.name, "version": m.version,
-             "precision": model.precision}
-        )  # fmt: skip
+            {
+                "provider": model.provider,
+                "model": m.name,
+                "version": m.version,
+                "precision": model.precision,
+            }
+        )
         log.info("loaded %s %s on %s", m.name, m.version, model.provider)
         store = make_store(
             settings.redis_url,
@@ -87,8 +88,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.store = store
         app.state.scorer = Scorer(model, store, batcher, settings)
         # Everything loaded so far (FastAPI, onnxruntime, pydantic schemas) lives as
-        # long as the process: out of the collector's sight, a full collection no
-        # longer walks it (a 50 ms event-loop pause -> ~10 ms, measured under load).
+        # long as the process: frozen, a full collection no longer walks it and pauses
+        # the event loop for that long (docs/notebook/benchmarks.md, Service).
         gc.collect()
         gc.freeze()
         try:
@@ -103,7 +104,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="1",
         lifespan=lifespan,
     )
-    middleware.install(app, max_body_bytes=settings.max_body_bytes)
+    middleware.install(
+        app, max_body_bytes=settings.max_body_bytes, fast_paths=settings.fast_paths
+    )
     for r in (ingest.router, risk.router, models.router, health.router, ui.router):
         app.include_router(r)
     _document_bodies(app)
@@ -125,4 +128,5 @@ def _document_bodies(app: FastAPI) -> None:
             comps["IngestRequest"] = body
         return app.openapi_schema or {}
 
+    # FastAPI documents replacing app.openapi; its type declares a method
     app.openapi = openapi  # type: ignore[method-assign]

@@ -1,11 +1,8 @@
 """The artifact contract: ``model.onnx`` + ``manifest.json`` in one folder.
 
-Training writes manifests with :func:`write_manifest`; the service reads them with
-:func:`load_manifest`, which refuses an unknown format version, a missing file or a
-``model.onnx`` whose SHA-256 is not the one recorded. The graph itself (input
-``window: float32[batch, window, n_channels]``; outputs ``risk[batch]``,
-``channel_contrib[batch, n_channels]``, ``codes[batch, n_patches]``) is checked against
-the manifest when :mod:`service.inference` opens it.
+Training writes manifests with :func:`write_manifest`; :func:`load_manifest` refuses an
+unknown format version, a missing file or a ``model.onnx`` whose SHA-256 is not the
+recorded one. :mod:`service.inference` checks the graph against the manifest.
 """
 
 from __future__ import annotations

@@ -1,17 +1,18 @@
-"""HTTP plumbing: request timing by route template, the body-size limit, and error
-handlers that always answer JSON (never a stack trace)."""
+"""HTTP plumbing: request timing by route template, the body-size limit, the hot
+routes' ASGI adapter when it is switched on, and error handlers that always answer
+JSON (never a stack trace), worded by service.handlers as the hot routes word them."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import metrics
+from service import handlers, metrics
 from service.fastpaths import FastPaths
 from service.inference import WindowError
 from service.store import StoreUnavailable
@@ -47,11 +48,8 @@ class TimingAndLimits:
             length = dict(scope["headers"]).get(b"content-length", b"")
             if length.isdigit() and int(length) > self.max_body_bytes:
                 limit = f"{self.max_body_bytes} bytes (SCJEPA_MAX_BODY_BYTES)"
-                too_large = JSONResponse(
-                    {"detail": f"request body over {limit}"},
-                    status_code=413,
-                )
-                await too_large(scope, receive, send_status)
+                too_large = handlers.detail(413, f"request body over {limit}")
+                await too_large.response()(scope, receive, send_status)
             else:
                 await self.app(scope, receive, send_status)
         finally:
@@ -61,32 +59,19 @@ class TimingAndLimits:
             ).observe(time.perf_counter() - start)
 
 
-async def invalid_request(request: Request, exc: Exception) -> JSONResponse:
-    """422 naming each bad field (``loc``) and why (``msg``); the input is not echoed
-    (it can be large, or hold infinities that JSON cannot carry)."""
+async def invalid_request(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    detail = [
-        {
-            "loc": list(e.get("loc", ())),
-            "msg": e.get("msg", ""),
-            "type": e.get("type", ""),
-        }
-        for e in exc.errors()
-    ]
-    return JSONResponse({"detail": detail}, status_code=422)
+    return handlers.invalid(exc.errors()).response()
 
 
-async def store_unavailable(request: Request, exc: Exception) -> JSONResponse:
-    log.warning("store unavailable: %s", exc)
-    return JSONResponse(
-        {"detail": f"store unavailable, retry later ({exc})"},
-        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-        headers={"Retry-After": "1"},
-    )
+async def store_unavailable(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StoreUnavailable)
+    return handlers.store_unavailable(exc).response()
 
 
-async def bad_window(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=422)
+async def bad_window(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, WindowError)
+    return handlers.bad_window(exc).response()
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:
@@ -94,8 +79,11 @@ async def internal_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": "internal error"}, status_code=500)
 
 
-def install(app: FastAPI, *, max_body_bytes: int) -> None:
-    app.add_middleware(FastPaths)  # inside the timing: its requests are observed too
+def install(app: FastAPI, *, max_body_bytes: int, fast_paths: bool) -> None:
+    """The middleware and error handlers; ``fast_paths`` puts the ASGI adapter of the
+    hot routes (service.fastpaths) inside the timing, so its requests are observed."""
+    if fast_paths:
+        app.add_middleware(FastPaths)
     app.add_middleware(TimingAndLimits, max_body_bytes=max_body_bytes)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StoreUnavailable, store_unavailable)

@@ -1,19 +1,15 @@
-"""Per-thread CPU time slices (Linux EEVDF, kernel 6.12+): latency without a priority.
+"""The event loop's CPU time slice (Linux 6.12+ EEVDF, ``sched_setattr(2)``): a waking
+thread with a shorter slice preempts a running one with a longer slice, so with a short
+slice a request runs on arrival instead of after the running batch's slice, and unlike
+nice no thread's CPU share changes.
 
-The event loop answers every request in a few hundred microseconds and then sleeps; the
-inference thread computes for tens of milliseconds at a time. Under Linux's EEVDF
-scheduler a thread's requested slice sets how soon after waking it runs: a short slice
-gives an earlier virtual deadline, and a waking thread with a shorter slice preempts a
-running one with a longer slice. So the loop asks for a short slice: a request no
-longer waits for the running batch's slice to end, and unlike ``nice`` no thread's
-share of the CPU changes (weights are untouched). A long slice for the inference thread
-is possible but not the default: a busy loop that has used its share then waits out the
-whole batch slice (docs/benchmarks.md).
-
-The slice is ``sched_attr.sched_runtime`` of ``sched_setattr(2)``, the thread's policy
-and nice kept as they are; the kernel clamps it to 0.1-100 ms and needs no
-privilege for it. Older kernels accept the call and ignore the field, so the applied
-value is read back, never assumed. A new thread inherits its creator's slice.
+Measured in paired runs (docs/notebook/benchmarks.md, "CPU time slices"): the loop's
+0.1 ms slice (``SCJEPA_LOOP_SLICE_US``, default 100) lowered GET /risk p99 in 5 of 5
+pairs. A 50 ms slice for the inference thread on top was mixed: lower in a 3-pair trial,
+higher in 2 of 2 pairs with the service pinned to one core, where a loop that has used
+its share waits out the whole batch slice. So only the loop asks; the inference thread
+is put back on the kernel's default (a thread inherits its creator's slice). Older
+kernels ignore the field: the applied value is read back and logged, never assumed.
 """
 
 from __future__ import annotations
@@ -71,10 +67,10 @@ def get_slice_us() -> int | None:
 def set_slice_us(us: int) -> int | None:
     """Ask for a ``us`` µs slice for the calling thread (0 = the kernel's default).
 
-    The thread's policy and nice are kept. Returns the slice read back afterwards
-    (``us`` where the kernel supports custom slices), or None where the calls do not
-    exist or fail, or the thread runs a real-time policy (another OS, a seccomp filter,
-    chrt): the service runs the same, only without the latency gain.
+    The thread's policy and nice are kept (no privilege needed). Returns the slice read
+    back afterwards (``us`` where the kernel supports custom slices), or None where the
+    calls do not exist or fail, or the thread runs a real-time policy (another OS, a
+    seccomp filter, chrt): the service runs the same, only without the latency gain.
     """
     check_us(us)
     nrs = _syscalls()

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 # No braces (the Redis hash tag), no slashes (the URL path), bounded length. The one
-# definition: the GET /risk path and the fast paths (service/fastpaths.py) use it too.
+# definition: the GET /risk paths (routes/risk.py, handlers.py) use it too.
 STREAM_PATTERN = r"^[A-Za-z0-9._:\-]{1,128}$"
 StreamName = Annotated[str, Field(pattern=STREAM_PATTERN, examples=["pump-7"])]
 

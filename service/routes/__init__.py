@@ -1,1 +1,1 @@
-"""HTTP routes: thin handlers over service.scoring and service.inference."""
+"""FastAPI routes, thin: POST /ingest and GET /risk/{stream} adapt service.handlers."""

@@ -1,18 +1,18 @@
-"""POST /ingest: readings for one stream or many."""
+"""POST /ingest, FastAPI adapter over service.handlers.ingest: the route that OpenAPI
+documents, and the one that answers when ``SCJEPA_FAST_PATHS`` is off."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, Request, Response
-from fastapi.exceptions import RequestValidationError
+from fastapi import APIRouter, Request, Response
 
-from service.deps import ApiKey, ScorerDep, SettingsDep
-from service.ingest_body import parse_ingest
+from service import handlers
+from service.deps import ApiKeyHeader, ScorerDep
 from service.schemas import ErrorResponse, IngestResponse
 
-router = APIRouter(prefix="/ingest", tags=["ingest"], dependencies=[ApiKey])
+router = APIRouter(prefix="/ingest", tags=["ingest"])
 
-# The body is read raw and validated by service.ingest_body (no pydantic object per
-# reading); OpenAPI still documents IngestRequest as the body (see main.py).
+# The handler reads the body raw (service.ingest_body: no pydantic object per reading),
+# so the body schema is named here; main.py puts IngestRequest into the components.
 BODY_DOC = {
     "requestBody": {
         "required": True,
@@ -36,7 +36,7 @@ BODY_DOC = {
     },
 )
 async def ingest(
-    request: Request, scorer: ScorerDep, settings: SettingsDep
+    request: Request, scorer: ScorerDep, x_api_key: ApiKeyHeader = None
 ) -> Response:
     """Store readings, score every window they complete, report counts per stream.
 
@@ -44,19 +44,5 @@ async def ingest(
     counts as a duplicate. A reading older than the stream's newest is rejected (late).
     A request that fails validation (422) stores nothing.
     """
-    items, batch_form = parse_ingest(await request.body())
-    n = sum(len(item.ts) for item in items)
-    if n > settings.max_readings_per_request:
-        raise HTTPException(
-            413,
-            detail=f"{n} readings in one request; the limit is "
-            f"{settings.max_readings_per_request} (SCJEPA_MAX_READINGS_PER_REQUEST)",
-        )
-    arrays, problems = scorer.prepare(items, batch_form=batch_form)
-    if problems:
-        raise RequestValidationError(problems)
-    results = await scorer.ingest([item.stream for item in items], arrays)
-    return Response(
-        IngestResponse(results=results).model_dump_json(),
-        media_type="application/json",
-    )
+    reply = await handlers.ingest(await request.body(), x_api_key, scorer)
+    return reply.response()

@@ -1,21 +1,18 @@
 """GET /ui: a small built-in live page (no build step, no CDN, works offline); GET /
-redirects there.
-
-One self-contained HTML document with inline CSS and JS. Every 1.5 s it reads
-``/models``, ``/streams``, ``/risk/{stream}`` and ``/risk/{stream}/history`` and draws,
-per stream, the current risk against the threshold, an alert badge and an SVG
-sparkline of the recent scored windows. When the service requires an API key, open
-``/ui#key=YOUR_KEY``: the page sends it as ``X-API-Key`` (a URL fragment never reaches
-the server or its logs).
-
-The page is inline (not a file under ``service/static``) so that any install of the
-package, wheel or editable, serves it.
+redirects there. One self-contained HTML document, inline so that any install of the
+package serves it; every 1.5 s it reads /models, /streams and each stream's /risk and
+history and draws risk against threshold, alert state and a sparkline. With API keys
+set, open ``/ui#key=YOUR_KEY`` (a fragment never reaches the server or its logs).
 """
 
 from __future__ import annotations
 
+from functools import cache
+
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse, RedirectResponse
+
+from service.deps import ModelDep
 
 router = APIRouter(tags=["ui"])
 
@@ -74,7 +71,7 @@ PAGE = """<!doctype html>
 <body>
 <header>
   <h1>SC-JEPA risk</h1>
-  <span class="dim">risk that the <b>next</b> 100-step window holds an anomaly</span>
+  <span class="dim">risk that the <b>next</b> __WINDOW__-step window holds an anomaly</span>
   <span id="model" class="dim"></span>
   <span class="dim legend"><span><i class="sw"></i>risk per scored window</span><span><i class="sw t"></i>threshold</span><span><i class="sw a"></i>in alert</span></span>
   <span id="conn" class="dim">connecting…</span>
@@ -210,10 +207,16 @@ setInterval(refresh, REFRESH_MS);
 """.replace("__HISTORY__", str(HISTORY))
 
 
+@cache
+def page(window: int) -> str:
+    """The page for a model that scores windows of ``window`` readings."""
+    return PAGE.replace("__WINDOW__", str(window))
+
+
 @router.get("/ui", response_class=HTMLResponse, include_in_schema=False)
-async def ui() -> HTMLResponse:
+async def ui(model: ModelDep) -> HTMLResponse:
     """The live page: streams, risk sparklines, threshold, alert state."""
-    return HTMLResponse(PAGE, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(page(model.window), headers={"Cache-Control": "no-store"})
 
 
 @router.get("/", include_in_schema=False)

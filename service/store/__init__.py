@@ -7,11 +7,19 @@ same rules, once per ingest call and stream, atomically:
 - a reading whose timestamp was already accepted is a *duplicate*: counted, not stored;
 - a reading older than the newest accepted one is *late*: counted, not stored;
 - a missing value (None/NaN) is forward-filled from the stream's last accepted value of
-  that channel; a channel never observed stays missing (filled when the window is cut,
-  see :func:`fill_leading`);
+  that channel (:func:`forward_fill`); a channel never observed stays missing, filled
+  when the window is cut (:func:`fill_leading`);
 - the stream's N-th accepted reading completes a window of the last ``window`` readings
-  when ``N >= window`` and ``(N - window) % hop == 0``; if one call completes several,
-  the latest ``max_windows`` are returned (oldest first) and the others only counted.
+  when ``N >= window`` and ``(N - window) % hop == 0`` (:func:`completed_ends`); if one
+  call completes several, the latest ``max_windows`` are returned (oldest first) and
+  the others only counted.
+
+The fill rule is defined here, in numpy, and the memory store calls it. The Redis
+append script applies the same forward fill itself: the previous row it fills from must
+be read in the same atomic step that dedupes and appends (racing retries), and a script
+that stored raw rows would need the same per-value merge when it trims rows off the
+head, to keep the carry-over. So the script is rendered from this package's row layout
+(:data:`TS`, :data:`VALUE`) and a test holds both stores to identical windows.
 """
 
 from __future__ import annotations
@@ -60,13 +68,36 @@ class StreamState:
     last_ts: float | None
 
 
+TS = np.dtype("<f8")  # a stored row: its timestamp, then one VALUE per channel
+VALUE = np.dtype("<f4")  # NaN = missing
+
+
+def row_dtype(n_channels: int) -> np.dtype[np.void]:
+    return np.dtype([("ts", TS), ("v", VALUE, (n_channels,))])
+
+
 def completed_ends(n0: int, total: int, window: int, hop: int) -> list[int]:
     """Reading counts in (n0, total] that complete a window, ascending."""
     first = max(n0 + 1, window)
-    first = (
-        window + -(-(first - window) // hop) * hop
-    )  # next multiple of hop past window
+    first = window + -(-(first - window) // hop) * hop  # the next end at or past it
     return list(range(first, total + 1, hop))
+
+
+def forward_fill(rows: np.ndarray, prev: np.ndarray | None) -> np.ndarray:
+    """``rows`` (R, V) with each missing value taken from the latest earlier row that has
+    the channel, ``prev`` (the stream's last stored row, itself filled) before the first.
+    A channel observed in none of them stays NaN. Returns a new float32 array."""
+    x = np.asarray(rows, dtype=np.float32)
+    if prev is not None:
+        x = np.concatenate([np.asarray(prev, dtype=x.dtype)[None], x])
+    observed = ~np.isnan(x)
+    if observed.all():
+        return x[1:] if prev is not None else x.copy()
+    # per cell, the index of the latest row at or before it that observed the channel
+    last = np.where(observed, np.arange(len(x))[:, None], 0)
+    np.maximum.accumulate(last, axis=0, out=last)
+    out = x[last, np.arange(x.shape[1])]
+    return out[1:] if prev is not None else out
 
 
 def fill_leading(values: np.ndarray) -> np.ndarray:
@@ -170,6 +201,8 @@ def make_store(
 
 
 __all__ = [
+    "TS",
+    "VALUE",
     "AppendResult",
     "Store",
     "StoreUnavailable",
@@ -178,5 +211,7 @@ __all__ = [
     "Window",
     "completed_ends",
     "fill_leading",
+    "forward_fill",
     "make_store",
+    "row_dtype",
 ]

@@ -1,6 +1,7 @@
 """In-process store: the embedded default when no Redis URL is configured (one process).
 
-Each method runs without awaiting, so on one event loop it is atomic like the Redis script.
+Each method runs without awaiting, so on one event loop it is atomic like the Redis
+script. Rows are kept as numpy arrays, filled by :func:`service.store.forward_fill`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from service.store import (
     Summary,
     Window,
     completed_ends,
+    forward_fill,
 )
 
 
@@ -75,14 +77,7 @@ class MemoryStore(Store):
             s.seen.add(t)
             s.seen_order.append(t)
             s.last_ts = t
-        x = np.asarray(
-            values[keep], dtype=np.float32
-        )  # a copy (fancy indexing): filled below
-        gaps = np.isnan(x).any(axis=1) if len(keep) else np.zeros(0, dtype=bool)
-        for j in np.flatnonzero(gaps).tolist():  # forward fill, in time order
-            prev = x[j - 1] if j > 0 else (s.buf[-1][1] if s.buf else None)
-            if prev is not None:
-                x[j] = np.where(np.isnan(x[j]), prev, x[j])
+        x = forward_fill(values[keep], s.buf[-1][1] if s.buf else None)
         rows = [(float(ts[i]), x[j]) for j, i in enumerate(keep)]
         s.total += len(rows)
         while len(s.seen_order) > self.dedupe_horizon:

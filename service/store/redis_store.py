@@ -1,24 +1,14 @@
-"""Redis store: one Lua script per ingest call and stream (dedupe, order, fill, append,
-trim, TTL), risk history in a sorted set. Keys carry a ``{stream}`` hash tag, so one
-stream's keys share a Redis Cluster slot and the script may touch them all.
-
-    scjepa:{pump-7}:rows   list of packed readings, the last `window` of them: float64
-                           ts + V float32 values, little-endian (NaN = never observed)
-    scjepa:{pump-7}:seen   zset of accepted timestamps (the dedupe horizon)
-    scjepa:{pump-7}:state  hash: n (readings accepted), last_ts
-    scjepa:{pump-7}:risk   zset of JSON risk records scored by window count n
-    scjepa:{global}:streams  zset stream -> last ingest time (GET /streams, TTL)
-    scjepa:{global}:latest   zset stream -> latest risk (the gauges)
-
-Readings travel and rest as packed binary (numpy in, numpy out): no per-value text
-formatting or parsing on the hot path. The script unpacks values only to forward-fill
-a reading that has a missing one.
+"""Redis store: one Lua script per ingest call and stream (dedupe, order, forward fill,
+append, trim, TTL), risk history in a sorted set. Readings travel and rest as packed
+rows (``service.store.row_dtype``: numpy in, numpy out), so nothing formats or parses a
+value as text; the script unpacks values only to fill a reading that has a missing one.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable
+from string import Template
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -27,21 +17,34 @@ from redis.exceptions import RedisError
 
 from service import metrics
 from service.store import (
+    TS,
+    VALUE,
     AppendResult,
     Store,
     StoreUnavailable,
     StreamState,
     Summary,
     Window,
+    row_dtype,
 )
 
 T = TypeVar("T")
 
+# Keys; the {stream} hash tag keeps one stream's keys in one Redis Cluster slot, so the
+# script may touch them all:
+#   scjepa:{pump-7}:rows      list of the last `window` packed rows (row_dtype)
+#   scjepa:{pump-7}:seen      zset of accepted timestamps (the dedupe horizon)
+#   scjepa:{pump-7}:state     hash: n (readings accepted), last_ts
+#   scjepa:{pump-7}:risk      zset of JSON risk records scored by window count n
+#   scjepa:{global}:streams   zset stream -> last ingest time (GET /streams, TTL)
+#   scjepa:{global}:latest    zset stream -> latest risk (the gauges)
+
 # KEYS: rows, seen, state. ARGV: window, hop, ttl, horizon, max_windows, row size
-# (4 V bytes), then the readings as three packed strings: ts (float64 each), missing
-# flags ("0"/"1" each), values (V float32 each). Window arithmetic mirrors
-# completed_ends(). Pushes are variadic, in chunks under Lua's unpack() limit.
-APPEND = """
+# (V values' bytes), then the readings as three packed strings: ts (one TS each),
+# flags (MISSING or COMPLETE each), values (V VALUEs each). Window arithmetic mirrors
+# completed_ends(); the fill mirrors forward_fill(). Pushes are variadic, in chunks
+# under Lua's unpack() limit.
+_APPEND = Template("""
 local rows_k, seen, state = KEYS[1], KEYS[2], KEYS[3]
 local W, hop, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local horizon, maxw, size = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -52,23 +55,23 @@ local last_ts = last_s and tonumber(last_s) or nil
 local total, dup, late, prev = n0, 0, 0, nil
 local new_rows, stamps = {}, {}
 for i = 1, #flags do
-  local ts_raw = string.sub(ts_b, 8 * i - 7, 8 * i)
-  local ts = struct.unpack('<d', ts_raw)
+  local ts_raw = string.sub(ts_b, $ts_size * (i - 1) + 1, $ts_size * i)
+  local ts = struct.unpack('$ts_format', ts_raw)
   if last_ts ~= nil and ts <= last_ts then
     if redis.call('ZCOUNT', seen, ts, ts) > 0 then dup = dup + 1 else late = late + 1 end
   else
     local vals = string.sub(vals_b, size * (i - 1) + 1, size * i)
-    if string.byte(flags, i) == 49 then  -- '1': a value is missing
+    if string.byte(flags, i) == $missing then  -- a value is missing
       if prev == nil then
         local tail = redis.call('LINDEX', rows_k, -1)
-        if tail then prev = string.sub(tail, 9) end
+        if tail then prev = string.sub(tail, $ts_size + 1) end
       end
       if prev ~= nil then
         local out = {}
-        for j = 1, size, 4 do
-          local v = struct.unpack('<f', vals, j)
-          if v ~= v then out[#out + 1] = string.sub(prev, j, j + 3)
-          else out[#out + 1] = string.sub(vals, j, j + 3) end
+        for j = 1, size, $value_size do
+          local v = struct.unpack('$value_format', vals, j)
+          if v ~= v then out[#out + 1] = string.sub(prev, j, j + $value_size - 1)
+          else out[#out + 1] = string.sub(vals, j, j + $value_size - 1) end
         end
         vals = table.concat(out)
       end
@@ -112,7 +115,16 @@ if total > 0 then
   redis.call('EXPIRE', state, ttl)
 end
 return {total - n0, dup, late, total, count, ends, rows}
-"""
+""")
+_STRUCT = {"<f8": "<d", "<f4": "<f"}  # numpy's little-endian floats in Lua's struct
+MISSING, COMPLETE = b"1", b"0"  # a reading's flag: has a missing value or not
+APPEND = _APPEND.substitute(
+    missing=ord(MISSING),
+    ts_size=TS.itemsize,
+    ts_format=_STRUCT[TS.str],
+    value_size=VALUE.itemsize,
+    value_format=_STRUCT[VALUE.str],
+)
 
 # KEYS: state, rows, risk. GET /risk's reads in one call: n, last_ts, buffered rows,
 # the newest risk record (false -> nil when absent).
@@ -129,15 +141,14 @@ TOUCH_EVERY_S = 5.0
 
 def _pack(values: np.ndarray, ts: np.ndarray) -> list[Any]:
     """Script arguments for readings: row size, then ts, missing flags, values packed."""
-    x = np.ascontiguousarray(values, dtype="<f4")
-    flags = np.where(np.isnan(x).any(axis=1), b"1", b"0").tobytes()
-    return [4 * x.shape[1], ts.astype("<f8").tobytes(), flags, x.tobytes()]
+    x = np.ascontiguousarray(values, dtype=VALUE)
+    flags = np.where(np.isnan(x).any(axis=1), MISSING, COMPLETE).tobytes()
+    return [VALUE.itemsize * x.shape[1], ts.astype(TS).tobytes(), flags, x.tobytes()]
 
 
 def _unpack(raw: list[bytes], n_channels: int) -> np.ndarray:
     """Rows as returned by the script -> structured array with fields ts and v."""
-    rec = np.dtype([("ts", "<f8"), ("v", "<f4", (n_channels,))])
-    return np.frombuffer(b"".join(raw), dtype=rec)
+    return np.frombuffer(b"".join(raw), dtype=row_dtype(n_channels))
 
 
 class RedisStore(Store):
@@ -253,8 +264,9 @@ class RedisStore(Store):
         return [cast(bytes, r).decode() for r in raw]
 
     async def latest(self, stream: str) -> tuple[StreamState | None, str | None]:
-        """State and newest risk record in one round trip: one read-only script
-        (a third less client CPU than a pipeline of the three reads)."""
+        """State and newest risk record in one round trip: one read-only script, which
+        costs redis-py less than a pipeline of the three reads (docs/notebook/
+        benchmarks.md, Service)."""
         keys = [self._key(stream, k) for k in ("state", "rows", "risk")]
         n, last_ts, buffered, rec = await self._call("latest", self._latest(keys=keys))
         state = (

@@ -1,5 +1,6 @@
-"""The hot paths that skip pydantic models: POST /ingest bodies (service.ingest_body),
-GET /risk (one store round trip, plain JSON) and the niced inference thread."""
+"""What keeps the hot routes cheap: POST /ingest bodies validated without a model per
+reading (service.ingest_body), GET /risk in one store round trip as plain JSON, and the
+niced inference thread. Their two adapters: test_hot_routes.py."""
 
 from __future__ import annotations
 
@@ -13,12 +14,10 @@ import pytest
 from fastapi.exceptions import RequestValidationError
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
-from support.service_helpers import ClientFactory
 from test_api import T0, body, ingest, series
 
 from service import ingest_body
 from service.batcher import inference_executor
-from service.fastpaths import FastPaths
 from service.ingest_body import StreamBody, parse_ingest
 from service.schemas import IngestRequest, RiskRecord, RiskResponse
 
@@ -157,98 +156,9 @@ def test_inference_thread_is_niced() -> None:
     assert nice() == base  # the caller's thread keeps its priority
 
 
-def call_reads(client: TestClient, path: str, headers: dict[str, str] | None = None,
-               method: str = "GET", body: bytes = b"") -> tuple[int | None, bytes, bool]:  # fmt: skip
-    """Run FastPaths alone on a request: (status, body, whether it passed it on, with
-    the request body intact)."""
-    passed: list[bool] = []
-
-    async def receive() -> dict[str, Any]:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def inner(scope: Any, receive: Any, send: Any) -> None:
-        if method == "POST":  # what FastAPI would read: the body, replayed
-            assert (await receive())["body"] == body
-        passed.append(True)
-
-    sent: list[dict[str, Any]] = []
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http",
-        "method": method,
-        "path": path,
-        "headers": [
-            (k.lower().encode(), v.encode()) for k, v in (headers or {}).items()
-        ],
-        "app": client.app,
-    }
-    client.portal.call(FastPaths(inner), scope, receive, send)  # type: ignore[union-attr]
-    status = sent[0]["status"] if sent else None
-    return status, b"".join(m.get("body", b"") for m in sent[1:]), bool(passed)
-
-
-def test_risk_reads_answer_the_plain_case_and_pass_on_the_rest(
-    make_client: ClientFactory,
-) -> None:
-    client = make_client(api_keys=["k1"])
-    key = {"X-API-Key": "k1"}
-    client.post("/ingest", json=body("s", series(100)), headers=key)
-    status, out, passed = call_reads(client, "/risk/s", key)
-    assert (status, passed) == (200, False)
-    assert out == client.get("/risk/s", headers=key).content
-    assert RiskResponse.model_validate_json(out).status == "ok"
-    status, out, passed = call_reads(client, "/risk/nope", key)
-    assert (status, passed) == (404, False) and b"nope" in out
-    for path, headers, method in [
-        ("/risk/s", {}, "GET"),  # no key: FastAPI answers 401
-        ("/risk/s", {"X-API-Key": "k2"}, "GET"),
-        ("/risk/bad{name}", key, "GET"),  # FastAPI answers 422
-        ("/risk/s/history", key, "GET"),
-        ("/risk/s", key, "POST"),
-    ]:
-        assert call_reads(client, path, headers, method) == (None, b"", True)
-    assert client.get("/risk/s").status_code == 401
-    assert client.get("/risk/" + "x" * 129, headers=key).status_code == 422
-
-
 def test_risk_reads_are_timed_under_the_route(client: TestClient) -> None:
     client.post("/ingest", json=body("s", series(10)))
     for _ in range(3):
         assert client.get("/risk/s").status_code == 200
     text = client.get("/metrics").text
     assert 'route="/risk/{stream}",status="200"' in text
-
-
-def test_ingest_fast_path_stores_the_plain_case_and_passes_on_the_rest(
-    make_client: ClientFactory,
-) -> None:
-    client = make_client(api_keys=["k1"], max_readings_per_request=100)
-    key = {"X-API-Key": "k1"}
-    plain = json.dumps(body("s", series(60))).encode()
-    status, out, passed = call_reads(client, "/ingest", key, "POST", plain)
-    assert (status, passed) == (200, False)
-    (res,) = json.loads(out)["results"]
-    assert res["accepted"] == 60 and res["readings_total"] == 60
-    status, out, passed = call_reads(client, "/ingest", key, "POST", plain)  # retry
-    assert json.loads(out)["results"][0]["duplicates"] == 60
-    refused = [
-        (plain, {}),  # no key
-        (json.dumps(body("s", series(3)[:, :2])).encode(), key),  # 2 channels
-        (json.dumps(body("t", series(101))).encode(), key),  # over the limit
-        (b'{"stream": "s",', key),  # malformed
-        (json.dumps({"stream": "s", "readings": []}).encode(), key),
-    ]
-    for raw, headers in refused:
-        assert call_reads(client, "/ingest", headers, "POST", raw) == (None, b"", True)
-    # nothing of the refused bodies was stored
-    assert client.get("/risk/s", headers=key).json()["readings_total"] == 60
-    assert client.get("/risk/t", headers=key).status_code == 404
-    # and through the whole app, FastAPI answers them as before
-    assert client.post("/ingest", content=plain).status_code == 401
-    r = client.post("/ingest", content=refused[2][0], headers=key)
-    assert r.status_code == 413 and "100" in r.json()["detail"]
-    r = client.post("/ingest", content=refused[1][0], headers=key)
-    assert r.status_code == 422 and "expected 4 values" in r.text

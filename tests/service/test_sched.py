@@ -1,4 +1,5 @@
-"""Per-thread CPU slices (service/sched.py): applied, read back, inherited, configured."""
+"""The event loop's CPU slice (service/sched.py): applied, read back, inherited (and
+dropped by the inference thread), configured."""
 
 from __future__ import annotations
 
@@ -57,27 +58,20 @@ def test_slice_is_applied_and_read_back() -> None:
 
 
 @needs_slices
-def test_threads_inherit_the_slice_and_the_inference_thread_sets_its_own() -> None:
-    def run() -> tuple[int | None, int | None, int | None]:
+def test_threads_inherit_the_slice_and_the_inference_thread_drops_it() -> None:
+    def run() -> tuple[int | None, int | None]:
         sched.set_slice_us(100)  # as the event loop's thread does
         child = in_thread(sched.get_slice_us)
-        pool = inference_executor(slice_us=50_000)
-        other = inference_executor(slice_us=0)
+        pool = inference_executor()
         try:
-            return (
-                child,
-                pool.submit(sched.get_slice_us).result(),
-                other.submit(sched.get_slice_us).result(),
-            )
+            return child, pool.submit(sched.get_slice_us).result()
         finally:
             pool.shutdown()
-            other.shutdown()
 
     default = in_thread(lambda: sched.set_slice_us(0))
-    child, infer, infer_default = in_thread(run)
+    child, infer = in_thread(run)
     assert child == 100  # inherited: why the executor sets its slice explicitly
-    assert infer == 50_000
-    assert infer_default == default
+    assert infer == default  # the kernel's, not the loop's
 
 
 def test_out_of_range_slice_is_refused() -> None:
@@ -93,9 +87,11 @@ def test_settings_name_the_bad_slice(monkeypatch: pytest.MonkeyPatch) -> None:
     assert err.value.errors()[0]["loc"] == ("loop_slice_us",)
     assert "100..100000" in str(err.value)
     monkeypatch.setenv("SCJEPA_LOOP_SLICE_US", "0")
-    monkeypatch.setenv("SCJEPA_INFER_SLICE_US", "20000")
-    s = Settings()
-    assert (s.loop_slice_us, s.infer_slice_us) == (0, 20_000)
+    assert Settings().loop_slice_us == 0
+    # the loop's slice is the only one: the inference thread's was measured and removed
+    assert [f for f in Settings.model_fields if f.endswith("slice_us")] == [
+        "loop_slice_us"
+    ]
 
 
 def test_describe_says_what_happened() -> None:

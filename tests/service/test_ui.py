@@ -20,6 +20,7 @@ from support.service_helpers import free_port
 
 from service.config import Settings
 from service.main import create_app
+from service.routes import ui
 
 CHROMIUM = next(
     (
@@ -46,6 +47,12 @@ def test_ui_is_html(client: TestClient) -> None:
         assert path in page
     r = client.get("/", follow_redirects=False)
     assert r.status_code == 307 and r.headers["location"] == "/ui"
+
+
+def test_ui_names_the_models_window(client: TestClient) -> None:
+    window = client.app.state.model.window  # type: ignore[attr-defined]
+    assert f"<b>next</b> {window}-step window" in client.get("/ui").text
+    assert "<b>next</b> 37-step window" in ui.page(37)  # the manifest's, no literal
 
 
 @pytest.fixture
