@@ -1,6 +1,7 @@
-"""README's deployment sections stay true: the Configuration table lists every setting
-of service/config.py with its real default, names no setting that does not exist, and
-the Metrics list names every metric service/metrics.py exports."""
+"""The operator's reference stays true: docs/reference/configuration.md lists every
+setting of service/config.py with its real default and names no setting that does not
+exist, docs/reference/operations.md's Metrics list names every metric
+service/metrics.py exports, and its deployment section points at real files."""
 
 from __future__ import annotations
 
@@ -16,13 +17,29 @@ from support.deploy_helpers import (
     unknown_scjepa_vars,
 )
 
-README = REPO / "README.md"
+REFERENCE = REPO / "docs" / "reference"
+CONFIGURATION = REFERENCE / "configuration.md"
+OPERATIONS = REFERENCE / "operations.md"
+# section title -> the page that holds it
+SECTIONS = {
+    "Deploy with docker compose": OPERATIONS,
+    "Service settings": CONFIGURATION,
+    "Metrics": OPERATIONS,
+}
+# pages that name SCJEPA_* settings: every name must be a real one
+SERVICE_DOCS = [
+    CONFIGURATION,
+    OPERATIONS,
+    REFERENCE / "api.md",
+    REPO / "docs" / "architecture.md",
+]
 
 
 def section(title: str) -> str:
-    text = README.read_text()
+    page = SECTIONS[title]
+    text = page.read_text()
     m = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert m, f"README has no '## {title}' section"
+    assert m, f"{page.relative_to(REPO)} has no '## {title}' section"
     return m.group(1)
 
 
@@ -39,9 +56,7 @@ def config_rows(text: str) -> dict[str, str]:
     return dict(re.findall(r"^\| `(SCJEPA_[A-Z0-9_]+)` \| ([^|]*?) \|", text, re.M))
 
 
-@pytest.mark.parametrize(
-    "title", ["Deploy with docker compose", "Configuration", "Metrics"]
-)
+@pytest.mark.parametrize("title", list(SECTIONS))
 def test_sections_exist(title: str) -> None:
     assert section(title).strip()
 
@@ -49,20 +64,28 @@ def test_sections_exist(title: str) -> None:
 def test_configuration_table_lists_every_setting_with_its_default() -> None:
     from service.config import Settings
 
-    rows = config_rows(section("Configuration"))
+    rows = config_rows(section("Service settings"))
     prefix = Settings.model_config["env_prefix"]
     missing = settings_fields() - set(rows)
-    assert not missing, f"README Configuration lacks {sorted(missing)}"
+    assert not missing, f"configuration.md lacks {sorted(missing)}"
     for name, field in Settings.model_fields.items():
         var = (prefix + name).upper()
         assert rows[var] == shown_default(field.default), f"{var}: {rows[var]}"
 
 
-def test_readme_names_no_unknown_setting() -> None:
-    text = "".join(
-        section(t) for t in ("Deploy with docker compose", "Configuration", "Metrics")
-    )
+def test_docs_name_no_unknown_setting() -> None:
+    text = "".join(section(t) for t in SECTIONS)
     assert not unknown_scjepa_vars(text)
+    for page in SERVICE_DOCS:
+        unknown = unknown_scjepa_vars(page.read_text())
+        assert not unknown, f"{page.relative_to(REPO)} names {sorted(unknown)}"
+
+
+def test_readme_keeps_no_copy_of_the_reference() -> None:
+    """The settings table and the metrics list live in docs/reference/ only."""
+    readme = (REPO / "README.md").read_text()
+    assert not config_rows(readme)
+    assert not re.findall(r"^- `(scjepa_[a-z0-9_]+)`", readme, re.M)
 
 
 def test_the_table_check_catches_drift() -> None:

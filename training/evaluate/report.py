@@ -1,16 +1,20 @@
 """`scjepa report`: merge evaluation results into one markdown document.
 
-    scjepa report results/msl results/msl-paper=paper results/smd --out docs/results.md
+    scjepa report results/msl results/msl-paper=paper results/smd \
+        --notes docs/notebook/results-notes.md --out docs/reference/results.md
 
 Each folder holds a results.json written by `scjepa evaluate`; the document is made from
-those files alone, so it can be regenerated at any time by this one command. Runs on the
-same data set share one table; `DIR=LABEL` suffixes that run's SC-JEPA rows with LABEL.
+those files alone, so it can be regenerated at any time by this one command, which it
+records. Runs on the same data set share one table; `DIR=LABEL` suffixes that run's
+SC-JEPA rows with LABEL. The analysis stays in its own notes file: `--notes` puts only
+the notes' lead paragraph and a link to them above the tables, never a copy of the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -41,7 +45,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", type=Path, help="markdown file to write (default: stdout)")
     p.add_argument(
-        "--notes", type=Path, help="markdown analysis to include after the header"
+        "--notes",
+        type=Path,
+        help="markdown analysis kept elsewhere: its lead paragraph and a link to it "
+        "go above the tables",
     )
     p.add_argument(
         "--title",
@@ -54,6 +61,17 @@ TITLE = "Results: anomaly prediction on the benchmarks"
 
 
 def run(args: argparse.Namespace) -> int:
+    text = render(args)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def render(args: argparse.Namespace) -> str:
+    """The document ``scjepa report`` writes for these arguments."""
     by_dataset: dict[str, list[tuple[dict, str]]] = {}
     for spec in args.dirs:
         d, _, label = spec.partition("=")
@@ -78,20 +96,64 @@ def run(args: argparse.Namespace) -> int:
     if args.notes:
         if not args.notes.is_file():
             raise UserError(f"{args.notes}: notes file not found")
-        cmd += f" --notes {args.notes}"
-        text = args.notes.read_text().strip() + "\n\n"
+        cmd += f" --notes {shlex.quote(str(args.notes))}"
+        text = notes_pointer(args.notes, args.out)
     if args.title != TITLE:
         cmd += f" --title {shlex.quote(args.title)}"
-    text = (
+    if args.out:
+        cmd += f" --out {shlex.quote(str(args.out))}"
+    return (
         HEADER.format(title=args.title, dirs=cmd)
         + "\n"
         + text
         + "\n\n".join(sections)
         + "\n"
     )
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
-    else:
-        sys.stdout.write(text)
-    return 0
+
+
+def lead_paragraph(markdown_text: str) -> str:
+    """The opening paragraph of a markdown text's first ``## `` section (of the whole
+    text when it has none): its first run of non-blank lines that is not a heading, a
+    table, a list, a quote or a fenced block; "" when there is none."""
+    lines = markdown_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("## ")]
+    if starts:
+        lines = lines[starts[0] + 1 :]
+    para: list[str] = []
+    fenced = False
+    for line in lines:
+        s = line.strip()
+        if s.startswith("```"):
+            if para:
+                break
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if not s:
+            if para:
+                break
+            continue
+        if s.startswith(("#", "|", "- ", "* ", ">", "<!--")):
+            if para:
+                break
+            continue
+        para.append(line.rstrip())
+    return "\n".join(para)
+
+
+def notes_pointer(notes: Path, out: Path | None) -> str:
+    """The notes' lead paragraph and a link to the whole notes, relative to ``out``."""
+    link = (
+        Path(os.path.relpath(notes.resolve(), out.resolve().parent)).as_posix()
+        if out
+        else notes.as_posix()
+    )
+    lead = lead_paragraph(notes.read_text())
+    pointer = (
+        f"The analysis of these tables, and how each run was made, is in "
+        f"[{notes.name}]({link})"
+    )
+    if lead:
+        return f"{lead}\n\n{pointer}; only its opening paragraph is repeated here.\n\n"
+    return f"{pointer}.\n\n"

@@ -1,4 +1,5 @@
-"""The real MSL and SMD-19 data agree with the figures in evaluation.md and the README."""
+"""The real MSL and SMD-19 data agree with the figures in docs/evaluation.md and
+docs/reference/data.md ("The real data in numbers")."""
 
 from __future__ import annotations
 

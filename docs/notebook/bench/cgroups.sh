@@ -5,10 +5,10 @@
 # hog in a fourth group (another tenant of the host). Runs nice 0 and nice 10 of the
 # inference thread, REPS times each, and writes one JSON per run.
 #
-#   sudo docs/bench/cgroups.sh ARTIFACT OUTDIR [REPS]      # cgroup v1 cpu controller
+#   sudo docs/notebook/bench/cgroups.sh ARTIFACT OUTDIR [REPS]      # cgroup v1 cpu controller
 #
 # Needs root and a cgroup v1 `cpu` hierarchy at /sys/fs/cgroup/cpu (what the machine of
-# docs/benchmarks.md has); on cgroup v2 set CG=/sys/fs/cgroup and enable +cpu in
+# docs/notebook/benchmarks.md has); on cgroup v2 set CG=/sys/fs/cgroup and enable +cpu in
 # cgroup.subtree_control first. Run inside the repository's virtual environment.
 set -euo pipefail
 ARTIFACT=${1:?artifact directory}
