@@ -24,9 +24,13 @@ DEMO_ARGS ?= --keep-serving
 demo: venv
 	$(BIN)/scjepa demo $(DEMO_ARGS)
 
+# the same checks as .pre-commit-config.yaml: service/ under strict mypy, model/ and
+# training/ under pyproject's [tool.mypy] overrides
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy --strict service/
+	$(BIN)/mypy model/ training/
 
 format: venv
 	$(BIN)/ruff check --fix .

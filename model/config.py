@@ -13,7 +13,7 @@ from typing import Any
 @dataclass
 class ModelConfig:
     # -- input
-    seq_len: int = 100  # T_w, steps per window
+    seq_len: int = 100  # T_w, steps per window (= training.data.WINDOW)
     patch_len: int = 20  # L
     revin_eps: float = 1e-5
     # -- encoder
@@ -37,7 +37,7 @@ class ModelConfig:
     use_coarse: bool = True  # False: no DownAvg view, no coarse predictor
     # -- beyond the paper: the level and scale RevIN removes (the window's mean and log
     # std per channel) enter the encoder as one extra token, on both branches, so the
-    # predictor must forecast W_{t+1}'s level too (measured: docs/ablations.md).
+    # predictor must forecast W_{t+1}'s level too (docs/reference/ablations.md).
     stats_token: bool = False
 
     def __post_init__(self) -> None:

@@ -56,6 +56,7 @@ class PatchEncoder(nn.Module):
             for _ in range(cfg.n_layers)
         )
         self.ln = nn.LayerNorm(cfg.d_model)
+        self.stats_proj: nn.Sequential | None = None
         if cfg.stats_token:  # [mean, log std] of the raw channel window -> one token
             self.stats_proj = nn.Sequential(
                 nn.Linear(2, cfg.tok_hidden),
@@ -63,8 +64,6 @@ class PatchEncoder(nn.Module):
                 nn.Linear(cfg.tok_hidden, cfg.d_model),
             )
             self.stats_pos = nn.Parameter(0.02 * torch.randn(cfg.d_model))
-        else:
-            self.stats_proj = None
         init_weights(self)
 
     def forward(

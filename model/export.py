@@ -24,6 +24,9 @@ from model.stats import WindowStats
 
 
 class ServedModel(nn.Module):
+    kept: Tensor  # (V,) indices of the kept input channels
+    platt: Tensor  # (2,) a, b of sigmoid(a * logit + b)
+
     def __init__(
         self,
         model: SCJEPA,
@@ -53,22 +56,20 @@ class ServedModel(nn.Module):
         """
         x = window.index_select(2, self.kept)  # (B, T, V) kept channels
         p = self.model.code_probs(x)  # (B, V, n, K), n = P (+ the stats token)
-        pooled, winner = p.max(
-            dim=1
-        )  # (B, n, K) variable-wise max, (B, n, K) channel index
+        # variable-wise max (B, n, K), and the channel that holds it (B, n, K)
+        pooled, winner = p.max(dim=1)
         feats = pooled.flatten(1)  # (B, n*K)
         if self.stats is not None:
             feats = torch.cat([feats, self.stats(x)], dim=1)  # (B, P*K + 18)
         logit = self.probe(feats).squeeze(1)  # (B,)
         risk = torch.sigmoid(self.platt[0] * logit + self.platt[1])  # calibrated
         V = x.shape[2]
-        won = nn.functional.one_hot(winner, V).to(pooled.dtype) * pooled.unsqueeze(
-            -1
-        )  # (B, n, K, V)
+        # (B, n, K, V): each max, credited to the channel that won it
+        won = nn.functional.one_hot(winner, V).to(pooled.dtype) * pooled.unsqueeze(-1)
         share = won.sum(dim=(1, 2)) / pooled.sum(dim=(1, 2)).unsqueeze(1)  # (B, V)
-        contrib = window.new_zeros(window.shape[0], self.n_in).index_copy(
-            1, self.kept, share
-        )  # (B, V_in)
+        # (B, V_in): masked channels contribute 0
+        contrib = window.new_zeros(window.shape[0], self.n_in)
+        contrib = contrib.index_copy(1, self.kept, share)
         codes = pooled[:, : self.model.cfg.n_patches].argmax(dim=-1)  # (B, P)
         return risk, contrib, codes
 

@@ -24,9 +24,8 @@ class SelfAttention(nn.Module):
         """x: (B, N, D), mask: (N, N) bool (True = may attend) -> (B, N, D)."""
         B, N, D = x.shape
         H = self.n_heads
-        qkv = (
-            self.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
-        )  # (3, B, H, N, Dh)
+        # (3, B, H, N, Dh): q, k and v, heads split off
+        qkv = self.qkv(x).view(B, N, 3, H, D // H).permute(2, 0, 3, 1, 4)
         q, k, v = qkv.unbind(0)  # (B, H, N, Dh) each
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
@@ -50,9 +49,8 @@ class CrossAttention(nn.Module):
         B, M, D = q.shape
         N, H = x.shape[1], self.n_heads
         q = self.q(q).view(B, M, H, D // H).transpose(1, 2)  # (B, H, M, Dh)
-        kv = (
-            self.kv(x).view(B, N, 2, H, D // H).permute(2, 0, 3, 1, 4)
-        )  # (2, B, H, N, Dh)
+        # (2, B, H, N, Dh): k and v, heads split off
+        kv = self.kv(x).view(B, N, 2, H, D // H).permute(2, 0, 3, 1, 4)
         k, v = kv.unbind(0)
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, M, Dh)

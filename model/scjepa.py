@@ -140,9 +140,8 @@ class TargetEncoder(nn.Module):
         self.register_buffer("coarse_idx", (~fine).nonzero()[:, 0], persistent=False)
         mask = fine[:, None] == fine[None, :]  # block-diagonal: fine(+stats) | coarse
         self.register_buffer("mask", mask, persistent=False)
-        self.register_buffer(
-            "pos", torch.arange(n) % P, persistent=False
-        )  # [0..P-1, 0]
+        # positions [0..P-1, 0]: the coarse patch sits at position 0
+        self.register_buffer("pos", torch.arange(n) % P, persistent=False)
         self.requires_grad_(False)
         self.eval()
 
@@ -158,9 +157,8 @@ class TargetEncoder(nn.Module):
         stats = level_stats(mean, std) if cfg.stats_token else None  # (N, 2)
         views = patchify(xn, cfg.patch_len)  # (N, P, L)
         if cfg.use_coarse:
-            views = torch.cat(
-                [views, down_avg(xn, cfg.n_patches)], dim=1
-            )  # (N, P+1, L)
+            # (N, P+1, L): the fine patches and the DownAvg patch
+            views = torch.cat([views, down_avg(xn, cfg.n_patches)], dim=1)
             mask = self.mask
         else:
             mask = None

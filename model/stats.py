@@ -15,6 +15,10 @@ N_STATS = 18  # 6 statistics x 3 pools
 
 
 class WindowStats(nn.Module):
+    tc: Tensor  # (T,) least-squares slope weights
+    mean: Tensor  # (18,) train-set scaling of the features
+    std: Tensor  # (18,)
+
     def __init__(self, mean: list[float], std: list[float], seq_len: int) -> None:
         super().__init__()
         assert len(mean) == len(std) == N_STATS, f"expected {N_STATS} statistics"
@@ -27,16 +31,15 @@ class WindowStats(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, T, V) raw windows (kept channels) -> (B, 18) standardized features."""
         slope = torch.einsum("t,btv->bv", self.tc, x)  # (B, V)
-        s = torch.stack(
-            [
-                x.mean(1),
-                x.std(1, correction=0),
-                x.amin(1),
-                x.amax(1),
-                x[:, -1],
-                slope,
-            ],
-            dim=1,
-        )  # (B, 6, V)
+        # (B, 6, V): per channel mean, std, min, max, last value, slope
+        stats = [
+            x.mean(1),
+            x.std(1, correction=0),
+            x.amin(1),
+            x.amax(1),
+            x[:, -1],
+            slope,
+        ]
+        s = torch.stack(stats, dim=1)
         f = torch.cat([s.mean(2), s.amax(2), s.amin(2)], dim=1)  # (B, 18)
         return (f - self.mean) / self.std

@@ -1,81 +1,74 @@
 """`scjepa export`: the model artifact the service runs from, without PyTorch.
 
-    scjepa export --checkpoint runs/msl/best.pt --probe results/msl/probe.pt --out artifacts/msl \
-        [--dataset msl --root DIR --int8]
+    scjepa export --checkpoint runs/msl/best.pt --probe results/msl/probe.pt \\
+        --out artifacts/msl [--dataset msl --root DIR --int8]
 
-Writes ARTIFACT/model.onnx (window (B, 100, V_in) -> risk, channel_contrib, codes) and
-ARTIFACT/manifest.json (schema: service/manifest.py). Parity with PyTorch is measured
-and recorded. Two optional variants, each kept only if its metrics on the validation and
-test splits stay within 0.5 points of fp32 (the deltas are recorded in the manifest):
+Writes ARTIFACT/model.onnx (window (B, T, V_in) -> risk, channel_contrib, codes; T =
+the model's seq_len) and ARTIFACT/manifest.json (schema: service/manifest.py). Parity
+with PyTorch is measured and recorded. Two optional variants, each kept only if its
+metrics on the validation and test splits stay within 0.5 points of fp32 (the deltas
+are recorded in the manifest):
 
 - ``--int8`` (CPU): model.int8.onnx, the encoder's Transformer MatMuls statically
   quantized (QDQ, int8 weights, uint8 activations with ranges calibrated on the probe's
   training windows). Static, not dynamic, quantization: dynamic ranges are taken per
   batch, so a window's risk would depend on which windows share its micro-batch
-  (measured: up to 0.008 on MSL). The tokenizer, codebook and probe stay fp32: the
+  (docs/notebook/benchmarks.md). The tokenizer, codebook and probe stay fp32: the
   cosine-softmax at tau = 0.1 amplifies any error in front of it.
 - ``--fp16`` (GPU): model.fp16.onnx, every float tensor in fp16 except the float32
   input and outputs, for the CUDA execution provider.
+
+:func:`export_artifact` does the work; `scjepa demo` calls it too.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from model import SCJEPA
 from model.export import ServedModel, export_onnx
+from training.data import Dataset, Samples
 from training.errors import UserError
-from training.evaluate.probe import build_probe_net
+from training.evaluate.probe import SavedProbe
 from training.evaluate.results import git_commit
-from training.pretrain.checkpoint import load_checkpoint, load_model
+from training.pretrain.checkpoint import load_model
+
+if TYPE_CHECKING:
+    import onnx
+
+    from service.manifest import Manifest
 
 INT8_TOLERANCE = 0.005  # 0.5 points on every metric
 
 
-def load_probe(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(
-            f"{path}: probe file not found (written by `scjepa evaluate --checkpoint ...`)"
-        )
-    try:
-        probe = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # torch raises many types for a bad file
-        raise UserError(f"{path}: not a readable probe file ({e})") from e
-    for key in ("state_dict", "probe", "threshold", "channels", "mask"):
-        if key not in probe:
-            raise UserError(f"{path}: not a served-probe file (no {key!r})")
-    return probe
-
-
-def build_served(checkpoint: Path, probe: dict[str, Any]) -> ServedModel:
+def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
+    """The served graph of ``model`` + ``probe``; refuses a probe fitted on another
+    model's features."""
     from model.stats import N_STATS, WindowStats
 
-    model = load_model(checkpoint)
-    cfg = probe["probe"]["config"]
-    features = probe.get("features", "codes")
     expected = model.cfg.n_tokens * model.cfg.n_codes
     stats = None
-    if features == "codes+stats":
-        scale = probe["stats_scale"]
+    if probe.features == "codes+stats":
+        scale = probe.stats_scale
+        if scale is None:
+            raise UserError("a codes+stats probe without its statistics' scaling")
         stats = WindowStats(scale["mean"], scale["std"], model.cfg.seq_len)
         expected += N_STATS
-    elif features != "codes":
-        raise UserError(f"probe reads unknown features {features!r}")
-    if probe["n_features"] != expected:
+    elif probe.features != "codes":
+        raise UserError(f"probe reads unknown features {probe.features!r}")
+    if probe.n_features != expected:
         raise UserError(
-            f"probe expects {probe['n_features']} features, checkpoint gives {expected} "
-            f"({features}): probe and checkpoint do not belong together"
+            f"probe expects {probe.n_features} features, checkpoint gives {expected} "
+            f"({probe.features}): probe and checkpoint do not belong together"
         )
-    net = build_probe_net(probe["n_features"], cfg["hidden"], cfg["dropout"])
-    net.load_state_dict(probe["state_dict"])
-    cal = probe["probe"]["calibration"]
-    platt = (cal["a"], cal["b"]) if cal["method"] == "platt" else (1.0, 0.0)
-    return ServedModel(model, net, probe["mask"], platt, stats).eval()
+    return ServedModel(model, probe.build_net(), probe.mask, probe.platt, stats).eval()
 
 
 def onnx_scores(path: Path, x: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -102,7 +95,7 @@ def parity(
     return out
 
 
-def block_matmuls(model: Any, served: ServedModel) -> list[str]:
+def block_matmuls(model: onnx.ModelProto, served: ServedModel) -> list[str]:
     """Names of the MatMul nodes that apply the encoder's Transformer-block weights.
 
     Found by content, not by name: the exporter renames and transposes weights, so each
@@ -145,7 +138,8 @@ def quantize_int8(
     if not nodes:
         raise UserError(f"{fp32}: no encoder MatMul found to quantize")
 
-    class Windows(CalibrationDataReader):
+    # onnxruntime ships no type information: its base class is Any to mypy
+    class Windows(CalibrationDataReader):  # type: ignore[misc]
         def __init__(self) -> None:
             self.batches = iter(
                 {"window": calibration[i : i + 32]}
@@ -182,7 +176,7 @@ def convert_fp16(fp32: Path, out: Path) -> None:
 
 
 def variant_check(
-    fp32: Path, variant: Path, splits: dict[str, Any], threshold: float
+    fp32: Path, variant: Path, splits: dict[str, Samples], threshold: float
 ) -> dict[str, Any]:
     """Metrics of both models on val and test; kept if no metric drops > 0.5 points."""
     from training.evaluate.metrics import metrics
@@ -201,6 +195,120 @@ def variant_check(
     report["max_drop"] = worst
     report["kept"] = bool(worst <= INT8_TOLERANCE)
     return report
+
+
+def export_artifact(
+    *,
+    model: SCJEPA,
+    probe: SavedProbe,
+    out: Path,
+    name: str | None = None,
+    version: str | None = None,
+    ds: Dataset | None = None,
+    int8: bool = False,
+    fp16: bool = False,
+    hop: int | None = None,
+) -> Manifest:
+    """Write ``out``/model.onnx (+ the variants asked for and kept) and manifest.json.
+
+    ``ds``: the probe's data set, for parity on its real test windows and the variants'
+    metrics (the int8/fp16 variants need it). ``name`` defaults to scjepa-<dataset>,
+    ``version`` to a UTC timestamp, ``hop`` to the model's window (its seq_len).
+    Returns the manifest as written.
+    """
+    from service.manifest import (
+        FP16_FILE,
+        INT8_FILE,
+        Manifest,
+        Quantization,
+        now_utc,
+        write_manifest,
+    )
+    from training.data import downstream_splits
+
+    if (int8 or fp16) and ds is None:
+        raise UserError(
+            "--int8/--fp16 need --dataset (the metrics decide whether a variant is kept)"
+        )
+    if ds is not None and ds.channels != probe.channels:
+        raise UserError(
+            f"--dataset {ds.name}: channels differ from those the probe was trained on"
+        )
+    window = model.cfg.seq_len
+    served = build_served(model, probe)
+    out.mkdir(parents=True, exist_ok=True)
+    path = export_onnx(served, out / "model.onnx")
+
+    rng = np.random.default_rng(0)
+    v_in = len(probe.mask)
+    windows = {
+        f"random_b{b}": (rng.normal(size=(b, window, v_in)) * 3 + 1).astype(np.float32)
+        for b in (1, 64)
+    }
+    # the served graph takes ALL input channels; the samples hold the kept ones
+    full: dict[str, Samples] = {}
+    if ds is not None:
+        splits = downstream_splits(ds, window)
+        full = {k: _with_all_channels(s, probe.mask) for k, s in splits.items()}
+        windows["real_test"] = full["test"].x
+    par = parity(served, path, windows)
+    if max(par.values()) > 1e-4:
+        raise UserError(
+            f"ONNX parity failed: max |risk difference| {max(par.values()):.2e} > "
+            f"1e-4 ({par})"
+        )
+
+    quant = Quantization(dtype="fp32")
+    metrics = probe.metrics | {"onnx_parity_max_abs": par}
+    for flag, file, key in ((int8, INT8_FILE, "int8"), (fp16, FP16_FILE, "fp16")):
+        v_path = out / file
+        if not flag:
+            v_path.unlink(missing_ok=True)  # stale file from an earlier export
+            continue
+        if key == "int8":
+            how = quantize_int8(path, v_path, served, full["train"].x[:256])
+        else:
+            convert_fp16(path, v_path)
+            how = {"method": "fp16 weights and activations, float32 input/outputs"}
+        check = variant_check(path, v_path, full, probe.threshold) | how
+        metrics[f"{key}_check"] = check
+        kept = "kept" if check["kept"] else "refused (file removed)"
+        print(f"{key}: max metric drop {check['max_drop']:.4f} -> {kept}")
+        if not check["kept"]:
+            v_path.unlink()
+            continue
+        t = check["test"]
+        deltas = {k: t["variant"][k] - t["fp32"][k] for k in t["fp32"]}
+        if key == "int8":
+            # dtype and sha256: write_manifest, from the file
+            update = {"metric_deltas": deltas, "int8_method": how["method"]}
+        else:
+            update = {"fp16_metric_deltas": deltas}
+        quant = quant.model_copy(update=update)
+
+    manifest = Manifest(
+        name=name or f"scjepa-{probe.dataset}",
+        version=version or time.strftime("%Y%m%d%H%M%S", time.gmtime()),
+        created_at=now_utc(),
+        git_commit=git_commit(),
+        model_config=model.cfg.to_dict(),
+        channels=probe.channels,
+        n_channels=len(probe.channels),
+        channel_mask=probe.mask,
+        window=window,
+        hop=window if hop is None else hop,
+        threshold=float(np.clip(probe.threshold, 0.0, 1.0)),
+        calibration=dict(probe.probe["calibration"]),
+        probe_features=probe.features,
+        eval_metrics=metrics,
+        training_data_fingerprint=probe.data_fingerprint,
+        quantization=quant,
+    )
+    written = write_manifest(out, manifest)
+    size = path.stat().st_size / 1e6
+    print(f"wrote {out}/model.onnx ({size:.1f} MB) and manifest.json")
+    print(f"parity max |risk diff|: {par}; variants: {written.quantization or 'none'}")
+    return written
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -235,114 +343,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also write an fp16 model for the CUDA provider (needs --dataset)",
     )
     p.add_argument(
-        "--hop", type=int, default=100, help="serving hop recorded in the manifest"
+        "--hop",
+        type=int,
+        default=None,
+        help="serving hop recorded in the manifest (default: the model's window)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.manifest import (
-        FP16_FILE,
-        INT8_FILE,
-        Manifest,
-        Quantization,
-        now_utc,
-        write_manifest,
-    )
-    from training.data import downstream_splits, load_dataset
+    from training.data import load_dataset
 
-    probe = load_probe(args.probe)
-    ckpt = load_checkpoint(args.checkpoint)
-    served = build_served(args.checkpoint, probe)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = export_onnx(served, args.out / "model.onnx")
-
-    rng = np.random.default_rng(0)
-    v_in = len(probe["mask"])
-    windows = {
-        f"random_b{b}": (rng.normal(size=(b, 100, v_in)) * 3 + 1).astype(np.float32)
-        for b in (1, 64)
-    }
-    splits = None
-    if args.dataset:
-        ds = load_dataset(args.dataset, args.root)
-        if ds.channels != probe["channels"]:
-            raise UserError(
-                f"--dataset {args.dataset}: channels differ from those the probe was trained on"
-            )
-        splits = downstream_splits(ds)
-        # the served graph takes ALL input channels; the samples hold the kept ones
-        windows["real_test"] = _unmask(splits["test"].x, probe["mask"])
-    par = parity(served, path, windows)
-    if max(par.values()) > 1e-4:
-        raise UserError(
-            f"ONNX parity failed: max |risk difference| {max(par.values()):.2e} > 1e-4 ({par})"
-        )
-
-    quant = Quantization(dtype="fp32")
-    metrics = probe["metrics"] | {"onnx_parity_max_abs": par}
-    if (args.int8 or args.fp16) and splits is None:
-        raise UserError(
-            "--int8/--fp16 need --dataset (the metrics decide whether a variant is kept)"
-        )
-    full = (
-        {k: _with_all_channels(s, probe["mask"]) for k, s in splits.items()}
-        if splits
-        else {}
-    )
-    for flag, name, key in (
-        (args.int8, INT8_FILE, "int8"),
-        (args.fp16, FP16_FILE, "fp16"),
-    ):
-        v_path = args.out / name
-        if not flag:
-            v_path.unlink(missing_ok=True)  # stale file from an earlier export
-            continue
-        if key == "int8":
-            how = quantize_int8(path, v_path, served, full["train"].x[:256])
-        else:
-            convert_fp16(path, v_path)
-            how = {"method": "fp16 weights and activations, float32 input/outputs"}
-        check = variant_check(path, v_path, full, probe["threshold"]) | how
-        metrics[f"{key}_check"] = check
-        kept = "kept" if check["kept"] else "refused (file removed)"
-        print(f"{key}: max metric drop {check['max_drop']:.4f} -> {kept}")
-        if not check["kept"]:
-            v_path.unlink()
-            continue
-        t = check["test"]
-        deltas = {k: t["variant"][k] - t["fp32"][k] for k in t["fp32"]}
-        if key == "int8":
-            quant = quant.model_copy(
-                update={
-                    "metric_deltas": deltas,  # dtype/sha: write_manifest, from the file
-                    "int8_method": how["method"],
-                }
-            )
-        else:
-            quant = quant.model_copy(update={"fp16_metric_deltas": deltas})
-
-    manifest = Manifest(
-        name=args.name or f"scjepa-{probe['dataset']}",
-        version=args.version or time.strftime("%Y%m%d%H%M%S", time.gmtime()),
-        created_at=now_utc(),
-        git_commit=git_commit(),
-        model_config=ckpt["config"],
-        channels=probe["channels"],
-        n_channels=len(probe["channels"]),
-        channel_mask=probe["mask"],
-        window=100,
+    probe = SavedProbe.load(args.probe)
+    model = load_model(args.checkpoint)
+    ds = load_dataset(args.dataset, args.root) if args.dataset else None
+    export_artifact(
+        model=model,
+        probe=probe,
+        out=args.out,
+        name=args.name,
+        version=args.version,
+        ds=ds,
+        int8=args.int8,
+        fp16=args.fp16,
         hop=args.hop,
-        threshold=float(np.clip(probe["threshold"], 0.0, 1.0)),
-        calibration=probe["probe"]["calibration"],
-        probe_features=probe.get("features", "codes"),
-        eval_metrics=metrics,
-        training_data_fingerprint=probe.get("data_fingerprint", "unknown"),
-        quantization=quant,
     )
-    written = write_manifest(args.out, manifest)
-    size = path.stat().st_size / 1e6
-    print(f"wrote {args.out}/model.onnx ({size:.1f} MB) and manifest.json")
-    print(f"parity max |risk diff|: {par}; variants: {written.quantization or 'none'}")
     return 0
 
 
@@ -353,7 +377,5 @@ def _unmask(x: np.ndarray, mask: list[bool]) -> np.ndarray:
     return out
 
 
-def _with_all_channels(s: Any, mask: list[bool]) -> Any:
-    from dataclasses import replace
-
+def _with_all_channels(s: Samples, mask: list[bool]) -> Samples:
     return replace(s, x=_unmask(s.x, mask))

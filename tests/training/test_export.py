@@ -10,9 +10,15 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from model.export import ServedModel
 from service.manifest import ArtifactError, load_manifest
 from training.cli import main
-from training.export import build_served, load_probe
+from training.data import WINDOW
+from training.evaluate.probe import SavedProbe
+from training.export import build_served
+from training.pretrain.checkpoint import load_model
+
+REPO = Path(__file__).resolve().parents[2]
 
 TINY = [
     "--set", "model.d_model=32", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
@@ -75,12 +81,21 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"dir": art, "ckpt": d / "run" / "best.pt", "probe": d / "eval" / "probe.pt"}
 
 
+def _served(artifact: dict[str, Path]) -> ServedModel:
+    """The artifact's graph in PyTorch, built from its checkpoint and probe."""
+    return build_served(
+        load_model(artifact["ckpt"]), SavedProbe.load(artifact["probe"])
+    )
+
+
 def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     m = load_manifest(artifact["dir"])
-    probe = load_probe(artifact["probe"])
-    assert m.channels == probe["channels"] and m.channel_mask == probe["mask"]
-    assert m.threshold == pytest.approx(probe["threshold"])
+    probe = SavedProbe.load(artifact["probe"])
+    assert m.channels == probe.channels and m.channel_mask == probe.mask
+    assert m.threshold == pytest.approx(probe.threshold)
     assert m.model_cfg["d_model"] == 32 and m.window == 100
+    # the window is the model's own (its seq_len), and the hop defaults to it
+    assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == m.window
     assert m.eval_metrics["onnx_parity_max_abs"]["random_b64"] < 1e-4
     assert m.training_data_fingerprint != "unknown" and len(m.onnx_sha256) == 64
     # weights live inside model.onnx (no external .data file the sha256 would miss)
@@ -90,7 +105,7 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
 
 @pytest.mark.parametrize("batch", [1, 3, 64])
 def test_onnx_matches_pytorch(artifact: dict[str, Path], batch: int) -> None:
-    served = build_served(artifact["ckpt"], load_probe(artifact["probe"]))
+    served = _served(artifact)
     sess = ort.InferenceSession(
         str(artifact["dir"] / "model.onnx"), providers=["CPUExecutionProvider"]
     )
@@ -115,7 +130,7 @@ def test_served_graph_for_several_channel_counts(
     """The same encoder and probe serve any channel count (variable-wise max)."""
     from model.export import ServedModel, export_onnx
 
-    base = build_served(artifact["ckpt"], load_probe(artifact["probe"]))
+    base = _served(artifact)
     mask = [i % 3 != 1 or n_channels == 1 for i in range(n_channels)]  # some masked
     served = ServedModel(base.model, base.probe, mask, (1.0, 0.0)).eval()
     path = export_onnx(served, tmp_path / "m.onnx")
@@ -228,6 +243,52 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
     assert saved["n_features"] == 5 * 16  # patches x codes of the TINY model
 
 
+def _shape(res: dict) -> dict:
+    """The key structure of a results.json (every level a table or report reads)."""
+    rows = res["rows"]
+    probe_row = next(r for r in rows.values() if "probe" in r)
+    other = next(r for r in rows.values() if "probe" not in r)
+    return {
+        "top": list(res),
+        "config": list(res["config"]),
+        "split": list(res["splits"]["test"]),
+        "probe row": list(probe_row),
+        "other row": list(other),
+        "subset": list(probe_row["all"]),
+        "probe state": list(probe_row["probe"][0]),
+    }
+
+
+def test_results_json_keeps_the_published_format(artifact: dict[str, Path]) -> None:
+    """results.json as written now has the shape of the published ones that `scjepa
+    report` and docs/results read (same keys, same order, at every level)."""
+    res = json.loads((artifact["probe"].parent / "results.json").read_text())
+    published = json.loads((REPO / "docs/results/msl/results.json").read_text())
+    assert _shape(res) == _shape(published)
+    assert res["config"]["window"] == WINDOW
+
+
+def test_export_artifact_called_directly(
+    artifact: dict[str, Path], tmp_path: Path
+) -> None:
+    """The function behind `scjepa export` (and the demo): typed arguments, the hop
+    given here, a refused variant request before anything is written."""
+    from training.errors import UserError
+    from training.export import export_artifact
+
+    model, probe = load_model(artifact["ckpt"]), SavedProbe.load(artifact["probe"])
+    with pytest.raises(UserError, match="need --dataset"):
+        export_artifact(model=model, probe=probe, out=tmp_path / "no", int8=True)
+    assert not (tmp_path / "no").exists()
+    m = export_artifact(
+        model=model, probe=probe, out=tmp_path / "art", name="direct", hop=20
+    )
+    assert load_manifest(tmp_path / "art") == m
+    assert (m.name, m.window, m.hop) == ("direct", model.cfg.seq_len, 20)
+    assert set(m.eval_metrics["onnx_parity_max_abs"]) == {"random_b1", "random_b64"}
+    assert m.training_data_fingerprint == probe.data_fingerprint != "unknown"
+
+
 @pytest.fixture(scope="module")
 def variants(
     artifact: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
@@ -247,7 +308,7 @@ def test_int8_quantizes_exactly_the_encoder_block_matmuls(
 
     from training.export import block_matmuls
 
-    served = build_served(artifact["ckpt"], load_probe(artifact["probe"]))
+    served = _served(artifact)
     model = onnx.load(str(artifact["dir"] / "model.onnx"))
     names = block_matmuls(model, served)
     # TINY has 1 block: qkv, attention out, FFN in, FFN out; never the codebook/probe
@@ -288,7 +349,7 @@ def test_int8_scores_do_not_depend_on_the_batch(
     (dynamic quantization's per-batch ranges would break this)."""
     from training.export import quantize_int8
 
-    served = build_served(artifact["ckpt"], load_probe(artifact["probe"]))
+    served = _served(artifact)
     rng = np.random.default_rng(3)
     calib = rng.normal(size=(64, 100, served.n_in)).astype(np.float32)
     q = tmp_path / "q.onnx"
@@ -342,7 +403,7 @@ def test_bench_infer_compares_like_with_like(
     from training.bench.infer import flops_per_window, served_from_config
 
     # the TINY artifact with two of its channels masked, as MSL masks 22 of 55
-    base = build_served(artifact["ckpt"], load_probe(artifact["probe"]))
+    base = _served(artifact)
     mask = [i not in (1, 4) for i in range(base.n_in)]
     art = tmp_path / "masked"
     art.mkdir()
@@ -434,8 +495,8 @@ def test_served_codes_plus_stats_probe(
     computed inside the graph (parity with PyTorch), and unlike the codes-only graph,
     whose RevIN makes it blind to a channel's level, its risk moves with the level."""
     stats_probe = artifact["probe"].parent / "probe-stats.pt"
-    probe = load_probe(stats_probe)
-    assert probe["features"] == "codes+stats" and probe["n_features"] == 5 * 16 + 18
+    probe = SavedProbe.load(stats_probe)
+    assert probe.features == "codes+stats" and probe.n_features == 5 * 16 + 18
     out = tmp_path / "art"
     args = [
         "export",
@@ -450,7 +511,7 @@ def test_served_codes_plus_stats_probe(
     assert load_manifest(artifact["dir"]).probe_features == "codes"
     assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
 
-    served = build_served(artifact["ckpt"], probe)
+    served = build_served(load_model(artifact["ckpt"]), probe)
     x = np.random.default_rng(7).normal(size=(16, 100, m.n_channels)).astype(np.float32)
     shifted = x + 25.0  # same shapes, another level
     run = ort.InferenceSession(

@@ -1,7 +1,7 @@
 """`scjepa bench TARGET`: throughput and peak memory of the project's hot paths.
 
     scjepa bench train --config configs/paper.yaml --threads 2 --json bench.json
-    scjepa bench infer ... / scjepa bench serve ...   (training/bench/infer.py, _serve.py)
+    scjepa bench infer ... / scjepa bench serve ...   (infer.py, serve.py)
 
 ``train`` times the full pre-training step (online forward, EMA target pass, losses,
 backward, clipping, Adam, EMA update) on random pairs, after a warm-up, and reports

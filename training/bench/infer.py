@@ -1,6 +1,7 @@
 """`scjepa bench infer`: serving speed of a model artifact, onnxruntime vs PyTorch eager.
 
-    scjepa bench infer --artifact artifacts/msl --json docs/bench-infer.json --figure docs/efficiency.png
+    scjepa bench infer --artifact artifacts/msl --json docs/notebook/bench/infer.json \\
+        --figure docs/notebook/bench/efficiency.png
 
 Both runtimes score the same windows in the same process, so their ratio survives a noisy
 machine. PyTorch runs the same architecture rebuilt from the manifest's config (random
@@ -17,6 +18,7 @@ import copy
 import json
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +38,8 @@ def time_fn(fn: Callable[[], Any], seconds: float, warmup: int = 2) -> np.ndarra
     """Per-call latencies (s) of ``fn`` over about ``seconds`` of repeated calls."""
     for _ in range(warmup):
         fn()
-    lat, start = [], time.perf_counter()
+    lat: list[float] = []
+    start = time.perf_counter()
     while time.perf_counter() - start < seconds or len(lat) < 5:
         t = time.perf_counter()
         fn()
@@ -311,7 +314,9 @@ def bench_artifact(
     rng = np.random.default_rng(0)
     for b in batch_sizes:
         x = rng.normal(size=(b, cfg.seq_len, n_in)).astype(np.float32)
-        fns = {name: (lambda f=f, x=x: f(x)) for name, (f, _, _) in runtimes.items()}
+        fns: dict[str, Callable[[], Any]] = {
+            name: partial(f, x) for name, (f, _, _) in runtimes.items()
+        }
         fns |= {f"peak {k}": fn for k, (fn, _) in peaks.items()}
         lat = time_interleaved(fns, seconds * len(fns))
         peak = {
@@ -321,7 +326,9 @@ def bench_artifact(
         peak_rows.append(
             {"batch": b} | {f"{k} gflop_per_s": v for k, v in peak.items()}
         )
-        res = {name: summary(lat[name], b) for name in runtimes}
+        res: dict[str, dict[str, Any]] = {
+            name: summary(lat[name], b) for name in runtimes
+        }
         for name, r in res.items():
             _, base, pk = runtimes[name]
             r["gflop_per_s"] = r["windows_per_s"] * flops / 1e9
@@ -385,8 +392,8 @@ def efficiency_figure(
             lambda t: PatchTSTStyle(cfg.d_model, cfg.n_layers, cfg.n_heads, t).eval(),
         ),
     ):
-        m100 = make(100)
-        out["batch"][name] = [latency(m100, b, 100) for b in batches]
+        at_window = make(cfg.seq_len)  # the batch sweep: the artifact's window
+        out["batch"][name] = [latency(at_window, b, cfg.seq_len) for b in batches]
         out["length"][name] = [latency(make(t), 16, t) for t in lengths]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for name in out["batch"]:
@@ -395,7 +402,7 @@ def efficiency_figure(
     a.set(
         xscale="log",
         yscale="log",
-        xlabel="batch size (windows of 100)",
+        xlabel=f"batch size (windows of {cfg.seq_len})",
         ylabel="latency (ms)",
         title=f"Latency vs batch ({n_channels} channels)",
     )

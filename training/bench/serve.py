@@ -1,11 +1,11 @@
 """`scjepa bench serve`: the running service over loopback, with a real redis-server.
 
-    scjepa bench serve --artifact artifacts/msl --json docs/bench-serve.json
+    scjepa bench serve --artifact artifacts/msl --json docs/notebook/bench/serve.json
 
 Three measurements, each against its own ceiling measured in the same run:
 1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
    doing the same appends (one pipelined RPUSH + LTRIM + EXPIRE per request);
-2. scoring: windows/s with hop 100 and many streams vs the artifact's standalone
+2. scoring: windows/s with hop = window and many streams vs the artifact's standalone
    throughput in the service's own runtime (service/inference.py: same batch size,
    threads and onnxruntime calls per batch), without HTTP or Redis;
 3. GET /risk latency p50/p99 at a fixed request rate while (2) runs.
@@ -124,10 +124,10 @@ def _wait(check: Any, timeout: float = 10.0) -> None:
 class Conn:
     """One keep-alive HTTP/1.1 connection on raw asyncio streams.
 
-    The load generator shares the 2 cores with the service and Redis; httpx costs
-    about a millisecond of CPU per request, which the service's figures would pay for.
-    This client writes pre-built requests and reads Content-Length responses (what
-    uvicorn sends), nothing more.
+    The load generator shares the machine's cores with the service and Redis; httpx's
+    own CPU cost per request would be charged to the service's figures. This client
+    writes pre-built requests and reads Content-Length responses (what uvicorn sends),
+    nothing more.
     """
 
     def __init__(self, host: str, port: int) -> None:
@@ -279,15 +279,16 @@ async def bare_redis(
     n_channels: int,
     concurrency: int,
     *,
+    window: int,
     same_writes: bool = True,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """The ceiling: the service's writes straight into Redis, one pipeline per request.
 
     ``same_writes`` (the default): every write the service's append script makes for a
     request of new readings, as plain commands with no logic: RPUSH of the packed rows
     + LTRIM to the window, ZADD of the timestamps to the dedupe set + its trim, HSET of
     the stream state, EXPIRE of the three keys. Without it only the rows are written
-    (RPUSH + LTRIM + EXPIRE), the ceiling the earlier runs quoted.
+    (RPUSH + LTRIM + EXPIRE): a looser ceiling, recorded beside it.
     """
     import redis.asyncio as aioredis
 
@@ -303,7 +304,7 @@ async def bare_redis(
             base = f"ceiling:{{bench-{s}}}:"
             pipe = r.pipeline(transaction=False)
             pipe.rpush(base + "rows", *batch)
-            pipe.ltrim(base + "rows", -100, -1)
+            pipe.ltrim(base + "rows", -window, -1)
             pipe.expire(base + "rows", 3600)
             if same_writes:
                 stamps = {
@@ -470,6 +471,7 @@ def standalone_windows_per_s(
     batch: int,
     threads: int,
     n_channels: int,
+    window: int,
     seconds: float,
     cpu_chunk_tokens: int,
 ) -> tuple[float, int]:
@@ -485,11 +487,8 @@ def standalone_windows_per_s(
         max_batch=batch,
         cpu_chunk_tokens=cpu_chunk_tokens,
     )
-    x = (
-        np.random.default_rng(0)
-        .normal(size=(batch, 100, n_channels))
-        .astype(np.float32)
-    )
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch, window, n_channels)).astype(np.float32)
     lat = time_fn(lambda: model.score(x), seconds)
     return batch / float(np.median(lat)), model.run_size
 
@@ -503,8 +502,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--readings-per-request",
         type=int,
         default=100,
-        help="readings per POST /ingest in the ingest run (the scoring runs send 100: "
-        "one window per request at hop 100)",
+        help="readings per POST /ingest in the ingest run (the scoring runs send one "
+        "window per request, at hop = window)",
     )
     p.add_argument("--requests", type=int, default=2000, help="requests per ingest run")
     p.add_argument("--concurrency", type=int, default=8, help="ingest clients")
@@ -569,7 +568,7 @@ def run(args: argparse.Namespace) -> int:
     from service.inference import CPU_CHUNK_TOKENS
 
     manifest = json.loads((args.artifact / "manifest.json").read_text())
-    v = int(manifest["n_channels"])
+    v, w = int(manifest["n_channels"]), int(manifest["window"])
     out: dict[str, Any] = {
         "artifact": str(args.artifact),
         "channels": v,
@@ -587,9 +586,9 @@ def run(args: argparse.Namespace) -> int:
     names = [f"bench-{i}" for i in range(args.streams)]
     with redis_server() as redis_url, probe_process() as probe:
         # 1. ingest, scoring off: hop longer than the run, and the warm-up sends each
-        #    stream's first 100 readings, so the one window a stream ever completes
-        #    (its 100th reading) is scored before the measurement.
-        warm_n = args.streams * -(-100 // per)
+        #    stream's first window of readings, so the one window a stream ever
+        #    completes is scored before the measurement.
+        warm_n = args.streams * -(-w // per)
         bodies = make_bodies(args.streams, per, warm_n + n, v, seed=1)
         with service(
             args.artifact,
@@ -599,14 +598,9 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(drive(url, bodies[:warm_n], args.concurrency))
             ing = asyncio.run(drive(url, bodies[warm_n:], args.concurrency))
         ing["readings_per_request"] = per
-        ceil = asyncio.run(
-            bare_redis(redis_url, args.streams, per, n, v, args.concurrency)
-        )
-        rows = asyncio.run(
-            bare_redis(
-                redis_url, args.streams, per, n, v, args.concurrency, same_writes=False
-            )
-        )
+        bare = partial(bare_redis, redis_url, args.streams, per, n, v, args.concurrency)
+        ceil = asyncio.run(bare(window=w))
+        rows = asyncio.run(bare(window=w, same_writes=False))
         ing["vs_bare_redis"] = ing["readings_per_s"] / ceil["readings_per_s"]
         ing["vs_bare_redis_rows_only"] = ing["readings_per_s"] / rows["readings_per_s"]
         out["ingest"], out["bare_redis"], out["bare_redis_rows_only"] = ing, ceil, rows
@@ -618,10 +612,10 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-        # 2 + 3. scoring (hop 100: each request of 100 readings completes a window),
-        #    saturated, then at a fixed rate; GET /risk at a fixed rate during each,
-        #    from a separate process.
-        bodies = make_bodies(args.streams, 100, args.streams + n, v, seed=2)
+        # 2 + 3. scoring (hop = window: each request of a window's readings completes
+        #    a window), saturated, then at a fixed rate; GET /risk at a fixed rate
+        #    during each, from a separate process.
+        bodies = make_bodies(args.streams, w, args.streams + n, v, seed=2)
         chunk_tokens = int(
             base_env.get("SCJEPA_CPU_CHUNK_TOKENS", "") or CPU_CHUNK_TOKENS
         )
@@ -631,13 +625,14 @@ def run(args: argparse.Namespace) -> int:
             args.max_batch,
             args.threads,
             v,
+            w,
             min(3.0, args.risk_seconds),
             chunk_tokens,
         )
         before_alone, per_call = standalone()
 
-        def with_risk(load: Any) -> tuple[dict[str, float], dict[str, float]]:
-            async def both() -> tuple[dict[str, float], dict[str, float]]:
+        def with_risk(load: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            async def both() -> tuple[dict[str, Any], dict[str, Any]]:
                 task = asyncio.create_task(load)
                 await asyncio.sleep(0.5)
                 risk = await asyncio.get_running_loop().run_in_executor(
@@ -650,7 +645,7 @@ def run(args: argparse.Namespace) -> int:
         with service(
             args.artifact,
             redis_url,
-            base_env | {"SCJEPA_HOP": "100", "SCJEPA_KEY_PREFIX": "score"},
+            base_env | {"SCJEPA_HOP": str(w), "SCJEPA_KEY_PREFIX": "score"},
         ) as url:
             # first window per stream
             asyncio.run(drive(url, bodies[: args.streams], score_conc))
@@ -665,7 +660,7 @@ def run(args: argparse.Namespace) -> int:
             rate = args.scoring_rate or args.scoring_fraction * scored["windows_per_s"]
             m = max(1, int(rate * (args.risk_seconds + 1.0)))
             fixed_bodies = make_bodies(
-                args.streams, 100, m, v, seed=3, start=args.streams + n
+                args.streams, w, m, v, seed=3, start=args.streams + n
             )
             clients = min(args.streams, 32)
             fixed, risk_fixed = with_risk(

@@ -10,6 +10,7 @@ not missing values but broken data: they are refused.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -25,14 +26,14 @@ def require_file(path: Path) -> Path:
     return path
 
 
-def read_table(path: Path, **kwargs: object) -> pd.DataFrame:
+def read_table(path: Path, **kwargs: Any) -> pd.DataFrame:
     """Read a CSV (or .parquet) file into a DataFrame, mapping parser failures to DataError."""
     require_file(path)
     try:
         if path.suffix == ".parquet":
             df = pd.read_parquet(path)
         else:
-            df = pd.read_csv(path, **kwargs)  # type: ignore[call-overload]
+            df = pd.read_csv(path, **kwargs)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot parse as a table ({e})") from None
     except (OSError, ValueError) as e:

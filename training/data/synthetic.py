@@ -40,9 +40,7 @@ def _normal_series(
             phase += 2 * np.pi * len(seg) / period
         factors[:, f] = np.concatenate(out)
     mixing = rng.normal(0, 1, (n_factors, n_channels))  # (F, V)
-    drift = np.cumsum(
-        rng.normal(0, 0.01, (steps, n_channels)), axis=0
-    )  # slow random walk
+    drift = np.cumsum(rng.normal(0, 0.01, (steps, n_channels)), axis=0)  # random walk
     noise = rng.normal(0, 0.1, (steps, n_channels))
     return factors @ mixing + drift + noise  # (T, V)
 

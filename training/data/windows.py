@@ -26,6 +26,9 @@ import numpy as np
 
 from training.data.types import Dataset
 
+# Steps per window: the one definition for training/ (data, pre-training, evaluation,
+# export, demo). The model's own default, model.config.ModelConfig.seq_len, matches it;
+# an exported artifact records its model's seq_len as the served window.
 WINDOW = 100
 ZERO_VARIANCE = 1e-8
 SPLITS = ("train", "val", "test")
@@ -33,9 +36,8 @@ SPLITS = ("train", "val", "test")
 
 def fit_channel_mask(ds: Dataset, threshold: float = ZERO_VARIANCE) -> np.ndarray:
     """Train-only zero-variance mask (True = keep); stored on ``ds.mask`` and returned."""
-    train = np.concatenate([e.train for e in ds.entities]).astype(
-        np.float64
-    )  # (sum T, V)
+    # (sum T, V): every entity's train series, concatenated
+    train = np.concatenate([e.train for e in ds.entities]).astype(np.float64)
     ds.mask = train.var(axis=0) > threshold
     return ds.mask
 
@@ -133,9 +135,8 @@ def _pairs(w: np.ndarray) -> np.ndarray:
     if len(w) < 2:
         return np.zeros((0, 2, w.shape[1]), dtype=np.float32)
     p = np.stack([w[:-1], w[1:]], axis=1)  # (n-1, 2, window, V)
-    return np.ascontiguousarray(p.transpose(0, 3, 1, 2)).reshape(
-        -1, 2, w.shape[1]
-    )  # ((n-1)*V, 2, window)
+    # -> ((n-1)*V, 2, window)
+    return np.ascontiguousarray(p.transpose(0, 3, 1, 2)).reshape(-1, 2, w.shape[1])
 
 
 def pretrain_pairs(
@@ -147,9 +148,8 @@ def pretrain_pairs(
     train, val = [], []
     for ds in datasets:
         for e in ds.entities:
-            w = cut_windows(e.train[:, ds.mask], window).astype(
-                np.float32
-            )  # (n, window, V)
+            # (n, window, V)
+            w = cut_windows(e.train[:, ds.mask], window).astype(np.float32)
             n_val = round(len(w) * val_frac)
             train.append(_pairs(w[: len(w) - n_val]))
             val.append(_pairs(w[len(w) - n_val :]))

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import shutil
 import signal
@@ -37,20 +36,26 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import httpx
 import numpy as np
 
+from training.data import WINDOW, Dataset
+from training.demo.replay import json_values
 from training.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = REPO / "configs" / "fast.yaml"
-WINDOW = 100
 SPARK = "▁▂▃▄▅▆▇█"
-MAX_BATCH = 100  # readings per stream and request: at most one window per response
+MAX_BATCH = WINDOW  # readings per stream and request: at most one window per response
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 
 # -- the model ------------------------------------------------------------------------
@@ -67,23 +72,28 @@ def _cached(artifact: Path, fingerprint: str) -> dict[str, Any] | None:
 
 
 def build_artifact(
-    ds: Any, data: str, root: Path | None, artifact: Path, overrides: list[str]
+    ds: Dataset, data: str, artifact: Path, overrides: list[str]
 ) -> None:
-    """Pre-train (fast preset), fit the probe, export: ``artifact/`` holds the result."""
-    from training import export
+    """Pre-train (fast preset), fit the probe, export: ``artifact/`` holds the result.
+
+    ``ds`` (loaded once by the caller) serves all three steps; the checkpoint is read
+    once and its model serves the probe's features and the export.
+    """
+    from training.data import pretrain_pairs
     from training.evaluate.baselines import fit_feature_probe, window_stats
     from training.evaluate.encode import CodeFeatures
     from training.evaluate.probe import ProbeConfig
     from training.evaluate.protocol import (
         STATS_ROW,
         evaluate,
-        load_encoders,
         normal_windows,
-        save_served_probe,
+        served_probe,
         with_window_stats,
     )
+    from training.export import export_artifact
+    from training.pretrain.checkpoint import load_model
     from training.pretrain.config import load_config
-    from training.pretrain.train import load_pairs, pretrain
+    from training.pretrain.train import pretrain
 
     if not FAST.is_file():
         raise UserError(f"{FAST}: the fast preset is missing (run from a repo clone)")
@@ -93,47 +103,51 @@ def build_artifact(
     # an older model stays unusable until the new one is complete (manifest last)
     (artifact / "manifest.json").unlink(missing_ok=True)
     cfg = load_config(FAST, ["loss.diversity=1.0", *overrides])
-    pairs = load_pairs([data], str(root) if root else None, cfg)
-    print(f"[1/3] pre-training SC-JEPA (fast preset, {cfg.optim.epochs} epochs) on "
-          f"{len(pairs.train)} train pairs of {data}", flush=True)  # fmt: skip
+    pairs = pretrain_pairs(ds, window=cfg.data.window, val_frac=cfg.data.val_frac)
+    epochs = cfg.optim.epochs
+    _say(
+        f"[1/3] pre-training SC-JEPA (fast preset, {epochs} epochs) on "
+        f"{len(pairs.train)} train pairs of {data}"
+    )
     t0 = time.time()
     pretrain(cfg, pairs, work / "run")
     best = work / "run" / "best.pt"
     if not best.is_file():
         best = work / "run" / "last.pt"
-    print(f"      done in {time.time() - t0:.0f} s -> {best}", flush=True)
+    _say(f"      done in {time.time() - t0:.0f} s -> {best}")
 
-    print("[2/3] fitting the anomaly-prediction probe: train split = first 60 % of "
-          "each entity's test windows, threshold + calibration on the next 20 %", flush=True)  # fmt: skip
+    _say(
+        "[2/3] fitting the anomaly-prediction probe: train split = first 60 % of "
+        "each entity's test windows, threshold + calibration on the next 20 %"
+    )
     t0 = time.time()
-    trained, _, _ = load_encoders(best)
-    codes, stats = CodeFeatures(trained), window_stats(normal_windows(ds))
+    trained = load_model(best)
+    normal = normal_windows(ds)
+    codes, stats = CodeFeatures(trained), window_stats(normal)
     methods = {
         "SC-JEPA probe": fit_feature_probe(codes),
         STATS_ROW: fit_feature_probe(with_window_stats(codes, stats)),
     }
-    result = evaluate(ds, methods, [0], ProbeConfig(), 50)
+    ev = evaluate(ds, methods, [0], ProbeConfig(), 50, normal=normal)
     # serve the probe (codes, or codes + window statistics) that does better on
     # VALIDATION; the test split is only read for the line printed below
-    name = max(methods, key=lambda n: result["_fitted"][n][0].val["pr_auc"])
-    probe = save_served_probe(
-        work / "probe.pt", result, name, best, ds, stats if name == STATS_ROW else None
-    )
-    row = result["rows"][name]["all"]
+    name = max(methods, key=lambda n: ev.fitted[n][0].val["pr_auc"])
+    probe = served_probe(ev, name, best, ds, stats if name == STATS_ROW else None)
+    probe.save(work / "probe.pt")
+    row = ev.rows[name]["all"]
     print(
         f"      served: {name.replace(' (diagnostic)', '')} (higher validation PR AUC)"
     )
-    print(f"      done in {time.time() - t0:.0f} s; on the test split (last 20 %): "
-          f"F1 {row['f1']['mean']:.2f}, ROC AUC {row['roc_auc']['mean']:.2f}, "
-          f"PR AUC {row['pr_auc']['mean']:.2f}", flush=True)  # fmt: skip
+    f1, auc, pr = (row[k]["mean"] for k in ("f1", "roc_auc", "pr_auc"))
+    _say(
+        f"      done in {time.time() - t0:.0f} s; on the test split (last 20 %): "
+        f"F1 {f1:.2f}, ROC AUC {auc:.2f}, PR AUC {pr:.2f}"
+    )
 
-    print("[3/3] exporting encoder + codebook + probe to ONNX", flush=True)
-    export.run(
-        argparse.Namespace(
-            checkpoint=best, probe=probe, out=artifact, name=f"scjepa-demo-{data}",
-            version=None, dataset=data, root=root, int8=False, fp16=False, hop=WINDOW,
-        )
-    )  # fmt: skip
+    _say("[3/3] exporting encoder + codebook + probe to ONNX")
+    export_artifact(
+        model=trained, probe=probe, out=artifact, name=f"scjepa-demo-{data}", ds=ds
+    )
 
 
 # -- what is replayed -----------------------------------------------------------------
@@ -164,14 +178,14 @@ def _predictable(s: Stream) -> int:
     return int((onsets >= WINDOW).sum())
 
 
-def held_out_streams(ds: Any, n: int) -> list[Stream]:
+def held_out_streams(ds: Dataset, n: int) -> list[Stream]:
     """The held-out tail of up to ``n`` entities' test series (first the entities whose
     tail holds an anomaly onset after its first window, in data-set order)."""
     from training.data.windows import split_bounds
 
     out: list[Stream] = []
     for e in ds.entities:
-        if e.test is None or len(e.test) < 4 * WINDOW:
+        if e.test is None or e.labels is None or len(e.test) < 4 * WINDOW:
             continue
         n_samples = len(e.test) // WINDOW - 1
         start = max(split_bounds(n_samples)["test"][0] - 1, 0) * WINDOW
@@ -207,16 +221,21 @@ def pick_port(wanted: int) -> int:
 def start_service(artifact: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
     env["SCJEPA_ARTIFACT"] = str(artifact.resolve())  # no SCJEPA_REDIS_URL: in memory
+    # this checkout's service/, installed or not
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), env.get("PYTHONPATH")) if p
-    )  # this checkout's service/, installed or not
+    )
+    cmd = [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     with log.open("wb") as f:
         return subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "service.main:create_app", "--factory",
-             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-            stdout=f, stderr=subprocess.STDOUT, env=env, cwd=str(log.parent),
+            cmd,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(log.parent),
             start_new_session=True,  # Ctrl-C reaches the demo, which stops the server
-        )  # fmt: skip
+        )
 
 
 def wait_ready(
@@ -246,9 +265,19 @@ def stop_service(proc: subprocess.Popen[bytes]) -> None:
 
 # -- the live view --------------------------------------------------------------------
 
-RED, YEL, MAG, DIM, BOLD, RESET = (
-    "\x1b[31m", "\x1b[33m", "\x1b[35m", "\x1b[2m", "\x1b[1m", "\x1b[0m"
-)  # fmt: skip
+# ANSI colours of the live view
+RED, YEL, MAG = "\x1b[31m", "\x1b[33m", "\x1b[35m"
+DIM, BOLD, RESET = "\x1b[2m", "\x1b[1m", "\x1b[0m"
+# what the marks mean, printed before the replay
+LEGEND_TTY = (
+    f"One sparkline char per scored {WINDOW}-step window, from risk 0 (▁) to twice the "
+    "threshold (█), red = ALERT. Below it: ▲ = the NEXT window truly holds an anomaly "
+    "(an alert should fire here), ■ = this window is inside an anomaly.\n"
+)
+LEGEND_PLAIN = (
+    "One line per scored window: its risk, ALERT when over the threshold, and whether "
+    "the NEXT window truly holds an anomaly."
+)
 
 
 def spark(s: Stream, width: int, scale: float, color: bool) -> tuple[str, str]:
@@ -287,8 +316,9 @@ class Live:
         a = s.first_step + k * WINDOW
         nxt = {None: "unknown", 0: "no", 1: "YES"}[s.next_label(k)]
         flag = "  ALERT" if s.alerts[k] else ""
-        print(f"{s.name:<10} window steps {a}-{a + WINDOW - 1}  risk {s.risks[k]:.3f}"
-              f"{flag:<7}  next window anomalous: {nxt}", flush=True)  # fmt: skip
+        steps = f"window steps {a}-{a + WINDOW - 1}"
+        risk = f"risk {s.risks[k]:.3f}{flag:<7}"
+        _say(f"{s.name:<10} {steps}  {risk}  next window anomalous: {nxt}")
 
     def draw(self, force: bool = False) -> None:
         if not self.tty or (not force and time.monotonic() - self.last < 0.1):
@@ -305,9 +335,11 @@ class Live:
             else:
                 state, risk = f"{DIM}warming{RESET}", "risk   -  "
             pad = " " * (self.width - min(len(s.risks), self.width))
-            done = f"{s.sent}/{len(s.values)}"
-            out.append(f"{BOLD}{s.name:<10}{RESET} {top}{pad}  {risk} / thr "
-                       f"{self.threshold:.3f} {state} {DIM}{done}{RESET}")  # fmt: skip
+            done = f"{DIM}{s.sent}/{len(s.values)}{RESET}"
+            thr = f"thr {self.threshold:.3f}"
+            out.append(
+                f"{BOLD}{s.name:<10}{RESET} {top}{pad}  {risk} / {thr} {state} {done}"
+            )
             out.append(f"{'':<10} {marks}")
         up = f"\x1b[{self.lines}F" if self.lines else ""
         sys.stdout.write(up + "".join(f"\x1b[2K{line}\n" for line in out))
@@ -335,10 +367,9 @@ def replay(
             if lo >= hi:
                 continue
             readings = [
-                {"ts": t0 + s.first_step + i,
-                 "values": [None if math.isnan(v) else float(v) for v in s.values[i]]}
+                {"ts": t0 + s.first_step + i, "values": json_values(s.values[i])}
                 for i in range(lo, hi)
-            ]  # fmt: skip
+            ]
             body.append({"stream": s.name, "readings": readings})
         r = client.post("/ingest", json={"streams": body})
         if r.status_code != 200:
@@ -365,6 +396,12 @@ class Outcome:
     false_alerts: int  # alerts whose next window is normal
     alerts: int
 
+    def __add__(self, other: Outcome) -> Outcome:
+        """Field by field: counts add up, lead lists concatenate."""
+        return Outcome(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in fields(self))
+        )
+
 
 def outcome(s: Stream) -> Outcome:
     onsets = np.flatnonzero(np.diff(np.r_[0, s.labels].astype(np.int8)) == 1)
@@ -385,27 +422,41 @@ def outcome(s: Stream) -> Outcome:
     return Outcome(len(s.risks), anomalies, caught, leads, false_alerts, sum(s.alerts))
 
 
+_COLUMNS = (  # the summary's columns after the stream's name: (title, width)
+    ("windows", 7),
+    ("anomalies", 9),
+    ("caught", 6),
+    ("lead (steps)", 14),
+    ("alerts", 6),
+    ("false alerts", 12),
+)
+
+
+def _summary_row(name: str, *cells: object) -> str:
+    cols = " ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, _COLUMNS, strict=True))
+    return f"  {name:<10} {cols}"
+
+
+def _outcome_row(name: str, o: Outcome, lead: str) -> str:
+    cells = (o.windows, o.anomalies, o.caught, lead, o.alerts, o.false_alerts)
+    return _summary_row(name, *cells)
+
+
 def summary(streams: list[Stream], url: str) -> str:
     lines = [
         "",
         "Summary (an anomaly is caught when the window before its onset was in alert;"
         " lead = steps from the first alert of that run to the onset):",
-        f"  {'stream':<10} {'windows':>7} {'anomalies':>9} {'caught':>6} "
-        f"{'lead (steps)':>14} {'alerts':>6} {'false alerts':>12}",
+        _summary_row("stream", *(title for title, _ in _COLUMNS)),
     ]
     tot = Outcome(0, 0, 0, [], 0, 0)
     for s in streams:
         o = outcome(s)
-        lead = ", ".join(str(x) for x in o.leads) or "-"
-        lines.append(f"  {s.name:<10} {o.windows:>7} {o.anomalies:>9} {o.caught:>6} "
-                     f"{lead:>14} {o.alerts:>6} {o.false_alerts:>12}")  # fmt: skip
-        tot = Outcome(tot.windows + o.windows, tot.anomalies + o.anomalies,
-                      tot.caught + o.caught, tot.leads + o.leads,
-                      tot.false_alerts + o.false_alerts, tot.alerts + o.alerts)  # fmt: skip
+        lines.append(_outcome_row(s.name, o, ", ".join(map(str, o.leads)) or "-"))
+        tot += o
     med = f"median {int(np.median(tot.leads))}" if tot.leads else "-"
     lines += [
-        f"  {'all':<10} {tot.windows:>7} {tot.anomalies:>9} {tot.caught:>6} "
-        f"{med:>14} {tot.alerts:>6} {tot.false_alerts:>12}",
+        _outcome_row("all", tot, med),
         f"Caught {tot.caught} of {tot.anomalies} anomalies before they started, with "
         f"{tot.false_alerts} false alerts in {tot.windows} windows.",
         f"Live page: {url}/ui   API: {url}/docs",
@@ -417,29 +468,63 @@ def summary(streams: list[Stream], url: str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", choices=("synthetic", "msl"), default="synthetic",
-                   help="synthetic (embedded) or msl (needs --root)")  # fmt: skip
+    p.add_argument(
+        "--data",
+        choices=("synthetic", "msl"),
+        default="synthetic",
+        help="synthetic (embedded) or msl (needs --root)",
+    )
     p.add_argument("--root", type=Path, help="data folder for msl ($SCJEPA_DATA)")
-    p.add_argument("--artifact", type=Path,
-                   help="model cache (default artifacts/demo, artifacts/demo-msl)")  # fmt: skip
-    p.add_argument("--port", type=int, default=8000,
-                   help="service port (a free one if taken; 0 = any)")  # fmt: skip
-    p.add_argument("--rate", type=float, default=250.0,
-                   help="readings/s per stream (0 = as fast as possible)")  # fmt: skip
-    p.add_argument("--streams", type=int, default=4, choices=(1, 2, 3, 4),
-                   help="entities replayed concurrently")  # fmt: skip
-    p.add_argument("--no-train", action="store_true",
-                   help="use the cached artifact; fail if there is none")  # fmt: skip
+    p.add_argument(
+        "--artifact",
+        type=Path,
+        help="model cache (default artifacts/demo, artifacts/demo-msl)",
+    )
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="service port (a free one if taken; 0 = any)",
+    )
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=250.0,
+        help="readings/s per stream (0 = as fast as possible)",
+    )
+    p.add_argument(
+        "--streams",
+        type=int,
+        default=4,
+        choices=(1, 2, 3, 4),
+        help="entities replayed concurrently",
+    )
+    p.add_argument(
+        "--no-train",
+        action="store_true",
+        help="use the cached artifact; fail if there is none",
+    )
     p.add_argument("--retrain", action="store_true", help="ignore the cached artifact")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                   help="override a training setting, e.g. --set optim.epochs=1")  # fmt: skip
-    p.add_argument("--keep-serving", action="store_true",
-                   help="after the replay, keep the service (and /ui) up until Ctrl-C")  # fmt: skip
-    p.add_argument("--plain", action="store_true",
-                   help="print lines instead of the live view (default off a TTY)")  # fmt: skip
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a training setting, e.g. --set optim.epochs=1",
+    )
+    p.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="after the replay, keep the service (and /ui) up until Ctrl-C",
+    )
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="print lines instead of the live view (default off a TTY)",
+    )
 
 
-def _interrupt(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
@@ -465,7 +550,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"No cached model in {artifact}/: training one (a few minutes on a laptop)."
         )
-        build_artifact(ds, args.data, args.root, artifact, args.set)
+        build_artifact(ds, args.data, artifact, args.set)
         manifest = _cached(artifact, ds.fingerprint())
         assert manifest is not None
     else:
@@ -485,22 +570,16 @@ def run(args: argparse.Namespace) -> int:
             rate = f"{args.rate:g} readings/s" if args.rate > 0 else "full speed"
             print(f"\nService up at {url} (in-memory store; log {log})")
             print(f"  -> open {b}{url}/ui{r} in a browser to watch it live")
-            print(f"Model {manifest['name']} {manifest['version']}, alert threshold "
-                  f"{manifest['threshold']:.3f}")  # fmt: skip
-            print(f"Replaying at {rate} per stream the held-out tail of each test "
-                  "series (the probe never saw these windows):")  # fmt: skip
+            model = f"Model {manifest['name']} {manifest['version']}"
+            print(f"{model}, alert threshold {manifest['threshold']:.3f}")
+            print(
+                f"Replaying at {rate} per stream the held-out tail of each test "
+                "series (the probe never saw these windows):"
+            )
             for s in streams:
-                last = s.first_step + len(s.values) - 1
-                print(f"  {s.name:<10} steps {s.first_step}-{last} "
-                      f"({len(s.values) // WINDOW} windows)")  # fmt: skip
-            if tty:
-                print("One sparkline char per scored 100-step window, from risk 0 (▁) "
-                      "to twice the threshold (█), red = ALERT. Below it: ▲ = the NEXT "
-                      "window truly holds an anomaly (an alert should fire here), "
-                      "■ = this window is inside an anomaly.\n")  # fmt: skip
-            else:
-                print("One line per scored window: its risk, ALERT when over the "
-                      "threshold, and whether the NEXT window truly holds an anomaly.")  # fmt: skip
+                steps = f"steps {s.first_step}-{s.first_step + len(s.values) - 1}"
+                print(f"  {s.name:<10} {steps} ({len(s.values) // WINDOW} windows)")
+            print(LEGEND_TTY if tty else LEGEND_PLAIN)
             live = Live(streams, float(manifest["threshold"]), tty)
             replay(client, streams, args.rate, live)
             print(summary(streams, url), flush=True)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,9 +64,11 @@ def read_csv(path: Path) -> Series:
 
 
 def read_dataset(name: str, root: Path | None, entity: str | None) -> Series:
-    # pandas-based loaders (the train extra); imported by name so the service's strict
-    # type check stays within service/
-    ds: Any = importlib.import_module("training.data").load_dataset(name, root)
+    # the loaders need pandas (the train extra): imported here, so that `--file` runs
+    # where only the service is installed
+    from training.data import load_dataset
+
+    ds = load_dataset(name, root)
     ents = [e for e in ds.entities if e.test is not None]
     if entity is not None:
         ents = [e for e in ents if e.name == entity]
@@ -81,19 +82,25 @@ def read_dataset(name: str, root: Path | None, entity: str | None) -> Series:
     return Series(f"{name}-{e.name}", ds.channels, e.test, ts, e.labels)
 
 
+def json_values(row: Iterable[float]) -> list[float | None]:
+    """One reading's values as JSON: NaN (missing) -> null."""
+    return [None if math.isnan(v) else float(v) for v in row]
+
+
 def replay(
     client: httpx.Client,
     series: Series,
     *,
     stream: str,
+    window: int,
     batch: int = 10,
     rate: float = 0.0,
-    window: int = 100,
     headers: dict[str, str] | None = None,
     out: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """POST the series in requests of ``batch`` readings at ``rate`` readings/s (0 = as
-    fast as the service answers); returns one dict per new risk."""
+    fast as the service answers); returns one dict per new risk. ``window``: the
+    model's window (its manifest's), for the next-window label printed beside a risk."""
     seen: list[dict[str, Any]] = []
     start = time.monotonic()
     for lo in range(0, len(series.values), batch):
@@ -103,12 +110,7 @@ def replay(
         body = {
             "stream": stream,
             "readings": [
-                {
-                    "ts": float(series.ts[i]),
-                    "values": [
-                        None if math.isnan(v) else float(v) for v in series.values[i]
-                    ],
-                }
+                {"ts": float(series.ts[i]), "values": json_values(series.values[i])}
                 for i in range(lo, hi)
             ],
         }
@@ -119,9 +121,10 @@ def replay(
         if not res["windows_scored"]:
             continue
         n = res["window_n"]  # the latest scored window ends at the stream's reading n
-        rec: dict[str, Any] = {"n": n, "ts": res["window_end"], "risk": res["risk"],
-                               "alert": res["alert"], "label": None}  # fmt: skip
-        line = f"{rec['ts']:.3f}  n={n:>7}  risk={res['risk']:.4f}{'  ALERT' if res['alert'] else ''}"
+        rec: dict[str, Any] = {"n": n, "ts": res["window_end"], "risk": res["risk"]}
+        rec |= {"alert": res["alert"], "label": None}
+        alert = "  ALERT" if res["alert"] else ""
+        line = f"{rec['ts']:.3f}  n={n:>7}  risk={res['risk']:.4f}{alert}"
         if series.labels is not None and n < len(series.labels):
             rec["label"] = int(series.labels[n : n + window].max())  # next window
             line += f"  next-window label={rec['label']}"
@@ -176,15 +179,28 @@ def run(args: argparse.Namespace) -> int:
             )
             return 2
         m = models[0]["manifest"]
-        if m["n_channels"] != series.values.shape[1]:
-            print(f"scjepa replay: error: the source has {series.values.shape[1]} channels, "
-                  f"the model {m['name']} expects {m['n_channels']}", file=sys.stderr)  # fmt: skip
+        model, n_source = f"{m['name']} {m['version']}", series.values.shape[1]
+        if m["n_channels"] != n_source:
+            print(
+                f"scjepa replay: error: the source has {n_source} channels, "
+                f"the model {m['name']} expects {m['n_channels']}",
+                file=sys.stderr,
+            )
             return 2
-        print(f"replaying {len(series.values)} readings of {series.name} as stream "
-              f"{stream!r} into {m['name']} {m['version']} at {args.rate or 'max'} readings/s")  # fmt: skip
+        print(
+            f"replaying {len(series.values)} readings of {series.name} as stream "
+            f"{stream!r} into {model} at {args.rate or 'max'} readings/s"
+        )
         try:
-            replay(client, series, stream=stream, batch=args.batch, rate=args.rate,
-                   window=m["window"], headers=headers)  # fmt: skip
+            replay(
+                client,
+                series,
+                stream=stream,
+                window=m["window"],
+                batch=args.batch,
+                rate=args.rate,
+                headers=headers,
+            )
         except (httpx.HTTPError, RuntimeError) as e:
             print(f"scjepa replay: error: {e}", file=sys.stderr)
             return 1

@@ -34,9 +34,8 @@ Scorer = Callable[[np.ndarray], np.ndarray]
 class FitContext:
     train: Samples  # downstream train split (official test series, first 60 %)
     val: Samples  # downstream validation split
-    normal: (
-        np.ndarray
-    )  # (N, T, V) official TRAIN windows: label-free detectors fit here
+    # (N, T, V) official TRAIN windows: label-free detectors fit here
+    normal: np.ndarray
     probe: ProbeConfig
 
 
@@ -109,6 +108,19 @@ def fit_logistic(ctx: FitContext, seed: int) -> Scorer:
     return best[1]
 
 
+class ProbeScorer:
+    """A Scorer that runs a fitted probe on a featurizer's output; keeps the probe
+    (its state goes into the results, the chosen one to `scjepa export`)."""
+
+    def __init__(
+        self, probe: Probe, featurize: Callable[[np.ndarray], np.ndarray]
+    ) -> None:
+        self.probe, self.featurize = probe, featurize
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return self.probe.predict(self.featurize(x))
+
+
 def fit_feature_probe(
     featurize: Callable[[np.ndarray], np.ndarray],
 ) -> Callable[[FitContext, int], Scorer]:
@@ -119,9 +131,7 @@ def fit_feature_probe(
         probe = Probe(f_tr.shape[1], ctx.probe, seed).fit(
             f_tr, ctx.train.y, f_va, ctx.val.y
         )
-        scorer = lambda x: probe.predict(featurize(x))  # noqa: E731
-        scorer.probe = probe  # type: ignore[attr-defined]
-        return scorer
+        return ProbeScorer(probe, featurize)
 
     return fit
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
+from model import SCJEPA
 from model.patching import fold_channels, patchify
 from training.evaluate.features import PerArrayCache
 
@@ -22,7 +22,7 @@ class CodeFeatures:
     them once keeps evaluation cost at one encoder pass per window.
     """
 
-    def __init__(self, model: nn.Module, batch_size: int = 64) -> None:
+    def __init__(self, model: SCJEPA, batch_size: int = 64) -> None:
         self.model = model.eval()
         self.batch_size = batch_size
         self._lookup = PerArrayCache(self._encode)  # -> (features, codes)
@@ -31,9 +31,8 @@ class CodeFeatures:
     def _encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         feats, codes = [], []
         for i in range(0, len(x), self.batch_size):
-            p = self.model.probe_inputs(
-                torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
-            )  # (B, V, P, K)
+            xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
+            p = self.model.probe_inputs(xb)  # (B, V, P, K)
             feats.append(p.amax(dim=1).flatten(1).numpy())  # (B, P * K)
             codes.append(p.argmax(dim=-1).to(torch.int16).numpy())  # (B, V, P)
         return np.concatenate(feats), np.concatenate(codes)
@@ -43,7 +42,7 @@ class CodeFeatures:
 
     @property
     def has_codes(self) -> bool:
-        return getattr(self.model, "codebook", None) is not None
+        return self.model.codebook is not None
 
     def codes(self, x: np.ndarray) -> np.ndarray:
         """Dominant code per channel and patch, (N, V, P); needs the codebook."""
@@ -62,7 +61,7 @@ class ReconstructionError:
     error. Cached per input array like :class:`CodeFeatures`.
     """
 
-    def __init__(self, model: nn.Module, batch_size: int = 64) -> None:
+    def __init__(self, model: SCJEPA, batch_size: int = 64) -> None:
         self.model = model.eval()
         self.batch_size = batch_size
         self._lookup = PerArrayCache(self._score)

@@ -30,7 +30,11 @@ def pooled_stats(
     Channel-count independent, like the SC-JEPA probe's variable-wise max.
     """
     s = channel_stats(x)  # (N, 6, V)
-    ops = {"mean": np.mean, "max": np.max, "min": np.min}
+    ops: dict[str, Callable[..., np.ndarray]] = {
+        "mean": np.mean,
+        "max": np.max,
+        "min": np.min,
+    }
     return np.concatenate([ops[p](s, axis=2) for p in pools], axis=1)  # (N, 6 * pools)
 
 

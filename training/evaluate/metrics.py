@@ -43,9 +43,7 @@ def pr_auc(y: np.ndarray, s: np.ndarray) -> float:
     order = np.argsort(-np.asarray(s, dtype=np.float64), kind="mergesort")
     s_sorted, y_sorted = np.asarray(s)[order], y[order]
     tp = np.cumsum(y_sorted)
-    last = np.r_[
-        np.flatnonzero(np.diff(s_sorted)), len(s_sorted) - 1
-    ]  # end of tie runs
+    last = np.r_[np.flatnonzero(np.diff(s_sorted)), len(s_sorted) - 1]  # tie runs' ends
     tp, k = tp[last], last + 1
     precision, recall = tp / k, tp / n_pos
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
@@ -120,14 +118,14 @@ def bootstrap_ci(
     """
     rng = np.random.default_rng(seed)
     n = len(y)
-    samples = {m: [] for m in METRICS}
+    samples: dict[str, list[float]] = {m: [] for m in METRICS}
     for _ in range(n_boot):
         i = rng.integers(0, n, n)
         per_seed = [
             metrics(y[i], s[i], t) for s, t in zip(scores, thresholds, strict=True)
         ]
         for m in METRICS:
-            samples[m].append(np.nanmean([r[m] for r in per_seed]))
+            samples[m].append(float(np.nanmean([r[m] for r in per_seed])))
     lo, hi = 100 * alpha / 2, 100 * (1 - alpha / 2)
     return {
         m: (float(np.nanpercentile(v, lo)), float(np.nanpercentile(v, hi)))

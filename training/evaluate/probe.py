@@ -3,18 +3,23 @@
 method.md: frozen online encoder + codebook -> p (V, P, K) -> variable-wise max over V
 -> flatten -> MLP -> s_hat = P(y_{t+1} = 1). The same probe runs on raw window features
 for the baseline rows. Early stopping and calibration use the validation split only.
+
+:class:`SavedProbe` is the probe `scjepa evaluate` hands to `scjepa export` (probe.pt).
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal, NotRequired, TypedDict
 
 import numpy as np
 import torch
 from torch import nn
 
+from model.stats import N_STATS
+from training.errors import UserError
 from training.evaluate.metrics import roc_auc
 
 
@@ -39,6 +44,24 @@ def build_probe_net(n_features: int, hidden: int, dropout: float) -> nn.Sequenti
         nn.Dropout(dropout),
         nn.Linear(hidden, 1),
     )
+
+
+class Calibration(TypedDict):
+    """How logits become risks: ``{"method": "platt", "a": .., "b": ..}`` (sigmoid(a *
+    logit + b)) or ``{"method": "none"}`` (sigmoid(logit))."""
+
+    method: str
+    a: NotRequired[float]
+    b: NotRequired[float]
+
+
+class ProbeState(TypedDict):
+    """A fitted probe's record: results.json rows ("probe") and probe.pt ("probe")."""
+
+    config: dict[str, Any]  # ProbeConfig as a dict
+    seed: int
+    best_epoch: int
+    calibration: Calibration
 
 
 class Platt:
@@ -71,7 +94,7 @@ class Probe:
     """MLP probe on precomputed features (N, F)."""
 
     def __init__(self, n_features: int, cfg: ProbeConfig, seed: int) -> None:
-        self.cfg, self.seed = cfg, seed
+        self.cfg, self.seed, self.n_features = cfg, seed, n_features
         torch.manual_seed(seed)
         self.net = build_probe_net(n_features, cfg.hidden, cfg.dropout)
         self.calibrator: Platt | None = None
@@ -134,8 +157,8 @@ class Probe:
         z = self.logits(f)
         return self.calibrator(z) if self.calibrator else 1.0 / (1.0 + np.exp(-z))
 
-    def state(self) -> dict[str, Any]:
-        cal = (
+    def state(self) -> ProbeState:
+        cal: Calibration = (
             {"method": "platt", "a": self.calibrator.a, "b": self.calibrator.b}
             if self.calibrator
             else {"method": "none"}
@@ -146,3 +169,121 @@ class Probe:
             "best_epoch": self.best_epoch,
             "calibration": cal,
         }
+
+
+# -- the hand-off to `scjepa export` ---------------------------------------------------
+
+ProbeFeatures = Literal["codes", "codes+stats"]
+PROBE_FORMAT = 1  # probe.pt's layout; files without "format_version" have this one
+# keys every probe.pt has had; the others have defaults (older files lack them)
+_REQUIRED = (
+    "state_dict",
+    "n_features",
+    "probe",
+    "threshold",
+    "dataset",
+    "channels",
+    "mask",
+    "metrics",
+)
+
+
+@dataclass(kw_only=True)
+class SavedProbe:
+    """The probe `scjepa export` serves: one fitted probe (the seed with the best
+    validation PR AUC), its threshold, and what the artifact records about it.
+
+    probe.pt holds these fields as a plain dict (``torch.save``), plus
+    ``format_version``; :meth:`load` validates a file and reads the older dicts too.
+    """
+
+    state_dict: dict[str, torch.Tensor]  # the MLP of build_probe_net
+    n_features: int  # P * K code features (+ N_STATS with "codes+stats")
+    probe: ProbeState  # config (hidden, dropout, ...), seed, best epoch, calibration
+    threshold: float  # on the calibrated risk, chosen on validation
+    dataset: str
+    channels: list[str]  # every input channel, in the data set's order
+    mask: list[bool]  # train-only zero-variance mask over ``channels`` (True = kept)
+    metrics: dict[str, Any]  # "val", "test" (this seed), "test_mean_over_seeds"
+    checkpoint: str | None = None  # the pre-training checkpoint the features came from
+    data_fingerprint: str = "unknown"  # training.data.Dataset.fingerprint()
+    # "codes": the spec's probe; "codes+stats": also the pooled window statistics,
+    # z-scored with ``stats_scale`` (model/stats.py computes them in the graph)
+    features: ProbeFeatures = "codes"
+    stats_scale: dict[str, list[float]] | None = None  # {"mean": [...], "std": [...]}
+
+    @property
+    def platt(self) -> tuple[float, float]:
+        """(a, b) of sigmoid(a * logit + b); (1, 0) when uncalibrated."""
+        cal = self.probe["calibration"]
+        return (cal["a"], cal["b"]) if cal["method"] == "platt" else (1.0, 0.0)
+
+    def build_net(self) -> nn.Sequential:
+        """The probe's MLP with its fitted weights."""
+        cfg = self.probe["config"]
+        net = build_probe_net(self.n_features, cfg["hidden"], cfg["dropout"])
+        net.load_state_dict(self.state_dict)
+        return net
+
+    def problem(self) -> str | None:
+        """What makes this probe unusable for export, or None."""
+        cfg, cal = self.probe.get("config", {}), self.probe.get("calibration", {})
+        if not {"hidden", "dropout"} <= set(cfg):
+            return "its probe config has no hidden/dropout"
+        if cal.get("method") not in ("platt", "none"):
+            return f"unknown calibration {cal.get('method')!r}"
+        if cal["method"] == "platt" and not {"a", "b"} <= set(cal):
+            return "Platt calibration without a and b"
+        weight = self.state_dict.get("0.weight")
+        if weight is None or tuple(weight.shape) != (cfg["hidden"], self.n_features):
+            return f"its weights do not fit {self.n_features} features"
+        if len(self.channels) != len(self.mask):
+            return f"{len(self.channels)} channels but a mask of {len(self.mask)}"
+        if self.features not in ("codes", "codes+stats"):
+            return f"unknown features {self.features!r}"
+        scale = self.stats_scale or {}
+        if self.features == "codes+stats" and not all(
+            len(scale.get(k, [])) == N_STATS for k in ("mean", "std")
+        ):
+            return f"codes+stats without the {N_STATS} statistics' mean and std"
+        return None
+
+    def save(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        torch.save({"format_version": PROBE_FORMAT, **d}, path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> SavedProbe:
+        """Read and check probe.pt; a missing, unreadable or foreign file -> UserError."""
+        if not path.is_file():
+            raise UserError(
+                f"{path}: probe file not found "
+                "(written by `scjepa evaluate --checkpoint ...`)"
+            )
+        try:
+            raw = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as e:  # torch raises many types for a bad file
+            raise UserError(f"{path}: not a readable probe file ({e})") from e
+        if not isinstance(raw, dict):
+            kind = type(raw).__name__
+            raise UserError(f"{path}: not a served-probe file (a {kind}, not a dict)")
+        missing = [k for k in _REQUIRED if k not in raw]
+        if missing:
+            raise UserError(f"{path}: not a served-probe file (no {missing[0]!r})")
+        version = raw.get("format_version", PROBE_FORMAT)
+        if version != PROBE_FORMAT:
+            raise UserError(
+                f"{path}: probe format_version {version} (this version reads "
+                f"{PROBE_FORMAT})"
+            )
+        known = {f.name for f in fields(cls)}
+        try:
+            probe = cls(**{k: v for k, v in raw.items() if k in known})
+            problem = probe.problem()
+        except (TypeError, AttributeError, KeyError) as e:  # wrong types inside
+            problem = f"{type(e).__name__}: {e}"
+        if problem is not None:
+            raise UserError(f"{path}: corrupt probe file ({problem})")
+        return probe

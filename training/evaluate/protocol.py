@@ -10,18 +10,20 @@ config, git commit, wall time), results.md, test scores (scores.npz) and figures
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from training.data import Dataset, Samples, cut_windows, downstream_splits
+from training.data import WINDOW, Dataset, Samples, cut_windows, downstream_splits
 from training.errors import UserError
 from training.evaluate.baselines import (
     FitContext,
+    ProbeScorer,
     Scorer,
     TS2VecConfig,
     WindowStatsFeatures,
@@ -45,8 +47,19 @@ from training.evaluate.metrics import (
     metrics,
     reliability,
 )
-from training.evaluate.probe import ProbeConfig
-from training.evaluate.results import git_commit, write_results
+from training.evaluate.probe import ProbeConfig, ProbeState, SavedProbe
+from training.evaluate.results import (
+    Results,
+    Row,
+    RunInfo,
+    SplitSummary,
+    Stat,
+    git_commit,
+    write_results,
+)
+
+if TYPE_CHECKING:
+    from model import SCJEPA
 
 FitFn = Callable[[FitContext, int], Scorer]
 SUBSETS = ("all", "onset", "continuation")
@@ -54,14 +67,48 @@ SUBSETS = ("all", "onset", "continuation")
 
 @dataclass
 class Fitted:
+    """One method fitted with one seed, thresholded on validation."""
+
     seed: int
     scorer: Scorer
     threshold: float
-    val: dict[str, float]
-    info: dict[str, Any] = field(default_factory=dict)
+    val: dict[str, float]  # validation metrics at ``threshold``
+    info: ProbeState | None = None  # the probe's state, for probe rows
 
 
-def normal_windows(ds: Dataset, window: int = 100) -> np.ndarray:
+@dataclass
+class Evaluation:
+    """What :func:`evaluate` returns: results.json's rows and summaries, and what only
+    this process needs (the test split, its scores, the fitted methods)."""
+
+    dataset: str
+    splits: dict[str, SplitSummary]
+    seeds: list[int]
+    rows: dict[str, Row]
+    wall_time_s: float
+    scores: dict[str, np.ndarray]  # method -> test scores (seeds, N)
+    test: Samples
+    fitted: dict[str, list[Fitted]]
+
+    def results(self, run: RunInfo | None = None) -> Results:
+        """results.json's content; ``run`` (checkpoint, config, ...) follows the rows."""
+        res: Results = {
+            "dataset": self.dataset,
+            "splits": self.splits,
+            "seeds": self.seeds,
+            "rows": self.rows,
+            "wall_time_s": self.wall_time_s,
+        }
+        if run is not None:
+            res["checkpoint"] = run["checkpoint"]
+            res["config"] = run["config"]
+            res["git_commit"] = run["git_commit"]
+            res["command"] = run["command"]
+            res["created"] = run["created"]
+        return res
+
+
+def normal_windows(ds: Dataset, window: int = WINDOW) -> np.ndarray:
     """Official TRAIN windows of every entity (masked channels), for label-free fits."""
     return np.concatenate(
         [cut_windows(e.train[:, ds.mask], window) for e in ds.entities]
@@ -100,8 +147,7 @@ def fit_methods(
             scorer = fit(ctx, seed)
             s_val = scorer(ctx.val.x)
             thr = best_f1_threshold(ctx.val.y, s_val)
-            probe = getattr(scorer, "probe", None)
-            info = probe.state() if probe is not None else {}
+            info = scorer.probe.state() if isinstance(scorer, ProbeScorer) else None
             fitted[name].append(
                 Fitted(seed, scorer, thr, metrics(ctx.val.y, s_val, thr), info)
             )
@@ -116,7 +162,7 @@ def _subset(s: Samples, name: str) -> np.ndarray:
     }[name]
 
 
-def _summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+def _summary(rows: list[dict[str, float]]) -> dict[str, Stat]:
     return {
         m: {
             "mean": float(np.nanmean([r[m] for r in rows])),
@@ -128,30 +174,36 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 
 def score_test(
     fitted: dict[str, list[Fitted]], test: Samples, n_boot: int = 1000
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+) -> tuple[dict[str, Row], dict[str, np.ndarray]]:
     """Step 2: the test split, read once: metrics per subset, seed mean/std, bootstrap CI."""
-    rows: dict[str, Any] = {}
+    rows: dict[str, Row] = {}
     scores: dict[str, np.ndarray] = {}
     for name, runs in fitted.items():
         s_test = [f.scorer(test.x) for f in runs]
         thr = [f.threshold for f in runs]
         scores[name] = np.stack(s_test)  # (seeds, N)
-        row: dict[str, Any] = {
-            "thresholds": thr,
-            "val": _summary([f.val for f in runs]),
-        }
+        subsets: dict[str, dict[str, Any]] = {}
         for sub in SUBSETS:
             m = _subset(test, sub)
             per_seed = [
                 metrics(test.y[m], s[m], t) for s, t in zip(s_test, thr, strict=True)
             ]
-            row[sub] = _summary(per_seed) | {
+            subsets[sub] = {
+                **_summary(per_seed),
                 "n": int(m.sum()),
                 "positives": int(test.y[m].sum()),
             }
-        row["ci95"] = bootstrap_ci(test.y, s_test, thr, n_boot=n_boot)
-        if runs[0].info:
-            row["probe"] = [f.info for f in runs]
+        row: Row = {
+            "thresholds": thr,
+            "val": _summary([f.val for f in runs]),
+            "all": subsets["all"],
+            "onset": subsets["onset"],
+            "continuation": subsets["continuation"],
+            "ci95": bootstrap_ci(test.y, s_test, thr, n_boot=n_boot),
+        }
+        probes = [f.info for f in runs if f.info is not None]
+        if probes:
+            row["probe"] = probes
             p = np.mean(s_test, axis=0)
             row["brier"] = brier(test.y, p)
             row["reliability"] = reliability(test.y, p)
@@ -159,7 +211,7 @@ def score_test(
     return rows, scores
 
 
-def split_summary(splits: dict[str, Samples]) -> dict[str, Any]:
+def split_summary(splits: dict[str, Samples]) -> dict[str, SplitSummary]:
     return {
         k: {
             "windows": len(s),
@@ -176,32 +228,35 @@ def evaluate(
     ds: Dataset,
     methods: dict[str, FitFn],
     seeds: list[int],
-    ctx_probe: Any,
+    probe: ProbeConfig,
     n_boot: int = 1000,
     splits: dict[str, Samples] | None = None,
-) -> dict[str, Any]:
-    """The whole protocol on one data set; returns the results dict (plus test scores)."""
+    normal: np.ndarray | None = None,
+) -> Evaluation:
+    """The whole protocol on one data set. ``splits`` and ``normal`` (the official
+    train windows) default to :func:`downstream_splits` and :func:`normal_windows`."""
     t0 = time.time()
     splits = splits or downstream_splits(ds)
-    ctx = FitContext(splits["train"], splits["val"], normal_windows(ds), ctx_probe)
+    normal = normal_windows(ds) if normal is None else normal
+    ctx = FitContext(splits["train"], splits["val"], normal, probe)
     fitted = fit_methods(ctx, methods, seeds)
     rows, scores = score_test(fitted, splits["test"], n_boot)
-    return {
-        "dataset": ds.name,
-        "splits": split_summary(splits),
-        "seeds": seeds,
-        "rows": rows,
-        "wall_time_s": time.time() - t0,
-        "_scores": scores,
-        "_test": splits["test"],
-        "_fitted": fitted,
-    }
+    return Evaluation(
+        dataset=ds.name,
+        splits=split_summary(splits),
+        seeds=seeds,
+        rows=rows,
+        wall_time_s=time.time() - t0,
+        scores=scores,
+        test=splits["test"],
+        fitted=fitted,
+    )
 
 
 # -- command line --------------------------------------------------------------------
 
 
-def add_arguments(p: Any) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from training.data import DATASETS
 
     p.add_argument("--dataset", required=True, choices=DATASETS)
@@ -252,7 +307,7 @@ def _probe_config(pairs: list[str]) -> ProbeConfig:
     return cfg
 
 
-def run(args: Any) -> int:
+def run(args: argparse.Namespace) -> int:
     import shlex
     import sys
     from dataclasses import asdict
@@ -299,27 +354,24 @@ def run(args: Any) -> int:
     if not methods:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
 
-    result = evaluate(
-        ds, methods, list(range(args.seeds)), probe_cfg, n_boot=args.n_boot
+    ev = evaluate(
+        ds, methods, list(range(args.seeds)), probe_cfg, args.n_boot, normal=normal
     )
-    result |= {
+    run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
-        "config": {"probe": asdict(probe_cfg), "model": model_config, "window": 100},
+        "config": {"probe": asdict(probe_cfg), "model": model_config, "window": WINDOW},
         "git_commit": git_commit(),
         "command": "scjepa evaluate " + shlex.join(sys.argv[2:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = write_results(args.out, result)
-    if "SC-JEPA probe" in result["_fitted"] and encoders["SC-JEPA probe"].has_codes:
+    path = write_results(args.out, ev.results(run_info), ev.scores, ev.test)
+    if "SC-JEPA probe" in ev.fitted and encoders["SC-JEPA probe"].has_codes:
         # (the served graph reads code probabilities: a codebook-free ablation model
         # is evaluated, not exported)
-        save_served_probe(
-            args.out / "probe.pt", result, "SC-JEPA probe", args.checkpoint, ds
-        )
-        save_served_probe(
-            args.out / "probe-stats.pt", result, STATS_ROW, args.checkpoint, ds, stats
-        )
-    _figures(args.out, ds, result, encoders)
+        ckpt = args.checkpoint
+        served_probe(ev, "SC-JEPA probe", ckpt, ds).save(args.out / "probe.pt")
+        served_probe(ev, STATS_ROW, ckpt, ds, stats).save(args.out / "probe-stats.pt")
+    _figures(args.out, ds, ev, encoders)
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
     return 0
@@ -337,57 +389,51 @@ def with_window_stats(
     return lambda x: np.concatenate([codes(x), stats(x)], axis=1)
 
 
-def save_served_probe(
-    path: Path,
-    result: dict[str, Any],
+def served_probe(
+    ev: Evaluation,
     name: str,
     checkpoint: Path | None,
     ds: Dataset,
     stats: WindowStatsFeatures | None = None,
-) -> Path:
-    """Save the probe `scjepa export` will serve: the seed with the best val PR AUC.
+) -> SavedProbe:
+    """The probe `scjepa export` will serve from row ``name``: the seed with the best
+    validation PR AUC.
 
-    ``features`` says what it reads: "codes" (the spec's probe, P * K inputs) or
-    "codes+stats" (also the 18 pooled window statistics, with their train-set scaling).
+    Its ``features`` say what it reads: "codes" (the spec's probe, P * K inputs) or,
+    with ``stats``, "codes+stats" (also the 18 pooled window statistics, with their
+    train-set scaling).
     """
-    import torch
-
-    runs: list[Fitted] = result["_fitted"][name]
+    runs = ev.fitted[name]
     i = int(np.argmax([f.val["pr_auc"] for f in runs]))  # chosen on validation only
-    chosen, probe = runs[i], runs[i].scorer.probe  # type: ignore[attr-defined]
-    test = result["_test"]
-    torch.save(
-        {
-            "state_dict": probe.net.state_dict(),
-            "n_features": probe.net[0].in_features,
-            "probe": probe.state(),
-            "threshold": chosen.threshold,
-            "checkpoint": str(checkpoint) if checkpoint else None,
-            "dataset": result["dataset"],
-            "channels": ds.channels,
-            "mask": ds.mask.tolist(),
-            "data_fingerprint": ds.fingerprint(),
-            "features": "codes" if stats is None else "codes+stats",
-            "stats_scale": None
-            if stats is None
-            else {
-                "mean": stats.scale.mean.tolist(),
-                "std": stats.scale.std.tolist(),
-            },
-            "metrics": {
-                "val": chosen.val,
-                "test": metrics(test.y, result["_scores"][name][i], chosen.threshold),
-                "test_mean_over_seeds": {
-                    k: result["rows"][name]["all"][k]["mean"] for k in METRICS
-                },
+    chosen = runs[i]
+    if not isinstance(chosen.scorer, ProbeScorer):
+        raise TypeError(f"{name!r} is not a probe row")
+    probe = chosen.scorer.probe
+    return SavedProbe(
+        state_dict=probe.net.state_dict(),
+        n_features=probe.n_features,
+        probe=probe.state(),
+        threshold=chosen.threshold,
+        checkpoint=str(checkpoint) if checkpoint else None,
+        dataset=ev.dataset,
+        channels=ds.channels,
+        mask=ds.mask.tolist(),
+        data_fingerprint=ds.fingerprint(),
+        features="codes" if stats is None else "codes+stats",
+        stats_scale=None
+        if stats is None
+        else {"mean": stats.scale.mean.tolist(), "std": stats.scale.std.tolist()},
+        metrics={
+            "val": chosen.val,
+            "test": metrics(ev.test.y, ev.scores[name][i], chosen.threshold),
+            "test_mean_over_seeds": {
+                k: ev.rows[name]["all"][k]["mean"] for k in METRICS
             },
         },
-        path,
     )
-    return path
 
 
-def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:
+def load_encoders(path: Path) -> tuple[SCJEPA, SCJEPA, dict[str, Any]]:
     """(trained model, same architecture untrained, its config) from a checkpoint."""
     import torch
 
@@ -402,11 +448,11 @@ def load_encoders(path: Path) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def _figures(
-    out: Path, ds: Dataset, result: dict[str, Any], encoders: dict[str, CodeFeatures]
+    out: Path, ds: Dataset, ev: Evaluation, encoders: dict[str, CodeFeatures]
 ) -> None:
     from training.evaluate import plots
 
-    test, scores, rows = result["_test"], result["_scores"], result["rows"]
+    test, scores, rows = ev.test, ev.scores, ev.rows
     plots.roc_pr(out / "roc_pr.png", test, scores, rows)
     # The timeline shows a risk, so only calibrated rows qualify: SC-JEPA when present.
     calibrated = [n for n in rows if "reliability" in rows[n]]

@@ -1,13 +1,78 @@
-"""Results files and the markdown tables made from them (evaluation.md, item 8)."""
+"""Results files and the markdown tables made from them (evaluation.md, item 8).
+
+results.json's shape is :class:`Results` (rows: :class:`Row`); `scjepa report` and
+docs/results/*/results.json read it as plain JSON.
+"""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
+
+if TYPE_CHECKING:  # `scjepa report` reads results without PyTorch or the loaders
+    from training.data import Samples
+    from training.evaluate.probe import ProbeState
+
+
+class Stat(TypedDict):
+    """A metric over seeds."""
+
+    mean: float
+    std: float
+
+
+class Row(TypedDict):
+    """One method's row of results.json: every seed's threshold, then metrics."""
+
+    thresholds: list[float]  # per seed, chosen on validation
+    val: dict[str, Stat]  # metric -> mean/std over seeds, validation split
+    # test split: metric -> Stat, plus "n" (windows) and "positives" (ints)
+    all: dict[str, Any]
+    onset: dict[str, Any]  # the same on windows whose current window is normal
+    continuation: dict[str, Any]  # ... whose current window is already anomalous
+    ci95: dict[str, tuple[float, float]]  # bootstrap interval of each metric's mean
+    probe: NotRequired[list[ProbeState]]  # calibrated probes only: one per seed
+    brier: NotRequired[float]  # of the seed-mean risk
+    reliability: NotRequired[dict[str, list[float]]]
+
+
+class SplitSummary(TypedDict):
+    windows: int
+    positives: int
+    prevalence: float
+    onsets: int  # positives whose current window is normal
+    onset_windows: int  # windows whose current window is normal
+
+
+class RunInfo(TypedDict):
+    """What `scjepa evaluate` adds about the run itself."""
+
+    checkpoint: str | None
+    config: dict[str, Any]  # {"probe": ProbeConfig, "model": ModelConfig, "window"}
+    git_commit: str
+    command: str
+    created: str  # UTC, ISO 8601
+
+
+class Results(TypedDict):
+    """results.json, keys in the order written."""
+
+    dataset: str
+    splits: dict[str, SplitSummary]
+    seeds: list[int]
+    rows: dict[str, Row]
+    wall_time_s: float
+    checkpoint: NotRequired[str | None]
+    config: NotRequired[dict[str, Any]]
+    git_commit: NotRequired[str]
+    command: NotRequired[str]
+    created: NotRequired[str]
+
 
 # The paper's reported F1 / ROC AUC (%, mean of 5 seeds), method.md; its own protocol.
 PAPER = {
@@ -48,23 +113,18 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_results(out: Path, result: dict[str, Any]) -> Path:
-    """results.json (public keys), scores.npz (test scores per row and seed), results.md."""
+def write_results(
+    out: Path, results: Results, scores: Mapping[str, np.ndarray], test: Samples
+) -> Path:
+    """results.json, scores.npz (test scores per row and seed, (seeds, N)), results.md."""
     out.mkdir(parents=True, exist_ok=True)
-    public = {k: v for k, v in result.items() if not k.startswith("_")}
     (out / "results.json").write_text(
-        json.dumps(public, indent=2, default=float) + "\n"
+        json.dumps(results, indent=2, default=float) + "\n"
     )
-    test = result["_test"]
-    np.savez_compressed(
-        out / "scores.npz",
-        y=test.y,
-        cur=test.cur,
-        entity=test.entity,
-        t=test.t,
-        **{f"score/{name}": s for name, s in result["_scores"].items()},
-    )
-    (out / "results.md").write_text(markdown(public) + "\n")
+    arrays: dict[str, Any] = {"y": test.y, "cur": test.cur, "entity": test.entity}
+    arrays |= {"t": test.t} | {f"score/{name}": s for name, s in scores.items()}
+    np.savez_compressed(out / "scores.npz", **arrays)
+    (out / "results.md").write_text(markdown(results) + "\n")
     return out / "results.json"
 
 
@@ -94,7 +154,7 @@ def merge(parts: list[tuple[dict[str, Any], str]]) -> dict[str, Any]:
     return res
 
 
-def markdown(res: dict[str, Any]) -> str:
+def markdown(res: Mapping[str, Any]) -> str:
     """One data set's table: every row, test split, mean ± std over seeds, 95 % CI."""
     sp = res["splits"]["test"]
     lines = [

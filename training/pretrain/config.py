@@ -16,12 +16,13 @@ from typing import Any
 import yaml
 
 from model.config import ModelConfig
+from training.data.windows import WINDOW
 from training.errors import UserError
 
 
 @dataclass
 class DataConfig:
-    window: int = 100
+    window: int = WINDOW
     val_frac: float = 0.1  # last 10 % of each entity's train windows, chronological
     seed: int = 0  # seed of the synthetic data set
 
@@ -63,9 +64,8 @@ class OptimConfig:
 class RunConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
-    amp: bool = (
-        False  # bf16 autocast (CUDA, or a CPU with AVX512-BF16); recorded in run.json
-    )
+    # bf16 autocast (CUDA, or a CPU with AVX512-BF16); recorded in run.json
+    amp: bool = False
     threads: int = 0  # torch intra-op threads; 0 = all cores (per process)
     progress: bool = True  # tqdm bar
 

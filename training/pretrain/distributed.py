@@ -6,6 +6,7 @@ torchrun --nproc_per_node 2 -m training.cli pretrain ...   # gloo on CPU, nccl o
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -49,7 +50,7 @@ def barrier() -> None:
 
 
 @torch.no_grad()
-def replica_spread(tensors: list[torch.Tensor]) -> float:
+def replica_spread(tensors: Sequence[torch.Tensor]) -> float:
     """Max |theta_rank - theta_rank0| over all ranks and tensors (0.0 = in sync)."""
     if not dist.is_initialized():
         return 0.0

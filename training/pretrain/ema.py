@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from model.scjepa import SCJEPA, TargetEncoder
 
@@ -22,7 +22,7 @@ def online_params(model: SCJEPA) -> list[nn.Parameter]:
 @torch.no_grad()
 def ema_update(target: TargetEncoder, model: SCJEPA, rho: float) -> None:
     """One EMA step over all tracked tensors at once (foreach: no per-tensor loop cost)."""
-    tgt = list(target.parameters())
+    tgt: list[Tensor] = list(target.parameters())
     src = online_params(model)
     assert len(tgt) == len(src), "target and online branches differ in structure"
     torch._foreach_mul_(tgt, rho)

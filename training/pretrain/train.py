@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from model import SCJEPA, TargetEncoder
 from model.codebook import pca_variance_ratio, usage_stats
+from training.data import Pairs
 from training.errors import UserError
 from training.pretrain import distributed
 from training.pretrain.checkpoint import load_checkpoint, save_checkpoint
@@ -45,7 +46,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_pairs(names: list[str], root: str | None, cfg: TrainConfig) -> Any:
+def load_pairs(names: list[str], root: str | None, cfg: TrainConfig) -> Pairs:
     """Pre-training pairs of one or several data sets (cross-domain: pooled)."""
     from training.data import load_dataset, pretrain_pairs
 
@@ -70,9 +71,12 @@ def train_step(
     batch: Tensor,
     cfg: TrainConfig,
     lam: float,
-    amp: AbstractContextManager,
+    amp: AbstractContextManager[Any],
 ) -> dict[str, Tensor]:
-    """One optimiser step on a (B, 2, T) batch of pairs; returns the named loss terms."""
+    """One optimiser step on a (B, 2, T) batch of pairs; returns the named loss terms.
+
+    ``model``: the SCJEPA, or its DistributedDataParallel wrapper under torchrun.
+    """
     x, x_next = batch[:, 0], batch[:, 1]  # (B, T) each
     # Step 1. Forward: online branch on W_t, EMA target on W_{t+1} (one pass)
     with amp:
@@ -85,8 +89,16 @@ def train_step(
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.optim.grad_clip)
     opt.step()
     # Step 3. EMA update of the target encoder and codebook
-    ema_update(target, getattr(model, "module", model), cfg.optim.ema)
+    ema_update(target, _unwrap(model), cfg.optim.ema)
     return terms
+
+
+def _unwrap(model: nn.Module) -> SCJEPA:
+    """The SCJEPA inside a DistributedDataParallel wrapper (or the model itself)."""
+    inner = getattr(model, "module", model)
+    if not isinstance(inner, SCJEPA):
+        raise TypeError(f"expected an SCJEPA model, got {type(inner).__name__}")
+    return inner
 
 
 @torch.no_grad()
@@ -114,7 +126,7 @@ def estimate_val(
         if "probs" in online:
             probs.append(online["probs"].float().cpu())
     model.train()
-    out = {f"val_{k}": v / max(len(val), 1) for k, v in sums.items()}
+    out: dict[str, Any] = {f"val_{k}": v / max(len(val), 1) for k, v in sums.items()}
     if zs:
         out |= pca_variance_ratio(torch.cat(zs)[:20000])
     if probs:
@@ -123,7 +135,7 @@ def estimate_val(
 
 
 def pretrain(
-    cfg: TrainConfig, pairs: Any, out: str | Path, resume: bool = False
+    cfg: TrainConfig, pairs: Pairs, out: str | Path, resume: bool = False
 ) -> dict[str, Any]:
     """Train on ``pairs`` (.train/.val arrays (N, 2, T)); returns the last metrics row."""
     out = Path(out)
@@ -155,14 +167,14 @@ def pretrain(
             torch.cuda.set_rng_state(ck["rng"]["cuda"], device)
     elif resume:
         raise UserError(f"{out / 'last.pt'}: nothing to resume from")
-    ddp = model
+    ddp: nn.Module = model
     if dd.world > 1:
         unused = not (cfg.loss.pred and cfg.loss.rec)
         ids = [device.index] if device.type == "cuda" else None
         ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=ids, find_unused_parameters=unused
         )
-    # bf16 autocast: CUDA, or CPUs with AVX512-BF16/AMX (about 1.5x on the bench box)
+    # bf16 autocast: CUDA, or CPUs with AVX512-BF16/AMX (docs/notebook/benchmarks.md)
     use_amp = cfg.run.amp
     amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_amp)
 
@@ -191,7 +203,9 @@ def pretrain(
         g = torch.Generator().manual_seed(cfg.run.seed * 100_003 + epoch)
         perm = torch.randperm(len(train), generator=g)
         perm = perm[: len(perm) // dd.world * dd.world][dd.rank :: dd.world]
-        t0, n_seen, sums = time.time(), 0, None
+        t0, n_seen = time.time(), 0
+        sums: Tensor | None = None  # per-term sums over the epoch's pairs
+        terms: dict[str, Tensor] = {}
         bar = _bar(steps_per_epoch, epoch, cfg, dd.main)
         for i in range(0, len(perm), per_rank):
             if step >= total_steps:
@@ -210,6 +224,7 @@ def pretrain(
         if bar is not None:
             bar.close()
         elapsed = time.time() - t0
+        assert sums is not None, "an epoch without a step"  # len(train) >= batch size
 
         # -- end of epoch: validation, diagnostics, selection, checkpoints
         row = {"epoch": epoch + 1, "step": step, "time_s": round(elapsed, 2)}
@@ -246,7 +261,8 @@ def pretrain(
 _SHOWN = ("loss", "kl_fine", "kl_coarse", "code", "rec")
 
 
-def _bar(total: int, epoch: int, cfg: TrainConfig, main: bool):
+def _bar(total: int, epoch: int, cfg: TrainConfig, main: bool) -> Any:
+    """The epoch's tqdm bar on the main rank, when ``run.progress``; else None."""
     if not (main and cfg.run.progress):
         return None
     from tqdm import tqdm
@@ -254,8 +270,19 @@ def _bar(total: int, epoch: int, cfg: TrainConfig, main: bool):
     return tqdm(total=total, desc=f"epoch {epoch + 1}/{cfg.optim.epochs}", leave=False)
 
 
-def _state(model, target, opt, cfg, epoch, step, best, bad, device) -> dict[str, Any]:
-    rng = {"torch": torch.get_rng_state()}
+def _state(
+    model: SCJEPA,
+    target: TargetEncoder,
+    opt: torch.optim.Optimizer,
+    cfg: TrainConfig,
+    epoch: int,
+    step: int,
+    best: float,
+    bad: int,
+    device: torch.device,
+) -> dict[str, Any]:
+    """What a checkpoint holds (layout: checkpoint.py)."""
+    rng: dict[str, Tensor | None] = {"torch": torch.get_rng_state()}
     rng["cuda"] = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
     return {
         "config": cfg.model.to_dict(),

@@ -116,3 +116,13 @@ def test_zero_variance_mask_is_train_only() -> None:
 
     assert fit_channel_mask(d).tolist() == [True, False, True]
     assert entity_samples(d, 0).x.shape == (2, 100, 2)
+
+
+def test_one_window_length_for_training_and_the_model() -> None:
+    """training/ defines the window once (training.data.WINDOW); the pre-training
+    config and the model's own default (model/ cannot import training/) agree."""
+    from model.config import ModelConfig
+    from training.data import WINDOW
+    from training.pretrain.config import DataConfig
+
+    assert ModelConfig().seq_len == DataConfig().window == WINDOW

@@ -46,7 +46,10 @@ def test_replay_prints_risks_and_labels(client: TestClient, tmp_path: Path) -> N
     write_csv(tmp_path / "pump.csv", 250)
     lines: list[str] = []
     series = read_csv(tmp_path / "pump.csv")
-    seen = replay(client, series, stream="pump", batch=30, out=lines.append)
+    window = client.get("/models").json()["models"][0]["manifest"]["window"]
+    seen = replay(
+        client, series, stream="pump", window=window, batch=30, out=lines.append
+    )
     # requests of 30 readings: windows end at readings 100 and 200
     assert [r["n"] for r in seen] == [100, 200]
     assert [r["ts"] for r in seen] == [1099.0, 1199.0]

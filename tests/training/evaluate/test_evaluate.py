@@ -41,15 +41,13 @@ def test_test_split_cannot_influence_fitting(ds) -> None:
         ds, methods, [0, 1], FAST_PROBE, n_boot=20, splits=dict(splits, test=garbage)
     )
     for name in methods:
-        ra, rb = a["rows"][name], b["rows"][name]
+        ra, rb = a.rows[name], b.rows[name]
         assert ra["thresholds"] == rb["thresholds"], name
         assert ra["val"] == rb["val"], name
         assert ra.get("probe") == rb.get("probe"), name  # epochs, calibration
     # ...while the test metrics do see the change (the comparison above can fail)
     changed = [
-        n
-        for n in methods
-        if a["rows"][n]["all"]["roc_auc"] != b["rows"][n]["all"]["roc_auc"]
+        n for n in methods if a.rows[n]["all"]["roc_auc"] != b.rows[n]["all"]["roc_auc"]
     ]
     assert len(changed) >= len(methods) - 1  # always-positive's AUC is 0.5 either way
 
@@ -58,17 +56,17 @@ def test_baseline_rows_and_floors(ds) -> None:
     res = evaluate(
         ds, baseline_methods(normal_windows(ds)), [0, 1, 2], FAST_PROBE, n_boot=20
     )
-    test = res["_test"]
+    test = res.test
     p = test.y.mean()
-    ap = res["rows"]["always-positive"]["all"]
+    ap = res.rows["always-positive"]["all"]
     assert ap["f1"]["mean"] == pytest.approx(2 * p / (1 + p))
     assert ap["roc_auc"]["mean"] == 0.5
-    for name, s in res["_scores"].items():
+    for name, s in res.scores.items():
         assert s.shape == (3, len(test)) and np.isfinite(s).all(), name
-    onset = res["rows"]["random"]["onset"]
+    onset = res.rows["random"]["onset"]
     assert onset["n"] == int((test.cur == 0).sum())
     assert onset["positives"] == int(((test.cur == 0) & (test.y == 1)).sum())
-    assert res["rows"]["random"]["all"]["roc_auc"]["std"] > 0  # seeds differ
+    assert res.rows["random"]["all"]["roc_auc"]["std"] > 0  # seeds differ
 
 
 def test_ts2vec_features_are_seeded_and_leave_global_rng_alone(ds) -> None:
