@@ -1,5 +1,3 @@
-# syntax=docker/dockerfile:1
-#
 # Targets (the last stage, `runtime`, is the default):
 #   runtime      the service on an NVIDIA CUDA runtime base with onnxruntime-gpu; uses the
 #                GPU when the container gets one (--gpus / compose profile `gpu`), CPU
@@ -13,7 +11,23 @@
 #
 # Every service image runs `scjepa serve` as a non-root user, reads its settings from
 # SCJEPA_* environment variables (service/config.py) and expects the model artifact
-# (model.onnx + manifest.json) mounted read-only at /models/current.
+# (model.onnx + manifest.json) mounted read-only at /models/current. Its HEALTHCHECK
+# (deploy/docker/healthcheck.py) probes /readyz on the --host/--port of the `scjepa
+# serve` running in the container, so it follows a command that changes the port.
+#
+# Build with BuildKit (DOCKER_BUILDKIT=1, the default of recent Docker): it builds only
+# the stages a target needs, where the legacy builder would also build `train` (and
+# reach the PyTorch index) for `--target runtime-cpu`. No `# syntax=` line: BuildKit
+# would pull a frontend image; the builder's own Dockerfile frontend is enough.
+#
+# Tested: runtime-cpu, built and run by `make deploy-test` (tests/deploy/test_stack.py)
+# on a base made from Debian packages (--build-arg PYTHON_IMAGE=<local base>; see
+# deploy/test/README.md). NOT tested here: `runtime`, `build-gpu` (CUDA base) and
+# `train` (PyTorch index); no GPU or CUDA registry is reachable from the CI machine.
+#
+# Build args for a pip mirror (builder stages only, so their values stay out of the
+# service images' history): PIP_INDEX_URL, PIP_EXTRA_INDEX_URL; a proxy goes in Docker's
+# predefined HTTP_PROXY / HTTPS_PROXY / NO_PROXY build args.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 # The CUDA base and onnxruntime-gpu must agree on the CUDA major version: the PyPI
@@ -25,17 +39,20 @@ ARG CUDA_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------- CPU service builder
 FROM ${PYTHON_IMAGE} AS build-cpu
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-RUN python -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md ./
+COPY deploy/docker/constraints-cpu.txt pyproject.toml README.md ./
 COPY model ./model
 COPY training ./training
 COPY service ./service
-# Versions come from pyproject.toml (the project itself is what is installed).
+# Versions: pyproject.toml's ranges, pinned to the tested resolution by
+# constraints-cpu.txt. pip and setuptools only install: the runtime venv lacks them.
 # hadolint ignore=DL3013
-RUN pip install ".[cpu]"
+RUN python -m venv /opt/venv \
+    && pip install -c constraints-cpu.txt ".[cpu]" \
+    && pip uninstall --yes pip setuptools
 
 # ------------------------------------------------------------------------------ train
 FROM ${PYTHON_IMAGE} AS train
@@ -64,20 +81,27 @@ CMD ["--help"]
 
 # ------------------------------------------------------------------------ runtime-cpu
 FROM ${PYTHON_IMAGE} AS runtime-cpu
+LABEL org.opencontainers.image.title="scjepa risk service (CPU)" \
+      org.opencontainers.image.description="SC-JEPA anomaly risk service: FastAPI + onnxruntime (CPU)"
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/opt/venv/bin:$PATH \
     SCJEPA_ARTIFACT=/models/current SCJEPA_PROVIDER=cpu
-COPY --from=build-cpu /opt/venv /opt/venv
-RUN useradd --create-home --uid 10001 scjepa && mkdir -p /models
+# (layers ordered small first: each one is a full copy on the vfs storage driver)
+RUN useradd --create-home --no-log-init --uid 10001 scjepa && mkdir -p /models
 WORKDIR /home/scjepa
+COPY deploy/docker/healthcheck.py /usr/local/bin/scjepa-healthcheck
+COPY --from=build-cpu /opt/venv /opt/venv
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+    CMD ["python", "/usr/local/bin/scjepa-healthcheck", "/readyz"]
 CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
 # ---------------------------------------------------------------- GPU service builder
+# Untested here (no CUDA base image or GPU in CI): kept as it is documented above.
 FROM ${CUDA_IMAGE} AS build-gpu
 ARG ORT_GPU_SPEC=onnxruntime-gpu==1.31.1
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -94,6 +118,7 @@ COPY service ./service
 RUN pip install ".[gpu]" "${ORT_GPU_SPEC}"
 
 # ---------------------------------------------------------------------------- runtime
+# Untested here (no CUDA base image or GPU in CI).
 FROM ${CUDA_IMAGE} AS runtime
 ENV DEBIAN_FRONTEND=noninteractive PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:$PATH SCJEPA_ARTIFACT=/models/current SCJEPA_PROVIDER=auto
@@ -105,9 +130,10 @@ RUN apt-get update \
     && useradd --create-home --uid 10001 scjepa \
     && mkdir -p /models
 COPY --from=build-gpu /opt/venv /opt/venv
+COPY deploy/docker/healthcheck.py /usr/local/bin/scjepa-healthcheck
 WORKDIR /home/scjepa
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=5 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/readyz', timeout=4)"]
+    CMD ["python", "/usr/local/bin/scjepa-healthcheck", "/readyz"]
 CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]

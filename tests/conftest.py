@@ -1,26 +1,37 @@
 """Shared fixtures: seeded RNG, the real benchmark data (when shared/ is present), and
-the service's: a tiny real ONNX artifact, a real redis-server, apps on both stores."""
+the service's: a tiny real ONNX artifact, a real redis-server, apps on both stores.
+
+Missing components (support/components.py): a test that needs one skips locally and
+FAILS under CI=true; every skip, however it is raised, goes through that rule (the
+report hooks below), and the run ends with the list of absent components."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from support.components import (
+    COMPONENTS,
+    component_of,
+    in_ci,
+    may_skip_in_ci,
+    require,
+)
 from support.service_artifact import build_artifact
-from support.service_helpers import REDIS_BIN, ClientFactory, RedisServer
+from support.service_helpers import ClientFactory, RedisServer
 
 from service.config import Settings
 from service.main import create_app
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATASETS = REPO.parent / "shared" / "datasets"
 
 
 @pytest.fixture
@@ -32,11 +43,10 @@ def rng() -> np.random.Generator:
 def data_root() -> Path:
     """Real MSL / SMD-19 data, unpacked once into a cache outside the repo.
 
-    Skips when ../shared/datasets is absent (e.g. a clone without the shared folder).
+    Skips (fails under CI) when ../shared/datasets is absent (e.g. a clone without the
+    shared folder).
     """
-    unpack = SHARED_DATASETS / "unpack.sh"
-    if not unpack.is_file():
-        pytest.skip(f"{SHARED_DATASETS} not present: real-data tests skipped")
+    unpack = Path(require("datasets", "real-data tests"))
     dest = Path(os.environ.get("SCJEPA_DATA", "~/.cache/scjepa/datasets")).expanduser()
     subprocess.run(["bash", str(unpack), str(dest)], check=True, capture_output=True)
     return dest
@@ -44,8 +54,7 @@ def data_root() -> Path:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if REDIS_BIN is None:
-        pytest.skip("redis-server not on PATH (apt-get install redis-server)")
+    require("redis-server", "tests on the Redis store")
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
@@ -93,3 +102,67 @@ def make_client(
 @pytest.fixture
 def client(make_client: ClientFactory) -> TestClient:
     return make_client()
+
+
+# --- skips: allowed locally, failures under CI (support/components.py)
+
+SKIPPED_FOR: Counter[str] = Counter()  # component -> tests skipped (or failed) for it
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):  # (path, line, "Skipped: reason")
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _fail_skip_in_ci(
+    report: pytest.CollectReport | pytest.TestReport, hardware_marked: bool
+) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    SKIPPED_FOR[component_of(reason) or "other"] += 1
+    if in_ci() and not may_skip_in_ci(reason, hardware_marked):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under CI=true, where every test must run: {reason}\n"
+            "(install the missing component; support/components.py lists them)"
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, None]:
+    outcome = yield
+    cuda = item.get_closest_marker("requires_cuda") is not None
+    _fail_skip_in_ci(outcome.get_result(), hardware_marked=cuda)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, Any, None]:
+    outcome = yield  # a module-level skip (importorskip) skips at collection
+    _fail_skip_in_ci(outcome.get_result(), hardware_marked=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    absent = {n: c for n, c in COMPONENTS.items() if c.probe() is None}
+    tr = terminalreporter
+    tr.section("optional components")
+    if not absent:
+        tr.write_line(f"all present: {', '.join(COMPONENTS)}")
+    for name, comp in absent.items():
+        n = SKIPPED_FOR.get(name, 0)
+        rule = "skipped even under CI" if comp.hardware else "a failure under CI"
+        tr.write_line(
+            f"absent: {name}: {n} test(s) not run ({rule}); install: {comp.install}"
+        )
+    if SKIPPED_FOR.get("other"):
+        tr.write_line(
+            f"{SKIPPED_FOR['other']} test(s) skipped for a reason naming no component"
+        )
+    rule = "FAIL" if in_ci() else "skip"
+    tr.write_line(f"CI={os.environ.get('CI', '')!r}: missing components {rule} tests")

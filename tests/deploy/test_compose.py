@@ -149,6 +149,17 @@ def test_api_mounts_the_model_read_only_and_checks_readiness(
     assert "8000" in " ".join(api["command"])
 
 
+@pytest.mark.parametrize("name", ["api", "api-gpu"])
+def test_api_healthcheck_follows_the_serve_port(
+    services: dict[str, Any], name: str
+) -> None:
+    # the image's script reads --port from the running `scjepa serve`: a `command:`
+    # with another port (host networking) keeps the check right
+    test = services[name]["healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "/usr/local/bin/scjepa-healthcheck"], test
+    assert not re.search(r":\d+/readyz", " ".join(test)), test
+
+
 def test_gpu_profile_reserves_an_nvidia_gpu(services: dict[str, Any]) -> None:
     gpu = services["api-gpu"]
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]

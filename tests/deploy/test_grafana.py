@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support import grafana_schemas as schemas
+from support.components import require
 from support.deploy_helpers import (
     COMPOSE_FILE,
     DASHBOARDS,
@@ -29,9 +30,8 @@ from support.deploy_helpers import (
     require_tool,
 )
 
-jsonschema = pytest.importorskip(
-    "jsonschema", reason="jsonschema not installed (in the dev extra)"
-)
+require("jsonschema", "validates the Grafana files against their schemas")
+import jsonschema  # noqa: E402
 
 DASHBOARD_FILES = sorted(DASHBOARDS.glob("*.json"))
 ALERTING_FILES = sorted((PROVISIONING / "alerting").glob("*.yml"))

@@ -12,7 +12,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -21,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.components import require
 from support.deploy_helpers import (
     DASHBOARDS,
     PROM_DIR,
     PROVISIONING,
-    find_tool,
     load_yaml,
 )
 from support.service_artifact import build_artifact
@@ -86,15 +85,8 @@ class Proc:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    prometheus = find_tool("prometheus")
-    if prometheus is None:
-        pytest.skip(
-            "prometheus not installed (apt-get install prometheus; .ci/run does)"
-        )
-    local = Path(sys.executable).parent / "scjepa"  # this venv's, not another on PATH
-    scjepa = str(local) if local.is_file() else shutil.which("scjepa")
-    if scjepa is None:
-        pytest.skip("the scjepa command is not installed (pip install -e .)")
+    prometheus = require("prometheus", "the Prometheus server scrapes the service")
+    scjepa = require("scjepa-cli", "the service runs as `scjepa serve`")  # this venv's
     tmp = tmp_path_factory.mktemp("live")
     build_tiny_artifact(tmp / "artifact")
 

