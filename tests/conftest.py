@@ -156,7 +156,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         tr.write_line(f"all present: {', '.join(COMPONENTS)}")
     for name, comp in absent.items():
         n = SKIPPED_FOR.get(name, 0)
-        rule = "skipped even under CI" if comp.hardware else "a failure under CI"
+        rule = (
+            "skipped even under CI"
+            if comp.hardware or comp.external
+            else "a failure under CI"
+        )
         tr.write_line(
             f"absent: {name}: {n} test(s) not run ({rule}); install: {comp.install}"
         )
