@@ -57,12 +57,16 @@ def perplexity(p: Tensor) -> Tensor:
 @torch.no_grad()
 def usage_stats(p: Tensor) -> dict[str, float | list[int]]:
     """Assignments (..., K) -> perplexity, active codes (argmax hit at least once),
+    the share of tokens whose argmax is one of the 5 most used codes (near 1 = the
+    hard assignments collapsed onto a few codes, whatever the soft perplexity says),
     mean max-probability, and the argmax usage histogram (K counts)."""
     p = p.reshape(-1, p.shape[-1])  # (N, K)
     hist = torch.bincount(p.argmax(-1), minlength=p.shape[-1])
+    top = hist.topk(min(5, len(hist))).values.sum()
     return {
         "perplexity": perplexity(p).item(),
         "active_codes": int((hist > 0).sum()),
+        "top5_share": (top / hist.sum().clamp_min(1)).item(),
         "max_prob": p.max(-1).values.mean().item(),
         "usage": hist.tolist(),
     }

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from training.data.daphnet import load_daphnet
+from training.data.skab import load_skab
 from training.data.smd import load_smd
 from training.data.synthetic import make_synthetic
 from training.data.tabular import load_psm, load_swat, load_table_dataset
@@ -22,9 +24,15 @@ from training.data.windows import (
     Samples,
     cut_windows,
     downstream_splits,
+    entity_samples,
     fit_channel_mask,
+    fit_entities,
+    fold_view,
+    n_folds,
     pretrain_pairs,
     split_bounds,
+    split_ranges,
+    split_segments,
     window_labels,
 )
 from training.errors import DataError
@@ -36,6 +44,8 @@ LOADERS: dict[str, tuple[Callable[..., Dataset], str | None]] = {
     "smd": (load_smd, "ServerMachineDataset"),
     "psm": (load_psm, "PSM"),
     "swat": (load_swat, "SWaT"),
+    "skab": (load_skab, "SKAB"),
+    "daphnet": (load_daphnet, "daphnet"),
     "csv": (load_table_dataset, None),
 }
 DATASETS = (*LOADERS, "synthetic")
@@ -51,8 +61,15 @@ def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Da
 
     ``root`` is the data folder (defaults to :func:`default_root`); a loader also accepts
     the data set's own sub-folder. ``synthetic`` needs no root; kwargs go to the loader.
+    ``NAME@K`` (a data set split by entity, e.g. ``skab@2``) is fold K's pre-training
+    view (:func:`fold_view`): only the train parts of fold K's train entities.
     """
-    name = name.lower()
+    name, at, fold = name.lower().partition("@")
+    if at:
+        ds = load_dataset(name, root, **kwargs)
+        if not fold.isdigit():
+            raise DataError(f"{name}@{fold}: the fold must be a number")
+        return fold_view(ds, int(fold))
     if name == "synthetic":
         ds = make_synthetic(**kwargs)
     elif name in LOADERS:
@@ -68,7 +85,9 @@ def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Da
     else:
         raise DataError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     for e in ds.entities:
-        if len(e.train) == 0 or (e.test is not None and len(e.test) == 0):
+        # split by entity, a run may have no train part (e.g. a fault from its start)
+        no_train = len(e.train) == 0 and not ds.folds
+        if no_train or (e.test is not None and len(e.test) == 0):
             raise DataError(f"{ds.name}/{e.name}: empty entity")
     fit_channel_mask(ds)
     return ds
@@ -84,9 +103,15 @@ __all__ = [
     "cut_windows",
     "default_root",
     "downstream_splits",
+    "entity_samples",
     "fit_channel_mask",
+    "fit_entities",
+    "fold_view",
     "load_dataset",
+    "n_folds",
     "pretrain_pairs",
     "split_bounds",
+    "split_ranges",
+    "split_segments",
     "window_labels",
 ]

@@ -64,6 +64,8 @@ def print_stats(st: dict[str, Any], per_entity: bool) -> None:
         f"{st['train_steps']} train / {st['test_steps']} test steps, "
         f"channels kept {st['channels_kept']}/{st['channels']}, imputed cells {st['imputed_cells']}\n"
     )
+    if st.get("steps_per_day"):
+        out(f"  sampling: {st['steps_per_day'] / 86400:g} steps per second\n")
     if st["channels_dropped"]:
         out(
             f"  dropped (zero variance on train): {', '.join(st['channels_dropped'])}\n"
@@ -71,9 +73,13 @@ def print_stats(st: dict[str, Any], per_entity: bool) -> None:
     for note in st["notes"]:
         out(f"  note: {note}\n")
     pp = st["pretrain_pairs"]
-    out(
-        f"  pre-training pairs (one channel each): train {pp['train']}, val {pp['val']}\n"
-    )
+    if "per_fold" in pp:
+        each = ", ".join(f"{p['train']}/{p['val']}" for p in pp["per_fold"])
+        out(f"  pre-training pairs per fold (one channel each), train/val: {each}\n")
+    else:
+        out(
+            f"  pre-training pairs (one channel each): train {pp['train']}, val {pp['val']}\n"
+        )
     if "splits" in st:
         out(
             f"\n  {'view':<22}{'windows':>8}{'pos':>6}{'prev':>10}{'onsets':>8}{'onset rate':>12}\n"
@@ -98,7 +104,11 @@ def print_stats(st: dict[str, Any], per_entity: bool) -> None:
             if "windows" not in r:
                 out(f"  {r['entity']:<16}{r['train_steps']:>8}{'-':>8}\n")
                 continue
-            sp = r["split"]
+            sp = r.get("split") or {
+                "train": "-",
+                "val": "-",
+                "test": f"fold {r['test_fold']}",
+            }
             out(
                 f"  {r['entity']:<16}{r['train_steps']:>8}{r['test_steps']:>8}{r['windows']:>8}"
                 f"{r['positives']:>5}{_pct(r['prevalence']):>9}{_pct(r['onset_rate']):>9}"

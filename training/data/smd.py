@@ -3,7 +3,8 @@
     ROOT/ServerMachineDataset/{train,test,test_label}/machine-G-I.txt
 
 Comma-separated, no header, 38 columns min-max scaled by the dataset's authors; one 0/1
-label per line. One entity per machine, in natural order (machine-1-2 before machine-1-10).
+label per line; one row per minute. One entity per machine, in natural order
+(machine-1-2 before machine-1-10).
 """
 
 from __future__ import annotations
@@ -60,4 +61,9 @@ def load_smd(root: Path, name: str = "smd") -> Dataset:
         entities.append(Entity(f.stem, train, test, labels, imputed=n_tr + n_te))
 
     assert n_cols is not None
-    return Dataset(name, [f"dim_{i}" for i in range(1, n_cols + 1)], entities)
+    return Dataset(
+        name,
+        [f"dim_{i}" for i in range(1, n_cols + 1)],
+        entities,
+        steps_per_day=1440.0,  # one reading per minute
+    )

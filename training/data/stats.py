@@ -1,6 +1,7 @@
 """Per-dataset and per-entity statistics of the anomaly-prediction task.
 
-Figures (all on next-window targets, windows of 100 cut per entity):
+Figures (all on next-window targets, windows of 100 cut per entity; a data set split
+by entity reports its test split pooled over folds, then each fold's splits):
 prevalence = P(y_{t+1} = 1); onset rate = P(y_{t+1} = 1 | y_t = 0); split sizes of the
 downstream 6:2:2 split and of the pre-training pairs. ``concatenated`` repeats the
 figures with windows cut over the entities' test series joined end to end, the way
@@ -17,8 +18,10 @@ import numpy as np
 from training.data.types import Dataset
 from training.data.windows import (
     WINDOW,
+    Samples,
     downstream_splits,
     entity_samples,
+    fit_entities,
     split_bounds,
     window_labels,
 )
@@ -50,7 +53,10 @@ def entity_stats(ds: Dataset, i: int, window: int = WINDOW) -> dict[str, Any]:
         s = entity_samples(ds, i, window)
         row |= _rates(s.y, s.cur)
         row["anomalous_steps"] = float(e.labels.mean()) if e.labels is not None else 0.0
-        row["split"] = {k: hi - lo for k, (lo, hi) in split_bounds(len(s)).items()}
+        if ds.folds:  # split by entity: the fold that tests it
+            row["test_fold"] = next(k for k, f in enumerate(ds.folds) if i in f["test"])
+        else:
+            row["split"] = {k: hi - lo for k, (lo, hi) in split_bounds(len(s)).items()}
     return row
 
 
@@ -60,13 +66,23 @@ def dataset_stats(
     """Everything ``scjepa data stats`` prints, as one JSON-able dict."""
     rows = [entity_stats(ds, i, window) for i in range(len(ds.entities))]
     n_kept = ds.n_channels
+
     # Pairs per entity: (n-1) per part of the 9:1 chronological cut, times kept channels.
-    pairs_train = pairs_val = 0
-    for r in rows:
-        n = r["train_windows"]
-        n_val = round(n * val_frac)
-        pairs_train += max(n - n_val - 1, 0) * n_kept
-        pairs_val += max(n_val - 1, 0) * n_kept
+    def pairs(entities: list[int]) -> dict[str, int]:
+        train = val = 0
+        for i in entities:
+            n = rows[i]["train_windows"]
+            n_val = round(n * val_frac)
+            train += max(n - n_val - 1, 0) * n_kept
+            val += max(n_val - 1, 0) * n_kept
+        return {"train": train, "val": val}
+
+    pretrain: dict[str, Any]
+    if ds.folds:  # each fold pre-trains on its own train entities (--dataset NAME@K)
+        per_fold = [pairs(fit_entities(ds, k)) for k in range(len(ds.folds))]
+        pretrain = {"per_fold": per_fold}
+    else:
+        pretrain = pairs(list(range(len(rows))))
     out: dict[str, Any] = {
         "dataset": ds.name,
         "entities": len(ds.entities),
@@ -78,8 +94,10 @@ def dataset_stats(
         "train_steps": sum(r["train_steps"] for r in rows),
         "test_steps": sum(r["test_steps"] for r in rows),
         "imputed_cells": sum(r["imputed_cells"] for r in rows),
-        "pretrain_pairs": {"train": pairs_train, "val": pairs_val},
+        "pretrain_pairs": pretrain,
         "notes": ds.notes,
+        "folds": len(ds.folds),
+        "steps_per_day": ds.steps_per_day,
     }
     labelled = [e.labels for e in ds.entities if e.labels is not None]
     if labelled:
@@ -94,7 +112,18 @@ def dataset_stats(
         out["concatenated"] = _rates(w[1:], w[:-1]) | {
             "anomalous_steps": float(joined.mean())
         }
-        splits = downstream_splits(ds, window)
-        out["splits"] = {k: _rates(v.y, v.cur) for k, v in splits.items()}
+        if ds.folds:  # every labelled entity is tested once: "test" pools the folds
+            folds = [
+                downstream_splits(ds, window, fold=k) for k in range(len(ds.folds))
+            ]
+            test = Samples.concat([f["test"] for f in folds])
+            out["splits"] = {"test": _rates(test.y, test.cur)}
+            for k, f in enumerate(folds):
+                out["splits"] |= {
+                    f"fold {k} {n}": _rates(v.y, v.cur) for n, v in f.items()
+                }
+        else:
+            splits = downstream_splits(ds, window)
+            out["splits"] = {k: _rates(v.y, v.cur) for k, v in splits.items()}
     out["per_entity"] = rows
     return out

@@ -14,6 +14,12 @@ class Entity:
 
     Windows never straddle two entities. ``train`` is the official (normal) train split;
     ``test``/``labels`` the official test split with one 0/1 label per step.
+
+    Data sets split by entity (SKAB runs, Daphnet subjects: :attr:`Dataset.folds`) have
+    no official train split: there ``train`` is the label-free part of the entity that
+    pre-training and label-free detectors may use when the entity is in a fold's train
+    group (SKAB: the steps before the fault; Daphnet: the steps outside freezes), and
+    ``test``/``labels`` are the whole labelled series.
     """
 
     name: str
@@ -21,6 +27,10 @@ class Entity:
     test: np.ndarray | None = None  # (T_test, V) float32
     labels: np.ndarray | None = None  # (T_test,) int8, 1 = anomalous step
     imputed: int = 0  # NaN cells forward-filled by the loader (see nan policy)
+    group: str = ""  # what a split keeps together or stratifies on (subject, fault)
+    # per-step series beside the labels, e.g. SKAB's "changepoint" column and each
+    # step's time in seconds (its leaderboard metrics read them); (T_test,) each
+    aux: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.train.ndim == 2, f"{self.name}: train must be (T, V)"
@@ -44,6 +54,12 @@ class Dataset:
     entities: list[Entity]
     mask: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     notes: list[str] = field(default_factory=list)  # quirks handled while loading
+    # Split by entity instead of per entity in time: one dict per fold, split name ->
+    # entity indices ("train", "val", "test"); every labelled entity is in exactly one
+    # fold's test split. Empty: the per-entity chronological 6:2:2 split (one fold).
+    folds: list[dict[str, list[int]]] = field(default_factory=list)
+    fold: int | None = None  # set on a fold's pre-training view (windows.fold_view)
+    steps_per_day: float | None = None  # sampling rate, where the source states it
 
     def __post_init__(self) -> None:
         if self.mask.size == 0:

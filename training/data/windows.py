@@ -5,26 +5,41 @@ evaluation, export and serving:
 
 - channel mask: channels whose variance over the official TRAIN split (all entities
   concatenated) is <= 1e-8 are dropped; the same mask applies to test data and serving;
-- windows: non-overlapping, ``window`` steps, cut per entity (never across entities),
-  a trailing remainder shorter than a window is dropped;
-- targets: sample t is (W_t, y_{t+1}), y = 1 if the window holds any anomalous step;
-  ``cur`` = y_t tells onsets (cur = 0) from continuations (cur = 1);
+- windows: ``window`` steps, cut per entity (never across entities); a sample is known
+  by its window's ``end`` (one past its last step) on the grid
+  ``end = window + k * stride``, k = 0, 1, ...; ``stride = window`` (the default) gives
+  the protocol's non-overlapping windows, a smaller stride the dense windows the
+  service scores (evaluation.md item 10);
+- targets: the sample ending at ``end`` is (W, y) with W = steps [end - window, end) and
+  y = 1 if any step of [end, end + window) is anomalous; ``cur`` (the same for W itself)
+  tells onsets (cur = 0) from continuations (cur = 1);
 - pre-training pairs (W_t, W_{t+1}) from each entity's train windows, the last
   ``val_frac`` of them (chronological) for validation, no pair crossing the cut;
-- downstream split: per entity, samples 6:2:2 in time order, and at each cut the last
-  sample of the earlier split is dropped, because its target window is the first input
-  window of the next split. Samples kept: train [0, a-1), val [a, b-1), test [b, n) with
-  a = floor(0.6 n), b = floor(0.8 n). No window appears in two splits.
+- downstream split, per entity in time (MSL, SMD, ...): each entity's test series is cut
+  into three step ranges, train [0, a W), val [a W, b W), test [b W, T), with
+  n = T // W - 1, a = floor(0.6 n), b = floor(0.8 n); a sample belongs to a split when
+  its window AND its target lie inside that split's range, so no window or target is
+  in two splits and the samples straddling a cut are dropped. At stride = window these
+  are exactly the samples train [0, a-1), val [a, b-1), test [b, n) of item 2 (the one
+  sample dropped before each cut is the one whose target is the next split's first
+  window); at a denser stride the same ranges drop every sample that crosses a cut;
+- downstream split by entity (SKAB runs, Daphnet subjects: ``Dataset.folds``): a fold
+  puts whole entities into train / val / test; every labelled entity is tested in
+  exactly one fold, and pre-training for fold k (``fold_view``, ``--dataset NAME@k``)
+  reads only the train parts of the entities in fold k's train group.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from training.data.types import Dataset
+from training.errors import DataError
 
 # Steps per window: the one definition for training/ (data, pre-training, evaluation,
 # export, demo). The model's own default, model.config.ModelConfig.seq_len, matches it;
@@ -63,6 +78,19 @@ def split_bounds(
     return {"train": (0, max(a - 1, 0)), "val": (a, max(b - 1, a)), "test": (b, n)}
 
 
+def split_ranges(
+    n_steps: int,
+    window: int = WINDOW,
+    fractions: tuple[float, float, float] = (0.6, 0.2, 0.2),
+) -> dict[str, tuple[int, int]]:
+    """Step ranges [lo, hi) of the per-entity chronological split of a series of
+    ``n_steps``: the cuts fall where :func:`split_bounds` puts them at hop ``window``."""
+    n = max(n_steps // window - 1, 0)
+    b = split_bounds(n, fractions)
+    a_cut, b_cut = b["val"][0] * window, b["test"][0] * window
+    return {"train": (0, a_cut), "val": (a_cut, b_cut), "test": (b_cut, n_steps)}
+
+
 @dataclass
 class Samples:
     """Anomaly-prediction samples: W_t with the label of W_{t+1}."""
@@ -71,7 +99,9 @@ class Samples:
     y: np.ndarray  # (N,) int8, next-window label y_{t+1}
     cur: np.ndarray  # (N,) int8, current-window label y_t
     entity: np.ndarray  # (N,) int32, index into Dataset.entities
-    t: np.ndarray  # (N,) int32, window index within its entity
+    t: np.ndarray  # (N,) int32, the window's index k on its entity's grid
+    # (N,) int64, one past the window's last step, in its entity's test series
+    end: np.ndarray
 
     def __len__(self) -> int:
         return len(self.y)
@@ -80,46 +110,136 @@ class Samples:
     def onset(self) -> np.ndarray:
         return self.cur == 0
 
+    def take(self, idx: np.ndarray) -> Samples:
+        """The samples at ``idx`` (indices or a boolean mask)."""
+        return Samples(*(getattr(self, f.name)[idx] for f in dataclasses.fields(self)))
+
     @staticmethod
     def concat(parts: Sequence[Samples]) -> Samples:
         return Samples(
             *(
-                np.concatenate([getattr(p, f) for p in parts])
-                for f in ("x", "y", "cur", "entity", "t")
+                np.concatenate([getattr(p, f.name) for p in parts])
+                for f in dataclasses.fields(Samples)
             )
         )
 
 
-def entity_samples(ds: Dataset, i: int, window: int = WINDOW) -> Samples:
-    """All prediction samples of entity ``i``'s test series, in time order."""
+def entity_samples(
+    ds: Dataset,
+    i: int,
+    window: int = WINDOW,
+    stride: int | None = None,
+    lo: int = 0,
+    hi: int | None = None,
+) -> Samples:
+    """Prediction samples of entity ``i``'s test series, in time order: every window on
+    the grid ``end = window + k * stride`` whose window and target lie in [lo, hi)."""
     e = ds.entities[i]
     assert e.test is not None and e.labels is not None, f"{e.name}: no test split"
-    w = cut_windows(e.test[:, ds.mask], window)  # (n, window, V)
-    lab = window_labels(e.labels, window)  # (n,)
-    n = max(len(w) - 1, 0)
+    stride = stride or window
+    n_steps = len(e.test)
+    hi = n_steps if hi is None else min(hi, n_steps)
+    ends = np.arange(window, n_steps - window + 1, stride, dtype=np.int64)
+    ends = ends[(ends - window >= lo) & (ends + window <= hi)]
+    x = e.test[:, ds.mask]
+    k = (ends - window) // stride  # window index on the grid
+    if len(ends) and stride == window:
+        # a view of cut_windows' windows, exactly as the protocol always cut them (the
+        # same memory layout, so float32 reductions and every figure reproduce)
+        xs = cut_windows(x, window)[k[0] : k[-1] + 1]
+    elif len(ends):
+        view = sliding_window_view(x, window, axis=0)  # (T - window + 1, V, window)
+        xs = np.ascontiguousarray(view[ends - window].transpose(0, 2, 1))  # (n, W, V)
+    else:
+        xs = np.zeros((0, window, x.shape[1]), dtype=x.dtype)
+    c = np.r_[0, np.cumsum(e.labels, dtype=np.int64)]  # anomalous steps before t
     return Samples(
-        x=w[:n],
-        y=lab[1:],
-        cur=lab[:n],
-        entity=np.full(n, i, dtype=np.int32),
-        t=np.arange(n, dtype=np.int32),
+        x=xs,
+        y=(c[ends + window] - c[ends] > 0).astype(np.int8),
+        cur=(c[ends] - c[ends - window] > 0).astype(np.int8),
+        entity=np.full(len(ends), i, dtype=np.int32),
+        t=k.astype(np.int32),
+        end=ends,
     )
 
 
-def downstream_splits(ds: Dataset, window: int = WINDOW) -> dict[str, Samples]:
-    """Per-entity chronological 6:2:2 split of the official test windows, pooled."""
-    parts: dict[str, list[Samples]] = {s: [] for s in SPLITS}
+def n_folds(ds: Dataset) -> int:
+    """Folds of the downstream split: 1 for the per-entity chronological split."""
+    return max(len(ds.folds), 1)
+
+
+def split_segments(
+    ds: Dataset, window: int = WINDOW, fold: int = 0
+) -> dict[str, list[tuple[int, int, int]]]:
+    """(entity, lo, hi) step ranges of each split of ``fold``: the stretches of test
+    series a split scores (event metrics count events inside them)."""
+    out: dict[str, list[tuple[int, int, int]]] = {s: [] for s in SPLITS}
+    if ds.folds:
+        if not 0 <= fold < len(ds.folds):
+            raise DataError(f"{ds.name}: fold {fold} of {len(ds.folds)}")
+        for name in SPLITS:
+            for i in sorted(ds.folds[fold][name]):
+                e = ds.entities[i]
+                assert e.test is not None, f"{e.name}: a split entity without labels"
+                out[name].append((i, 0, len(e.test)))
+        return out
+    if fold != 0:
+        raise DataError(f"{ds.name}: split per entity in time, it has one fold only")
     for i, e in enumerate(ds.entities):
         if e.test is None:
             continue
-        s = entity_samples(ds, i, window)
-        for name, (lo, hi) in split_bounds(len(s)).items():
-            parts[name].append(
-                Samples(
-                    s.x[lo:hi], s.y[lo:hi], s.cur[lo:hi], s.entity[lo:hi], s.t[lo:hi]
-                )
-            )
-    return {name: Samples.concat(p) for name, p in parts.items()}
+        for name, (lo, hi) in split_ranges(len(e.test), window).items():
+            out[name].append((i, lo, hi))
+    return out
+
+
+def downstream_splits(
+    ds: Dataset, window: int = WINDOW, stride: int | None = None, fold: int = 0
+) -> dict[str, Samples]:
+    """The downstream train / val / test samples of ``fold``, pooled over entities:
+    per entity 6:2:2 in time, or whole entities for data sets split by entity."""
+    segs = split_segments(ds, window, fold)
+    empty = Samples(
+        np.zeros((0, window, ds.n_channels), np.float32),
+        *(np.zeros(0, dt) for dt in (np.int8, np.int8, np.int32, np.int32, np.int64)),
+    )
+    return {
+        name: Samples.concat(
+            [entity_samples(ds, i, window, stride, lo, hi) for i, lo, hi in parts]
+            or [empty]
+        )
+        for name, parts in segs.items()
+    }
+
+
+def fit_entities(ds: Dataset, fold: int | None = None) -> list[int]:
+    """Entities whose ``train`` part fold ``fold`` may fit on (pre-training, label-free
+    detectors, scalers): all of them for the chronological split; for a split by
+    entity, those in the fold's train group and those never validated or tested (SKAB's
+    anomaly-free run). ``fold=None`` on a split by entity: only the latter."""
+    if not ds.folds:
+        return list(range(len(ds.entities)))
+    held = {i for f in ds.folds for s in ("val", "test") for i in f[s]}
+    if fold is not None:
+        held = set(ds.folds[fold]["val"]) | set(ds.folds[fold]["test"])
+    return [i for i in range(len(ds.entities)) if i not in held]
+
+
+def fold_view(ds: Dataset, fold: int) -> Dataset:
+    """What fold ``fold``'s pre-training may read: the same data set with every entity
+    outside :func:`fit_entities` holding an empty train part."""
+    if not ds.folds:
+        raise DataError(f"{ds.name}: split in time per entity, it has no folds")
+    if not 0 <= fold < len(ds.folds):
+        raise DataError(
+            f"{ds.name}@{fold}: no such fold (folds 0..{len(ds.folds) - 1})"
+        )
+    keep = set(fit_entities(ds, fold))
+    entities = [
+        e if i in keep else dataclasses.replace(e, train=e.train[:0])
+        for i, e in enumerate(ds.entities)
+    ]
+    return dataclasses.replace(ds, entities=entities, mask=ds.mask.copy(), fold=fold)
 
 
 @dataclass
@@ -147,6 +267,12 @@ def pretrain_pairs(
         datasets = [datasets]
     train, val = [], []
     for ds in datasets:
+        if ds.folds and ds.fold is None:
+            raise DataError(
+                f"{ds.name}: split by entity into {len(ds.folds)} folds; pre-train for "
+                f"one fold on its train entities only: --dataset {ds.name}@K, "
+                f"K = 0..{len(ds.folds) - 1}"
+            )
         for e in ds.entities:
             # (n, window, V)
             w = cut_windows(e.train[:, ds.mask], window).astype(np.float32)

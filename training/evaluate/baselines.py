@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
+from sklearn.cluster import KMeans
 from sklearn.decomposition import PCA
 from sklearn.ensemble import IsolationForest
 from sklearn.linear_model import LogisticRegression
@@ -78,6 +79,74 @@ def fit_pca(ctx: FitContext, seed: int, variance: float = 0.9) -> Scorer:
     def score(x: np.ndarray) -> np.ndarray:
         f = x.reshape(len(x), -1)
         return ((f - pca.inverse_transform(pca.transform(f))) ** 2).mean(1)
+
+    return score
+
+
+def _shift_scores(
+    x: np.ndarray, recent: int, floor: np.ndarray, pool: str
+) -> np.ndarray:
+    """Per channel: |mean(last ``recent`` steps) - mean(the steps before)| in units of
+    the earlier steps' std, plus |log| of the ratio of the two stds; pooled over
+    channels (``pool``: mean or max). ``floor`` (V,) keeps flat channels finite."""
+    past, now = x[:, :-recent], x[:, -recent:]
+    sd_past = past.std(1) + floor  # (N, V)
+    level = np.abs(now.mean(1) - past.mean(1)) / sd_past
+    spread = np.abs(np.log((now.std(1) + floor) / sd_past))
+    per_channel = level + spread  # (N, V)
+    return per_channel.max(1) if pool == "max" else per_channel.mean(1)
+
+
+def fit_level_shift(ctx: FitContext, seed: int) -> Scorer:
+    """Training-free: a level-shift / variance-change score of the current window's
+    most recent steps against its earlier steps (the recent past). Which recent span
+    (10, 20 or 50 steps) and which channel pooling (mean, max) are chosen on
+    validation PR AUC; the only fitted number is a per-channel floor (1e-3 of the
+    channel's std on the official train windows) that keeps flat channels finite."""
+    floor = 1e-3 * ctx.normal.reshape(-1, ctx.normal.shape[2]).std(0) + 1e-8
+    best: tuple[float, Scorer] | None = None
+    for recent in (10, 20, 50):
+        if recent >= ctx.val.x.shape[1]:
+            continue
+        for pool in ("mean", "max"):
+            scorer = partial(_shift_scores, recent=recent, floor=floor, pool=pool)
+            val = pr_auc(ctx.val.y, scorer(ctx.val.x))
+            if best is None or val > best[0]:
+                best = (val, scorer)
+    assert best is not None
+    return best[1]
+
+
+def _kmeans_features(x: np.ndarray, scale: Standardizer, patch: int) -> np.ndarray:
+    """Windows z-scored per channel, averaged over ``patch`` steps, flattened."""
+    n, t, v = x.shape
+    z = scale(x.reshape(-1, v)).reshape(n, t, v)
+    return (
+        z[:, : t // patch * patch]
+        .reshape(n, t // patch, patch, v)
+        .mean(2)
+        .reshape(n, -1)
+    )
+
+
+def fit_kmeans(
+    ctx: FitContext, seed: int, k: int = 20, patch: int = 5, max_fit: int = 20_000
+) -> Scorer:
+    """Distance to the nearest of k = 20 k-means centroids of the official train
+    windows (TSB-AD's KMeansAD idea, its default k): windows z-scored per channel on
+    train, averaged over 5-step patches; training-free apart from the clustering."""
+    v = ctx.normal.shape[2]
+    scale = Standardizer().fit(ctx.normal.reshape(-1, v))
+    rng = np.random.default_rng(seed)
+    normal = ctx.normal
+    if len(normal) > max_fit:
+        normal = normal[np.sort(rng.choice(len(normal), max_fit, replace=False))]
+    feats = _kmeans_features(normal, scale, patch)
+    km = KMeans(n_clusters=min(k, len(feats)), n_init=3, random_state=seed).fit(feats)
+
+    def score(x: np.ndarray) -> np.ndarray:
+        d = km.transform(_kmeans_features(x, scale, patch))  # (N, k) distances
+        return d.min(1)
 
     return score
 

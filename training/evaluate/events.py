@@ -19,10 +19,17 @@ is *in alert* when ``score >= threshold``.
 
 Every function takes the segments as they are and counts directly; the tests check the
 counts against a brute-force reading of the definitions above.
+
+For intervals (evaluation.md item 11) a segment is cut into *blocks*
+(:func:`split_segment`): one cut ``lookback + 1`` steps before each onset, where that
+falls after the previous event has ended (else the two events share a block). Every
+count is a sum over blocks, exactly (tested), so a block bootstrap resamples events
+together with their look-back and the normal time after them.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -124,6 +131,35 @@ def segment_counts(seg: Segment, threshold: float, lookback: int) -> EventCounts
     return out
 
 
+def block_cuts(labels: np.ndarray, lookback: int) -> np.ndarray:
+    """Steps where :func:`split_segment` starts a new block: ``onset - lookback - 1``
+    for each onset, kept when it lies after the previous event's end (and after the
+    previous cut, and after step 0)."""
+    cuts: list[int] = []
+    prev_offset = 0
+    for onset, offset in events(labels).tolist():
+        c = onset - lookback - 1
+        if onset > 0 and c > 0 and c >= prev_offset and (not cuts or c > cuts[-1]):
+            cuts.append(c)
+        prev_offset = offset
+    return np.asarray(cuts, dtype=np.int64)
+
+
+def split_segment(seg: Segment, lookback: int) -> list[tuple[int, Segment, np.ndarray]]:
+    """The segment cut at :func:`block_cuts`: (start step, block, indices of its windows
+    in ``seg``). A window belongs to the block holding its last step; the counts of
+    the blocks sum to the segment's at every threshold."""
+    labels = np.asarray(seg.labels)
+    ends = np.asarray(seg.ends, dtype=np.int64)
+    scores = np.asarray(seg.scores)
+    bounds = np.r_[0, block_cuts(labels, lookback), len(labels)]
+    out = []
+    for lo, hi in itertools.pairwise(bounds):
+        idx = np.flatnonzero((ends > lo) & (ends <= hi))
+        out.append((int(lo), Segment(labels[lo:hi], ends[idx] - lo, scores[idx]), idx))
+    return out
+
+
 def event_counts(
     segments: Sequence[Segment], threshold: float, lookback: int
 ) -> EventCounts:
@@ -202,3 +238,38 @@ def threshold_at_budget(
         else:
             lo = mid + 1
     return best
+
+
+def shifted_warned(
+    segments: Sequence[Segment],
+    threshold: float,
+    lookback: int,
+    n_shifts: int = 200,
+    seed: int = 0,
+) -> np.ndarray:
+    """Warned events under the null that alerts are not aligned with onsets: each
+    segment's alert sequence is rotated by a random offset (its alert count and
+    clustering kept), ``n_shifts`` times; returns the total warned per rotation."""
+    rng = np.random.default_rng(seed)
+    total = np.zeros(n_shifts, dtype=np.int64)
+    for seg in segments:
+        ends = np.asarray(seg.ends, dtype=np.int64)
+        n = len(ends)
+        if n == 0:
+            continue
+        order = np.argsort(ends, kind="stable")
+        ends = ends[order]
+        alert = (np.asarray(seg.scores)[order] >= threshold).astype(np.int64)
+        onsets = np.array([o for o, _ in events(seg.labels).tolist() if o > 0])
+        if not len(onsets) or not alert.any():
+            continue
+        # windows announcing each onset: ends in [onset - lookback, onset]
+        i0 = np.searchsorted(ends, onsets - lookback, side="left")
+        i1 = np.searchsorted(ends, onsets, side="right")
+        width = i1 - i0
+        prefix = np.r_[0, np.cumsum(np.r_[alert, alert])]  # over two laps
+        r = rng.integers(0, n, n_shifts)  # alerts rotated by r: a'[i] = a[i - r]
+        start = (i0[None, :] - r[:, None]) % n  # (shifts, onsets)
+        hits = prefix[start + width[None, :]] - prefix[start]
+        total += ((hits > 0) & (width[None, :] > 0)).sum(axis=1)
+    return total

@@ -6,6 +6,8 @@ positive when ``score >= threshold``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 METRICS = ("precision", "recall", "f1", "roc_auc", "pr_auc")
@@ -49,7 +51,9 @@ def pr_auc(y: np.ndarray, s: np.ndarray) -> float:
     return float(np.sum(np.diff(np.r_[0.0, recall]) * precision))
 
 
-def confusion(y: np.ndarray, s: np.ndarray, threshold: float) -> dict[str, float]:
+def confusion(
+    y: np.ndarray, s: np.ndarray, threshold: float | np.ndarray
+) -> dict[str, float]:
     y = np.asarray(y).astype(bool)
     pred = np.asarray(s) >= threshold
     tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
@@ -59,7 +63,9 @@ def confusion(y: np.ndarray, s: np.ndarray, threshold: float) -> dict[str, float
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
-def metrics(y: np.ndarray, s: np.ndarray, threshold: float) -> dict[str, float]:
+def metrics(
+    y: np.ndarray, s: np.ndarray, threshold: float | np.ndarray
+) -> dict[str, float]:
     """Precision, recall, F1 (anomaly class) at ``threshold``; ROC AUC; PR AUC."""
     return confusion(y, s, threshold) | {
         "roc_auc": roc_auc(y, s),
@@ -106,15 +112,16 @@ def reliability(y: np.ndarray, p: np.ndarray, bins: int = 10) -> dict[str, list[
 def bootstrap_ci(
     y: np.ndarray,
     scores: list[np.ndarray],
-    thresholds: list[float],
+    thresholds: Sequence[float | np.ndarray],
     n_boot: int = 1000,
     seed: int = 0,
     alpha: float = 0.05,
 ) -> dict[str, tuple[float, float]]:
     """95 % percentile interval of the seed-mean of each metric, test windows resampled.
 
-    ``scores``/``thresholds`` hold one entry per seed; every resample is shared by all
-    seeds, so the interval is that of the number the table reports (the mean over seeds).
+    ``scores``/``thresholds`` hold one entry per seed (a threshold: a float, or one per
+    window where folds chose their own); every resample is shared by all seeds, so the
+    interval is that of the number the table reports (the mean over seeds).
     """
     rng = np.random.default_rng(seed)
     n = len(y)
@@ -122,7 +129,8 @@ def bootstrap_ci(
     for _ in range(n_boot):
         i = rng.integers(0, n, n)
         per_seed = [
-            metrics(y[i], s[i], t) for s, t in zip(scores, thresholds, strict=True)
+            metrics(y[i], s[i], t[i] if isinstance(t, np.ndarray) else t)
+            for s, t in zip(scores, thresholds, strict=True)
         ]
         for m in METRICS:
             samples[m].append(float(np.nanmean([r[m] for r in per_seed])))

@@ -137,3 +137,43 @@ def code_usage(
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def warning_curves(
+    path: Path, dataset: str, rows: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    """Warned-event rate against false alarms per 1,000 windows as the threshold
+    sweeps (test split, seed-mean scores), every row on one figure; the dotted line is
+    the false-alarm budget chosen on validation."""
+    ev = extra.get("events", {})
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    for name, row in rows.items():
+        c = row.get("curve")
+        if not c:
+            continue
+        fa = np.asarray(c["false_alarms_per_1000_windows"], dtype=float)
+        w = np.asarray(c["warned_rate"], dtype=float)
+        order = np.lexsort((w, fa))  # by false alarms, then warned rate
+        ax.step(
+            np.maximum(fa[order], 1e-2),
+            w[order],
+            where="post",
+            label=name,
+            lw=2 if "SC-JEPA" in name else 1,
+            ls="--" if name in ("random", "always-positive") else "-",
+        )
+    if ev.get("budget_per_1000"):
+        ax.axvline(ev["budget_per_1000"], color="k", ls=":", lw=0.8)
+    ax.set_xscale("log")
+    ax.set(
+        xlabel="false alarms per 1,000 scored windows (log; 0 drawn at 0.01)",
+        ylabel="warned events / events",
+        ylim=(-0.02, 1.02),
+        title=f"{dataset.upper()}: early warning on the test split "
+        f"({ev.get('test', {}).get('events', '?')} events, stride "
+        f"{ev.get('stride', '?')}, look-back {ev.get('lookback', '?')} steps)",
+    )
+    ax.legend(fontsize=6.5, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

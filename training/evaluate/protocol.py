@@ -1,25 +1,44 @@
 """`scjepa evaluate`: the anomaly-prediction protocol of evaluation.md, end to end.
 
     scjepa evaluate --dataset msl --root DIR --checkpoint runs/msl/best.pt --seeds 5 --out results/msl
+    scjepa evaluate --dataset skab --root DIR --checkpoint 'runs/skab@{fold}/best.pt' --out results/skab
 
-Step 1 fits every method (baselines and SC-JEPA probes, every seed) and picks its
-threshold on the train/validation splits; step 2 reads the test split once and scores
-all of them. Writes results.json (everything a table needs, with split sizes, seeds,
-config, git commit, wall time), results.md, test scores (scores.npz) and figures.
+Step 1 fits every method (baselines and SC-JEPA probes, every seed, every fold) and
+picks its thresholds on the train/validation splits: the F1-optimal one on the
+validation windows (hop = window), and the one meeting the false-alarm budget on the
+validation split's dense windows (evaluation.md item 9). Step 2 reads the test split
+once and scores all of them: window metrics at hop = window (items 5-6; the figures of
+earlier results files reproduce unchanged), event metrics on the dense windows (items
+9-10), block-bootstrap intervals and paired differences with the best baseline (item
+11). Data sets split by entity (SKAB, Daphnet) run every fold, each with its own fits,
+thresholds and pre-training checkpoint (``{fold}`` in ``--checkpoint``), and pool the
+folds' test splits: every labelled entity is tested exactly once. Writes results.json
+(everything a table needs, with split sizes, seeds, config, git commit, wall time),
+results.md, test scores (scores.npz) and figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from training.data import WINDOW, Dataset, Samples, cut_windows, downstream_splits
+from training.data import (
+    WINDOW,
+    Dataset,
+    Samples,
+    cut_windows,
+    downstream_splits,
+    fit_entities,
+    n_folds,
+    split_segments,
+)
 from training.errors import UserError
 from training.evaluate.baselines import (
     FitContext,
@@ -29,7 +48,9 @@ from training.evaluate.baselines import (
     WindowStatsFeatures,
     fit_always_positive,
     fit_feature_probe,
+    fit_kmeans,
     fit_knn,
+    fit_level_shift,
     fit_logistic,
     fit_pca,
     fit_persistence,
@@ -39,6 +60,7 @@ from training.evaluate.baselines import (
     window_stats,
 )
 from training.evaluate.encode import CodeFeatures, ReconstructionError
+from training.evaluate.events import EventCounts, threshold_at_budget
 from training.evaluate.metrics import (
     METRICS,
     best_f1_threshold,
@@ -57,23 +79,49 @@ from training.evaluate.results import (
     git_commit,
     write_results,
 )
+from training.evaluate.warning import (
+    EventConfig,
+    Stretch,
+    event_config,
+    score_events,
+    stretches,
+    val_counts,
+)
 
 if TYPE_CHECKING:
     from model import SCJEPA
 
 FitFn = Callable[[FitContext, int], Scorer]
+Methods = dict[str, FitFn] | Callable[[int], dict[str, FitFn]]
 SUBSETS = ("all", "onset", "continuation")
 
 
 @dataclass
 class Fitted:
-    """One method fitted with one seed, thresholded on validation."""
+    """One method fitted with one seed (on one fold), thresholded on validation."""
 
     seed: int
     scorer: Scorer
     threshold: float
     val: dict[str, float]  # validation metrics at ``threshold``
     info: ProbeState | None = None  # the probe's state, for probe rows
+    fold: int = 0
+    budget_threshold: float = float("inf")  # meets the false-alarm budget on val
+    val_counts: EventCounts | None = None  # validation event counts at the budget
+
+
+@dataclass
+class FoldData:
+    """One fold's samples: the windows at hop = window (window metrics, thresholds),
+    what the probes fit on, the dense validation and test windows (event metrics) with
+    their stretches, and the label-free train windows."""
+
+    fold: int
+    splits: dict[str, Samples]
+    train: Samples
+    dense: dict[str, Samples]
+    stretches: dict[str, list[Stretch]]
+    normal: np.ndarray
 
 
 @dataclass
@@ -86,9 +134,13 @@ class Evaluation:
     seeds: list[int]
     rows: dict[str, Row]
     wall_time_s: float
-    scores: dict[str, np.ndarray]  # method -> test scores (seeds, N)
-    test: Samples
+    scores: dict[str, np.ndarray]  # method -> test scores (seeds, N), hop = window
+    test: Samples  # the test windows (hop = window), pooled over folds
+    # method -> every Fitted, fold by fold, seeds in order within a fold
     fitted: dict[str, list[Fitted]]
+    extra: dict[str, Any] = field(default_factory=dict)  # results.json's event keys
+    dense_scores: dict[str, np.ndarray] = field(default_factory=dict)
+    dense_test: Samples | None = None
 
     def results(self, run: RunInfo | None = None) -> Results:
         """results.json's content; ``run`` (checkpoint, config, ...) follows the rows."""
@@ -105,13 +157,61 @@ class Evaluation:
             res["git_commit"] = run["git_commit"]
             res["command"] = run["command"]
             res["created"] = run["created"]
+        res.update(self.extra)  # type: ignore[typeddict-item]
         return res
 
 
-def normal_windows(ds: Dataset, window: int = WINDOW) -> np.ndarray:
-    """Official TRAIN windows of every entity (masked channels), for label-free fits."""
+def normal_windows(
+    ds: Dataset, window: int = WINDOW, fold: int | None = None
+) -> np.ndarray:
+    """Official TRAIN windows (masked channels) of the entities ``fold`` may fit on,
+    for label-free fits (every entity for a split in time)."""
     return np.concatenate(
-        [cut_windows(e.train[:, ds.mask], window) for e in ds.entities]
+        [
+            cut_windows(ds.entities[i].train[:, ds.mask], window)
+            for i in fit_entities(ds, fold if ds.folds else None)
+        ]
+    )
+
+
+def prepare_folds(
+    ds: Dataset,
+    events: EventConfig,
+    window: int = WINDOW,
+    fit_stride: int | None = None,
+) -> list[FoldData]:
+    """Every fold's samples (evaluation.md items 2 and 10)."""
+    out = []
+    for k in range(n_folds(ds)):
+        splits = downstream_splits(ds, window, fold=k)
+        fit = fit_stride or window
+        train = (
+            splits["train"]
+            if fit == window
+            else downstream_splits(ds, window, fit, fold=k)["train"]
+        )
+        out.append(_fold(ds, k, splits, train, events, window))
+    return out
+
+
+def _fold(
+    ds: Dataset,
+    k: int,
+    splits: dict[str, Samples],
+    train: Samples,
+    events: EventConfig,
+    window: int,
+) -> FoldData:
+    dense = downstream_splits(ds, window, events.stride, fold=k)
+    dense = {s: dense[s] for s in ("val", "test")}
+    ranges = split_segments(ds, window, k)
+    return FoldData(
+        fold=k,
+        splits=splits,
+        train=train,
+        dense=dense,
+        stretches={s: stretches(ds, dense[s], ranges[s], k) for s in dense},
+        normal=normal_windows(ds, window, k if ds.folds else None),
     )
 
 
@@ -130,18 +230,32 @@ def baseline_methods(
         "PCA reconstruction": fit_pca,
         "logistic, pooled stats": fit_logistic,
         "raw-feature probe (MLP)": raw_feature_probe(normal),
+        "level / variance shift (training-free)": fit_level_shift,
+        "k-means distance": fit_kmeans,
     }
     if ts2vec is not None:
         methods[TS2VEC_ROW] = fit_ts2vec(ts2vec)
     return methods
 
 
+def _say(msg: str, progress: bool) -> None:
+    if progress:
+        sys.stderr.write(f"evaluate: {msg}\n")
+        sys.stderr.flush()
+
+
 def fit_methods(
-    ctx: FitContext, methods: dict[str, FitFn], seeds: list[int]
+    ctx: FitContext,
+    methods: dict[str, FitFn],
+    seeds: list[int],
+    fold: int = 0,
+    progress: bool = False,
+    prefix: str = "",
 ) -> dict[str, list[Fitted]]:
     """Step 1: fit and threshold every method on train/val. Never sees the test split."""
     fitted: dict[str, list[Fitted]] = {}
-    for name, fit in methods.items():
+    for j, (name, fit) in enumerate(methods.items()):
+        t0 = time.time()
         fitted[name] = []
         for seed in seeds:
             scorer = fit(ctx, seed)
@@ -149,8 +263,13 @@ def fit_methods(
             thr = best_f1_threshold(ctx.val.y, s_val)
             info = scorer.probe.state() if isinstance(scorer, ProbeScorer) else None
             fitted[name].append(
-                Fitted(seed, scorer, thr, metrics(ctx.val.y, s_val, thr), info)
+                Fitted(seed, scorer, thr, metrics(ctx.val.y, s_val, thr), info, fold)
             )
+        _say(
+            f"{prefix}[{j + 1}/{len(methods)}] {name}: fitted {len(seeds)} seed(s) "
+            f"in {time.time() - t0:.1f} s",
+            progress,
+        )
     return fitted
 
 
@@ -172,43 +291,53 @@ def _summary(rows: list[dict[str, float]]) -> dict[str, Stat]:
     }
 
 
-def score_test(
-    fitted: dict[str, list[Fitted]], test: Samples, n_boot: int = 1000
-) -> tuple[dict[str, Row], dict[str, np.ndarray]]:
-    """Step 2: the test split, read once: metrics per subset, seed mean/std, bootstrap CI."""
-    rows: dict[str, Row] = {}
-    scores: dict[str, np.ndarray] = {}
-    for name, runs in fitted.items():
-        s_test = [f.scorer(test.x) for f in runs]
-        thr = [f.threshold for f in runs]
-        scores[name] = np.stack(s_test)  # (seeds, N)
-        subsets: dict[str, dict[str, Any]] = {}
-        for sub in SUBSETS:
-            m = _subset(test, sub)
-            per_seed = [
-                metrics(test.y[m], s[m], t) for s, t in zip(s_test, thr, strict=True)
-            ]
-            subsets[sub] = {
-                **_summary(per_seed),
-                "n": int(m.sum()),
-                "positives": int(test.y[m].sum()),
-            }
-        row: Row = {
-            "thresholds": thr,
-            "val": _summary([f.val for f in runs]),
-            "all": subsets["all"],
-            "onset": subsets["onset"],
-            "continuation": subsets["continuation"],
-            "ci95": bootstrap_ci(test.y, s_test, thr, n_boot=n_boot),
+def window_row(
+    test: Samples,
+    s_test: list[np.ndarray],
+    thr: list[Any],
+    runs: list[Fitted],
+    n_boot: int,
+) -> Row:
+    """The window metrics of one method (items 5-6): per subset, seed mean/std, the
+    i.i.d. bootstrap interval of the seed mean (``ci95``, as in earlier results files);
+    ``thr`` holds one threshold per seed, a float or one per window (folds)."""
+    subsets: dict[str, dict[str, Any]] = {}
+    for sub in SUBSETS:
+        m = _subset(test, sub)
+        per_seed = [
+            metrics(test.y[m], s[m], t[m] if np.ndim(t) else t)
+            for s, t in zip(s_test, thr, strict=True)
+        ]
+        subsets[sub] = {
+            **_summary(per_seed),
+            "n": int(m.sum()),
+            "positives": int(test.y[m].sum()),
         }
-        probes = [f.info for f in runs if f.info is not None]
-        if probes:
-            row["probe"] = probes
-            p = np.mean(s_test, axis=0)
-            row["brier"] = brier(test.y, p)
-            row["reliability"] = reliability(test.y, p)
-        rows[name] = row
-    return rows, scores
+    row: Row = {
+        "thresholds": _by_seed(runs, "threshold"),
+        "val": _summary([f.val for f in runs]),
+        "all": subsets["all"],
+        "onset": subsets["onset"],
+        "continuation": subsets["continuation"],
+        "ci95": bootstrap_ci(test.y, s_test, thr, n_boot=n_boot),
+    }
+    probes = [f.info for f in runs if f.info is not None]
+    if probes:
+        row["probe"] = probes
+        p = np.mean(s_test, axis=0)
+        row["brier"] = brier(test.y, p)
+        row["reliability"] = reliability(test.y, p)
+    return row
+
+
+def _by_seed(runs: list[Fitted], attr: str) -> list[Any]:
+    """Per seed: the value of each fold (folds), or the value itself (one fold)."""
+    seeds = list(dict.fromkeys(f.seed for f in runs))
+    folds = sorted({f.fold for f in runs})
+    table = {(f.seed, f.fold): getattr(f, attr) for f in runs}
+    if folds == [0]:
+        return [table[(s, 0)] for s in seeds]
+    return [[table[(s, k)] for k in folds] for s in seeds]
 
 
 def split_summary(splits: dict[str, Samples]) -> dict[str, SplitSummary]:
@@ -226,30 +355,152 @@ def split_summary(splits: dict[str, Samples]) -> dict[str, SplitSummary]:
 
 def evaluate(
     ds: Dataset,
-    methods: dict[str, FitFn],
+    methods: Methods,
     seeds: list[int],
     probe: ProbeConfig,
     n_boot: int = 1000,
     splits: dict[str, Samples] | None = None,
     normal: np.ndarray | None = None,
+    events: EventConfig | None = None,
+    fit_stride: int | None = None,
+    folds: list[FoldData] | None = None,
+    progress: bool = False,
 ) -> Evaluation:
-    """The whole protocol on one data set. ``splits`` and ``normal`` (the official
-    train windows) default to :func:`downstream_splits` and :func:`normal_windows`."""
+    """The whole protocol on one data set.
+
+    ``methods``: the rows, or a function fold -> rows (a fold's SC-JEPA rows read that
+    fold's checkpoint). ``splits`` and ``normal`` (one fold's hop-window samples and
+    label-free train windows) default to :func:`prepare_folds`'s; ``events`` (dense
+    stride, look-back, false-alarm budget) to the data set's defaults.
+    """
     t0 = time.time()
-    splits = splits or downstream_splits(ds)
-    normal = normal_windows(ds) if normal is None else normal
-    ctx = FitContext(splits["train"], splits["val"], normal, probe)
-    fitted = fit_methods(ctx, methods, seeds)
-    rows, scores = score_test(fitted, splits["test"], n_boot)
+    events = events or event_config(ds)
+    if folds is None:
+        if splits is not None:
+            if n_folds(ds) != 1:
+                raise ValueError("splits= is for data sets with one fold")
+            fd = _fold(ds, 0, splits, splits["train"], events, WINDOW)
+            if normal is not None:
+                fd.normal = normal
+            folds = [fd]
+        else:
+            folds = prepare_folds(ds, events, fit_stride=fit_stride)
+            if normal is not None and len(folds) == 1:
+                folds[0].normal = normal
+    fitted: dict[str, list[Fitted]] = {}
+    per_fold: list[dict[str, list[Fitted]]] = []
+    for fd in folds:
+        ctx = FitContext(fd.train, fd.splits["val"], fd.normal, probe)
+        fold_methods = methods(fd.fold) if callable(methods) else methods
+        prefix = f"fold {fd.fold + 1}/{len(folds)} " if len(folds) > 1 else ""
+        got = fit_methods(ctx, fold_methods, seeds, fd.fold, progress, prefix)
+        per_fold.append(got)
+        for name, runs in got.items():
+            fitted.setdefault(name, []).extend(runs)
+    names = list(fitted)
+    # Step 2: the test windows (hop = window), then the dense windows: validation for
+    # the budget thresholds (a function of validation data only), then test. (The
+    # order keeps a stateful scorer's test draws where earlier results had them.)
+    if len(folds) == 1:  # the fold's own arrays: encoders cache per array
+        test, dense_test = folds[0].splits["test"], folds[0].dense["test"]
+    else:
+        test = Samples.concat([fd.splits["test"] for fd in folds])
+        dense_test = Samples.concat([fd.dense["test"] for fd in folds])
+    scores: dict[str, np.ndarray] = {}
+    dense_scores: dict[str, np.ndarray] = {}
+    for j, name in enumerate(names):
+        t1 = time.time()
+        hop, dense = [], []
+        for fd, got in zip(folds, per_fold, strict=True):
+            runs = got.get(name, [])
+            hop.append(np.stack([f.scorer(fd.splits["test"].x) for f in runs]))
+            for f in runs:
+                val_scores = f.scorer(fd.dense["val"].x)
+                f.budget_threshold = _budget(fd.stretches["val"], val_scores, events)
+                f.val_counts = val_counts(
+                    fd.stretches["val"], val_scores, f.budget_threshold, events.lookback
+                )
+            dense.append(np.stack([f.scorer(fd.dense["test"].x) for f in runs]))
+        scores[name] = np.concatenate(hop, axis=1)  # (seeds, N)
+        dense_scores[name] = np.concatenate(dense, axis=1)
+        _say(
+            f"scoring the test split: [{j + 1}/{len(names)}] {name} "
+            f"({time.time() - t1:.1f} s)",
+            progress,
+        )
+    rows: dict[str, Row] = {}
+    for name in names:
+        runs = fitted[name]
+        thr = _thresholds_per_window(runs, folds, seeds)
+        rows[name] = window_row(test, list(scores[name]), thr, runs, n_boot)
+    _say("events, block bootstrap and paired differences ...", progress)
+    all_stretches = [s for fd in folds for s in fd.stretches["test"]]
+    offsets = np.cumsum([0] + [len(fd.dense["test"]) for fd in folds])
+    extra = score_events(
+        ds=ds,
+        rows=rows,
+        fitted=fitted,
+        seeds=seeds,
+        test=test,
+        scores=scores,
+        dense_scores=dense_scores,
+        test_stretches=all_stretches,
+        offsets=offsets,
+        val_dense=[fd.dense["val"] for fd in folds],
+        events=events,
+        n_boot=n_boot,
+        test_sizes=[len(fd.splits["test"]) for fd in folds],
+    )
+    summary = _pooled_summary(folds)
     return Evaluation(
         dataset=ds.name,
-        splits=split_summary(splits),
+        splits=summary,
         seeds=seeds,
         rows=rows,
         wall_time_s=time.time() - t0,
         scores=scores,
-        test=splits["test"],
+        test=test,
         fitted=fitted,
+        extra=extra,
+        dense_scores=dense_scores,
+        dense_test=dense_test,
+    )
+
+
+def _budget(val: list[Stretch], scores: np.ndarray, events: EventConfig) -> float:
+    """The lowest threshold keeping validation false alarms within the budget."""
+    segs = [s.segment(scores) for s in val]
+    if not segs or not sum(len(s.ends) for s in segs):
+        return float("inf")
+    return threshold_at_budget(segs, events.lookback, events.budget)
+
+
+def _thresholds_per_window(
+    runs: list[Fitted], folds: list[FoldData], seeds: list[int]
+) -> list[Any]:
+    """Per seed: its threshold (one fold), or each test window's fold's threshold."""
+    if len(folds) == 1:
+        return [f.threshold for f in runs]
+    out = []
+    for seed in seeds:
+        parts = []
+        for fd in folds:
+            f = next(r for r in runs if r.seed == seed and r.fold == fd.fold)
+            parts.append(np.full(len(fd.splits["test"]), f.threshold))
+        out.append(np.concatenate(parts))
+    return out
+
+
+def _pooled_summary(folds: list[FoldData]) -> dict[str, SplitSummary]:
+    """Split sizes: the fold's own (one fold); test pooled over folds and train / val
+    summed over folds (several)."""
+    if len(folds) == 1:
+        return split_summary(folds[0].splits)
+    return split_summary(
+        {
+            s: Samples.concat([fd.splits[s] for fd in folds])
+            for s in ("train", "val", "test")
+        }
     )
 
 
@@ -263,8 +514,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", type=Path, help="data folder (default $SCJEPA_DATA)")
     p.add_argument(
         "--checkpoint",
-        type=Path,
-        help="pre-trained SC-JEPA checkpoint; without it only baselines run",
+        help="pre-trained SC-JEPA checkpoint; without it only baselines run. For a "
+        "data set split by entity, one per fold: a path with {fold} in it, e.g. "
+        "'runs/skab@{fold}/best.pt' (pre-trained with --dataset skab@K)",
     )
     p.add_argument("--seeds", type=int, default=5, help="number of seeds (0..N-1)")
     p.add_argument("--out", type=Path, required=True, help="results folder")
@@ -278,6 +530,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=TS2VecConfig.iters,
         help="training iterations of the TS2Vec row, per seed (0 = no TS2Vec row; "
         f"default {TS2VecConfig.iters}, TS2Vec's own)",
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        help="steps between the dense windows the event metrics score (default: the "
+        "data set's, e.g. 10)",
+    )
+    p.add_argument(
+        "--lookback",
+        type=int,
+        help="steps before an onset in which an alert warns it (default: the data "
+        "set's, e.g. one window)",
+    )
+    p.add_argument(
+        "--fa-budget",
+        type=float,
+        default=1.0,
+        help="false alarms per 1,000 scored windows allowed on validation (default 1)",
+    )
+    p.add_argument(
+        "--fit-stride",
+        type=int,
+        help="stride of the windows the probes train on (default: the window, "
+        "non-overlapping)",
     )
     p.add_argument(
         "--probe",
@@ -307,9 +583,22 @@ def _probe_config(pairs: list[str]) -> ProbeConfig:
     return cfg
 
 
+def _checkpoint(spec: str, fold: int, ds: Dataset) -> Path:
+    """The checkpoint of ``fold``: ``spec`` with {fold} filled in."""
+    if ds.folds and "{fold}" not in spec:
+        raise UserError(
+            f"--checkpoint {spec}: {ds.name} is split by entity into {len(ds.folds)} "
+            f"folds, each pre-trained on its own train entities (--dataset "
+            f"{ds.name}@K); give a path with {{fold}}, e.g. 'runs/{ds.name}@{{fold}}/best.pt'"
+        )
+    path = Path(spec.replace("{fold}", str(fold)))
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     import shlex
-    import sys
     from dataclasses import asdict
 
     import torch
@@ -320,58 +609,97 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     ds = load_dataset(args.dataset, args.root)
     probe_cfg = _probe_config(args.probe)
-    normal = normal_windows(ds)
     if args.ts2vec_iters < 0:
         raise UserError(f"--ts2vec-iters {args.ts2vec_iters}: must be >= 0")
+    for flag in ("stride", "lookback", "fit_stride"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise UserError(f"--{flag.replace('_', '-')}: must be >= 1")
+    events = event_config(ds, args.stride, args.lookback, args.fa_budget)
     ts2vec = TS2VecConfig(iters=args.ts2vec_iters) if args.ts2vec_iters else None
-    methods = baseline_methods(normal, ts2vec) if args.baselines == "all" else {}
-    encoders: dict[str, CodeFeatures] = {}
-    model_config: dict[str, Any] | None = None
-    if args.checkpoint:
-        trained, untrained, model_config = load_encoders(args.checkpoint)
-        encoders = {
-            "SC-JEPA probe, untrained encoder": CodeFeatures(untrained),
-            "SC-JEPA probe": CodeFeatures(trained),
-        }
-        methods |= {name: fit_feature_probe(f) for name, f in encoders.items()}
-        # Diagnostic: does the level/scale information that RevIN removes from the
-        # encoder's input add to the codes? Same probe, same pooled window statistics
-        # as the raw-feature probe, concatenated to the code features. Saved as
-        # probe-stats.pt too: `scjepa export --probe probe-stats.pt` serves it.
-        stats = window_stats(normal)
-        methods[STATS_ROW] = fit_feature_probe(
-            with_window_stats(encoders["SC-JEPA probe"], stats)
-        )
-        # Label-free: the model's own reconstruction error of the current window,
-        # beside the PCA row (same kind of detector, pre-training as its only fit).
-        recon = ReconstructionError(trained)
-        methods[RECON_ROW] = lambda ctx, seed: recon
-        # ... and its floor, as the probe has one: the same score from the untrained
-        # model. Where it is as good, the row measures the window (how many channels
-        # move), not what pre-training learned.
-        recon0 = ReconstructionError(untrained)
-        methods[RECON_UNTRAINED_ROW] = lambda ctx, seed: recon0
-    if not methods:
+    checkpoints = (
+        [_checkpoint(args.checkpoint, k, ds) for k in range(n_folds(ds))]
+        if args.checkpoint
+        else []
+    )
+    if not checkpoints and args.baselines == "none":
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
+    folds = prepare_folds(ds, events, fit_stride=args.fit_stride)
+    encoders: dict[int, dict[str, CodeFeatures]] = {}
+    model_config: dict[str, Any] | None = None
+
+    def methods_for(fold: int) -> dict[str, FitFn]:
+        nonlocal model_config
+        normal = folds[fold].normal
+        methods = baseline_methods(normal, ts2vec) if args.baselines == "all" else {}
+        if checkpoints:
+            trained, untrained, model_config = load_encoders(checkpoints[fold])
+            enc = {
+                "SC-JEPA probe, untrained encoder": CodeFeatures(untrained),
+                "SC-JEPA probe": CodeFeatures(trained),
+            }
+            encoders[fold] = enc
+            methods |= {name: fit_feature_probe(f) for name, f in enc.items()}
+            # Diagnostic: does the level/scale information that RevIN removes from the
+            # encoder's input add to the codes? Same probe, same pooled window
+            # statistics as the raw-feature probe, concatenated to the code features.
+            # Saved as probe-stats.pt too: `scjepa export --probe probe-stats.pt`.
+            stats = window_stats(normal)
+            methods[STATS_ROW] = fit_feature_probe(
+                with_window_stats(enc["SC-JEPA probe"], stats)
+            )
+            # Label-free: the model's own reconstruction error of the current window,
+            # beside the PCA row (same kind of detector, pre-training as its only fit)
+            # ... and its floor, the same score from the untrained model.
+            recon, recon0 = ReconstructionError(trained), ReconstructionError(untrained)
+            methods[RECON_ROW] = lambda ctx, seed: recon
+            methods[RECON_UNTRAINED_ROW] = lambda ctx, seed: recon0
+        return methods
 
     ev = evaluate(
-        ds, methods, list(range(args.seeds)), probe_cfg, args.n_boot, normal=normal
+        ds,
+        methods_for,
+        list(range(args.seeds)),
+        probe_cfg,
+        args.n_boot,
+        events=events,
+        folds=folds,
+        progress=True,
     )
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
-        "config": {"probe": asdict(probe_cfg), "model": model_config, "window": WINDOW},
+        "config": {
+            "probe": asdict(probe_cfg),
+            "model": model_config,
+            "window": WINDOW,
+            "events": asdict(events),
+            "fit_stride": args.fit_stride or WINDOW,
+        },
         "git_commit": git_commit(),
         "command": "scjepa evaluate " + shlex.join(sys.argv[2:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    path = write_results(args.out, ev.results(run_info), ev.scores, ev.test)
-    if "SC-JEPA probe" in ev.fitted and encoders["SC-JEPA probe"].has_codes:
+    path = write_results(
+        args.out,
+        ev.results(run_info),
+        ev.scores,
+        ev.test,
+        ev.dense_scores,
+        ev.dense_test,
+    )
+    single = len(folds) == 1 and 0 in encoders
+    if (
+        single
+        and "SC-JEPA probe" in ev.fitted
+        and encoders[0]["SC-JEPA probe"].has_codes
+    ):
         # (the served graph reads code probabilities: a codebook-free ablation model
-        # is evaluated, not exported)
-        ckpt = args.checkpoint
+        # is evaluated, not exported; a data set split into folds has one model per
+        # fold, none of them the served one)
+        ckpt = checkpoints[0]
+        stats = window_stats(folds[0].normal)
         served_probe(ev, "SC-JEPA probe", ckpt, ds).save(args.out / "probe.pt")
         served_probe(ev, STATS_ROW, ckpt, ds, stats).save(args.out / "probe-stats.pt")
-    _figures(args.out, ds, ev, encoders)
+    _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
     return 0
@@ -404,6 +732,8 @@ def served_probe(
     train-set scaling).
     """
     runs = ev.fitted[name]
+    if any(f.fold != 0 for f in runs):
+        raise ValueError(f"{ev.dataset}: a data set split into folds serves no probe")
     i = int(np.argmax([f.val["pr_auc"] for f in runs]))  # chosen on validation only
     chosen = runs[i]
     if not isinstance(chosen.scorer, ProbeScorer):
@@ -454,6 +784,8 @@ def _figures(
 
     test, scores, rows = ev.test, ev.scores, ev.rows
     plots.roc_pr(out / "roc_pr.png", test, scores, rows)
+    if any("curve" in r for r in rows.values()):
+        plots.warning_curves(out / "warning_curve.png", ds.name, rows, ev.extra)
     # The timeline shows a risk, so only calibrated rows qualify: SC-JEPA when present.
     calibrated = [n for n in rows if "reliability" in rows[n]]
     if calibrated:

@@ -370,7 +370,38 @@ def run(args: argparse.Namespace) -> int:
             f"epoch {row['epoch']}: val loss {row['val_loss']:.4f}, best {row['best']:.4f}"
             f" -> {args.out}/best.pt, last.pt, metrics.jsonl, curves.png"
         )
+        print(stop_message(args.out, cfg))
     return 0
+
+
+def stop_message(out: Path, cfg: TrainConfig) -> str:
+    """How the run ended (early stopping or not) and which epoch best.pt holds, from
+    the run's metrics.jsonl (a resumed run included)."""
+    rows = [
+        json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
+    ]
+    last = rows[-1]["epoch"]
+    kept = [r for r in rows if r.get("improved")]
+    o = cfg.optim
+    if not kept:
+        return (
+            f"ran {last} of {o.epochs} epochs; no best.pt: model selection starts at "
+            f"epoch {o.select_from} (evaluate last.pt)"
+        )
+    best = kept[-1]
+    since = sum(
+        1 for r in rows if r["epoch"] > best["epoch"] and r["epoch"] >= o.select_from
+    )
+    how = (
+        f"early stopping: no better validation loss for {since} epochs (patience "
+        f"{o.patience}), stopped at epoch {last} of {o.epochs}"
+        if last < o.epochs and since >= o.patience
+        else f"ran {last} of {o.epochs} epochs"
+    )
+    return (
+        f"{how}; kept epoch {best['epoch']} in best.pt (validation loss "
+        f"{best['val_select']:.4f}); last.pt holds epoch {last}"
+    )
 
 
 def cli(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ from training.data import (
     split_bounds,
 )
 from training.data.types import Dataset, Entity
-from training.data.windows import entity_samples
+from training.data.windows import cut_windows, entity_samples
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +126,74 @@ def test_one_window_length_for_training_and_the_model() -> None:
     from training.pretrain.config import DataConfig
 
     assert ModelConfig().seq_len == DataConfig().window == WINDOW
+
+
+def old_downstream_splits(ds: Dataset) -> dict[str, list[tuple[int, int]]]:
+    """The split as it was written before dense windows: (entity, window index) of the
+    samples of split_bounds' index ranges over each entity's non-overlapping windows."""
+    out: dict[str, list[tuple[int, int]]] = {"train": [], "val": [], "test": []}
+    for i, e in enumerate(ds.entities):
+        n = max(len(e.test) // 100 - 1, 0)
+        for name, (lo, hi) in split_bounds(n).items():
+            out[name] += [(i, t) for t in range(lo, hi)]
+    return out
+
+
+def test_stride_window_reproduces_the_protocols_split(ds: Dataset) -> None:
+    """Same samples, same values and the same memory layout as the windows were always
+    cut (float32 reductions depend on it: the figures must reproduce to the bit)."""
+    old = old_downstream_splits(ds)
+    new = downstream_splits(ds)  # stride defaults to the window
+    for name, s in new.items():
+        assert list(zip(s.entity.tolist(), s.t.tolist(), strict=True)) == old[name]
+        np.testing.assert_array_equal(s.end, (s.t + 1) * 100)
+        parts = []
+        for i, e in enumerate(ds.entities):
+            w = cut_windows(e.test[:, ds.mask])
+            t = [t for j, t in old[name] if j == i]
+            parts.append(w[t[0] : t[-1] + 1])
+        want = np.concatenate(parts)
+        np.testing.assert_array_equal(s.x, want)
+        assert s.x.strides == want.strides
+
+
+@pytest.mark.parametrize("stride", [1, 7, 10, 25, 100])
+def test_dense_split_never_leaks(ds: Dataset, stride: int) -> None:
+    """At any stride: no step of a window or of its target in two splits; every
+    sample's window, labels and target read from its own entity (brute force)."""
+    sp = downstream_splits(ds, stride=stride)
+    steps: dict[tuple[int, int], str] = {}
+    for name, s in sp.items():
+        assert (np.diff(s.end[s.entity == 0]) % stride == 0).all()
+        for i in np.unique(s.entity):
+            ends = s.end[s.entity == i]
+            covered = np.zeros(len(ds.entities[i].test), bool)
+            for e in ends:  # window [e - 100, e) and target [e, e + 100)
+                covered[e - 100 : e + 100] = True
+            for step in np.flatnonzero(covered):
+                assert steps.setdefault((int(i), int(step)), name) == name, (
+                    f"step {step} of entity {i} in {steps[(int(i), int(step))]} and {name}"
+                )
+        for k in range(0, len(s), max(len(s) // 40, 1)):
+            e = ds.entities[s.entity[k]]
+            end = int(s.end[k])
+            np.testing.assert_array_equal(s.x[k], e.test[end - 100 : end][:, ds.mask])
+            assert s.cur[k] == int(e.labels[end - 100 : end].any())
+            assert s.y[k] == int(e.labels[end : end + 100].any())
+    # a dense stride keeps the same cuts: its splits hold the windows of the sparse ones
+    sparse = downstream_splits(ds)
+    for name in sp:
+        if stride in (1, 10, 25, 100):  # strides dividing the window share its grid
+            pairs = set(
+                zip(sp[name].entity.tolist(), sp[name].end.tolist(), strict=True)
+            )
+            assert (
+                set(
+                    zip(
+                        sparse[name].entity.tolist(),
+                        sparse[name].end.tolist(),
+                        strict=True,
+                    )
+                )
+                <= pairs
+            )

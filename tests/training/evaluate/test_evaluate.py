@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,12 +10,19 @@ import numpy as np
 import pytest
 
 from training.cli import main
-from training.data import Samples, downstream_splits, load_dataset
+from training.data import Samples, load_dataset
 from training.evaluate.baselines import TS2VecConfig, TS2VecFeatures
 from training.evaluate.probe import Probe, ProbeConfig
-from training.evaluate.protocol import baseline_methods, evaluate, normal_windows
+from training.evaluate.protocol import (
+    baseline_methods,
+    evaluate,
+    normal_windows,
+    prepare_folds,
+)
+from training.evaluate.warning import event_config
 
 FAST_PROBE = ProbeConfig(hidden=32, max_epochs=60, patience=10)
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -22,34 +30,53 @@ def ds():
     return load_dataset("synthetic", seed=1, n_entities=3)
 
 
+def garbage_like(s: Samples, rng: np.random.Generator) -> Samples:
+    return Samples(
+        x=rng.normal(size=s.x.shape).astype(np.float32) * 50,
+        y=1 - s.y,
+        cur=s.cur,
+        entity=s.entity,
+        t=s.t,
+        end=s.end,
+    )
+
+
 def test_test_split_cannot_influence_fitting(ds) -> None:
-    """Swap the test split for garbage: every fitted choice must stay the same."""
-    splits = downstream_splits(ds)
+    """Swap the test split (its windows at hop 100 and its dense windows) for garbage:
+    every fitted choice must stay the same: thresholds (validation F1 and false-alarm
+    budget), validation metrics, the probes' epochs and calibration."""
     rng = np.random.default_rng(9)
-    t = splits["test"]
-    garbage = Samples(
-        x=rng.normal(size=t.x.shape).astype(np.float32) * 50,
-        y=1 - t.y,
-        cur=t.cur,
-        entity=t.entity,
-        t=t.t,
+    events = event_config(ds)
+    folds = prepare_folds(ds, events)
+    fd = folds[0]
+    bad = dataclasses.replace(
+        fd,
+        splits=dict(fd.splits, test=garbage_like(fd.splits["test"], rng)),
+        dense=dict(fd.dense, test=garbage_like(fd.dense["test"], rng)),
     )
     tiny_ts2vec = TS2VecConfig(iters=3, output_dims=8, hidden_dims=8, depth=2)
     methods = baseline_methods(normal_windows(ds), tiny_ts2vec)
-    a = evaluate(ds, methods, [0, 1], FAST_PROBE, n_boot=20, splits=splits)
-    b = evaluate(
-        ds, methods, [0, 1], FAST_PROBE, n_boot=20, splits=dict(splits, test=garbage)
-    )
+    a = evaluate(ds, methods, [0, 1], FAST_PROBE, n_boot=20, folds=[fd])
+    b = evaluate(ds, methods, [0, 1], FAST_PROBE, n_boot=20, folds=[bad])
     for name in methods:
         ra, rb = a.rows[name], b.rows[name]
         assert ra["thresholds"] == rb["thresholds"], name
         assert ra["val"] == rb["val"], name
         assert ra.get("probe") == rb.get("probe"), name  # epochs, calibration
+        assert ra["val_events"] == rb["val_events"], name
+        for kind in ("budget", "val_threshold"):
+            assert (
+                ra["events"][kind]["thresholds"] == rb["events"][kind]["thresholds"]
+            ), name
     # ...while the test metrics do see the change (the comparison above can fail)
     changed = [
         n for n in methods if a.rows[n]["all"]["roc_auc"] != b.rows[n]["all"]["roc_auc"]
     ]
     assert len(changed) >= len(methods) - 1  # always-positive's AUC is 0.5 either way
+    assert (
+        a.rows["kNN to train windows"]["curve"]
+        != b.rows["kNN to train windows"]["curve"]
+    )
 
 
 def test_baseline_rows_and_floors(ds) -> None:
@@ -157,7 +184,8 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     (rerun / "results.json").write_text(json.dumps(res))
     assert main(["report", str(out), f"{rerun}=paper", "--out", str(doc)]) == 0
     text = doc.read_text()
-    assert text.count("### SYNTHETIC") == 1 and text.count("| random |") == 1
+    # one section; each row once per metric family (window metrics, event metrics)
+    assert text.count("### SYNTHETIC") == 1 and text.count("| random |") == 2
     assert "| SC-JEPA probe (paper) |" in text
     res["splits"]["test"]["windows"] += 1
     (rerun / "results.json").write_text(json.dumps(res))
@@ -236,3 +264,95 @@ def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
     assert np.isfinite(recon["all"]["roc_auc"]["mean"])
     assert recon["all"]["roc_auc"]["std"] == 0  # no seed enters a label-free score
     assert not (out / "probe.pt").exists() and not (out / "code_usage.png").exists()
+
+
+TINY = [
+    "--set", "model.d_model=16", "--set", "model.n_layers=1", "--set", "model.n_heads=2",
+    "--set", "model.pred_dim=16", "--set", "model.pred_layers=1",
+    "--set", "model.pred_heads=2", "--set", "model.n_codes=8",
+    "--set", "optim.epochs=1", "--set", "optim.select_from=1", "--set", "optim.batch_size=32",
+    "--set", "run.progress=false", "--set", "run.threads=1",
+]  # fmt: skip
+
+
+def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> None:
+    """SKAB (split by run): one pre-training per fold (--dataset skab@K), evaluate
+    reads each fold's checkpoint, pools the folds' test splits (every run tested
+    once), adds the event metrics, intervals, paired differences and SKAB's own
+    metrics; the report shows both metric families and the operator's line."""
+    from training.data import load_dataset
+
+    ds = load_dataset("skab", skab_root)
+    root = ["--root", str(skab_root)]
+    for k in range(len(ds.folds)):
+        args = ["pretrain", "--dataset", f"skab@{k}", *root]
+        args += [
+            "--config",
+            "configs/fast.yaml",
+            *TINY,
+            "--out",
+            str(tmp_path / f"r{k}"),
+        ]
+        assert main(args) == 0
+    out = tmp_path / "skab"
+    ev = ["evaluate", "--dataset", "skab", *root, "--seeds", "2", "--n-boot", "30"]
+    ev += ["--probe", "max_epochs=20", "--ts2vec-iters", "0", "--out", str(out)]
+    assert main([*ev, "--checkpoint", str(tmp_path / "r0" / "best.pt")]) == 2
+    assert "{fold}" in capsys.readouterr().err  # one checkpoint per fold, or none
+    assert main([*ev, "--checkpoint", str(tmp_path / "r{fold}" / "best.pt")]) == 0
+    err = capsys.readouterr().err
+    assert "fold 5/5 [" in err and "SC-JEPA probe: fitted 2 seed(s)" in err
+    res = json.loads((out / "results.json").read_text())
+    assert res["folds"] == 5
+    n_runs = sum(1 for e in ds.entities if e.test is not None)
+    assert res["events"]["test"]["events"] == n_runs  # one fault per run, each once
+    assert res["events"]["stride"] == 10 and res["events"]["lookback"] == 100
+    for name in ("level / variance shift (training-free)", "k-means distance",
+                 "SC-JEPA probe", "SC-JEPA reconstruction error (label-free)"):  # fmt: skip
+        row = res["rows"][name]
+        assert len(row["thresholds"]) == 2 and len(row["thresholds"][0]) == 5
+        assert set(row["events"]) == {"val_threshold", "budget"}
+        b = row["events"]["budget"]
+        assert b["events"] == n_runs and len(b["per_seed"]) == 2
+        w = b["warned"]["mean"] + b["late"]["mean"] + b["missed"]["mean"]
+        assert w == pytest.approx(n_runs)
+        assert set(row["external"]["val_threshold"]) >= {
+            "f1",
+            "far",
+            "mar",
+            "nab_standard",
+        }
+        assert set(row["block_ci95"]) >= {"f1", "roc_auc", "pr_auc"}
+        assert len(row["curve"]["warned_rate"]) >= 2
+    best = res["best_baseline"]
+    assert best["window"] and not best["window"].startswith("SC-JEPA")
+    assert res["rows"]["SC-JEPA probe"]["paired"]["window"]["vs"] == best["window"]
+    assert (out / "warning_curve.png").stat().st_size > 10_000
+    assert not (out / "probe.pt").exists()  # a model per fold: none is served
+    doc = tmp_path / "results.md"
+    assert main(["report", str(out), "--out", str(doc)]) == 0
+    text = doc.read_text()
+    assert "### SKAB: 5 folds by entity" in text
+    assert "**What an operator gets**" in text and "n too small" in text
+    assert "SKAB's own metrics" in text and "Conv-AE F1 0.78" in text
+    assert (
+        "![warned-event rate against false alarms, skab](skab/warning_curve.png)"
+        in text
+    )
+    assert "| k-means distance |" in text
+
+
+def test_an_older_results_file_still_reports_unchanged(tmp_path: Path) -> None:
+    """results.json written before event metrics: the same one table as always."""
+    from training.evaluate.results import markdown
+
+    old = json.loads(
+        (
+            REPO / "docs" / "results" / "ablations" / "msl-full" / "results.json"
+        ).read_text()
+    )
+    text = markdown(old)
+    assert (
+        "Event metrics" not in text
+        and "| method | F1 | ROC AUC | PR AUC | precision |" in text
+    )

@@ -11,9 +11,12 @@ import pytest
 
 from training.evaluate.events import (
     Segment,
+    block_cuts,
     event_counts,
     events,
     segment_counts,
+    shifted_warned,
+    split_segment,
     summary,
     threshold_at_budget,
     warning_curve,
@@ -194,3 +197,74 @@ def test_curve_runs_from_every_window_to_none_and_budget_holds() -> None:
     assert event_counts(segs, t, 10).false_alarms_per_1000 <= 50.0
     lower = max(s for s in np.concatenate([x.scores for x in segs]) if s < t)
     assert event_counts(segs, lower, 10).false_alarms_per_1000 > 50.0
+
+
+def random_segment(rng: np.random.Generator) -> Segment:
+    n = int(rng.integers(30, 300))
+    y = (rng.random(n) < 0.05).astype(int)
+    for i in range(1, n):
+        if y[i - 1] and rng.random() < 0.8:
+            y[i] = 1
+    if rng.random() < 0.3:
+        y[0] = 1  # a censored event
+    stride = int(rng.integers(1, 6))
+    ends = np.arange(int(rng.integers(1, 8)), n + 1, stride)
+    return Segment(y, ends, rng.random(len(ends)))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_blocks_sum_exactly_to_the_segment(seed: int) -> None:
+    """The block bootstrap's premise: cut into blocks, every count (events, censored,
+    warned with its leads, late with its delays, missed, false alarms, windows, steps)
+    is the sum of the blocks' counts, at every threshold and look-back."""
+    rng = np.random.default_rng(seed)
+    s = random_segment(rng)
+    for lookback in (1, 4, 17):
+        blocks = split_segment(s, lookback)
+        idx = np.concatenate([i for _, _, i in blocks])
+        assert sorted(idx.tolist()) == list(range(len(s.ends)))  # each window once
+        assert sum(len(b.labels) for _, b, _ in blocks) == len(s.labels)
+        for t in (0.0, 0.4, 0.8, 1.1):
+            whole = segment_counts(s, t, lookback)
+            parts = event_counts([b for _, b, _ in blocks], t, lookback)
+            for f in ("events", "censored", "warned", "late", "missed", "false_alarms",
+                      "windows", "steps"):  # fmt: skip
+                assert getattr(parts, f) == getattr(whole, f), (f, t, lookback)
+            assert sorted(parts.leads) == sorted(whole.leads)
+            assert sorted(parts.delays) == sorted(whole.delays)
+
+
+def test_block_cuts_keep_events_and_their_lookback_whole() -> None:
+    y = np.array([int(c) for c in "00000000001110000000000011000110000"])
+    # onsets 10, 24, 29: cuts at onset - lookback - 1 where after the previous end
+    assert block_cuts(y, 3).tolist() == [6, 20]  # 29 - 4 = 25 < 26 (end of 24..25)
+    assert block_cuts(y, 12).tolist() == []  # 10 - 13 < 0; 24 - 13 = 11 < 13
+
+
+def brute_shift_warned(seg: Segment, t: float, lookback: int, r: int) -> int:
+    """Warned events when the alerts are rotated by r windows: window i gets the alert
+    of window i - r (mod n)."""
+    alerts = np.asarray(seg.scores) >= t
+    rolled = np.roll(alerts, r)
+    return segment_counts(
+        Segment(seg.labels, seg.ends, rolled.astype(float)), 0.5, lookback
+    ).warned
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_shifted_warned_is_the_warned_count_of_rotated_alerts(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    segs = [random_segment(rng) for _ in range(3)]
+    got = shifted_warned(segs, 0.7, 5, n_shifts=25, seed=seed)
+    # replay the same rotations
+    r_rng = np.random.default_rng(seed)
+    want = np.zeros(25, dtype=int)
+    for s in segs:
+        n = len(s.ends)
+        if not len(events(s.labels)) or not (np.asarray(s.scores) >= 0.7).any():
+            continue
+        if not any(o > 0 for o, _ in events(s.labels).tolist()):
+            continue
+        rs = r_rng.integers(0, n, 25)
+        want += [brute_shift_warned(s, 0.7, 5, int(r)) for r in rs]
+    np.testing.assert_array_equal(got, want)

@@ -141,6 +141,39 @@ def test_model_selection_waits_for_select_from_and_early_stops(tmp_path: Path) -
     # lr 0: the val loss cannot improve after epoch 3, so patience 1 stops at epoch 4
     assert len(rows) == 4
     assert load_checkpoint(tmp_path / "best.pt")["epoch"] == 3
+    # the run says that early stopping ended it and which epoch best.pt holds
+    msg = train_module.stop_message(tmp_path, cfg)
+    assert msg.startswith("early stopping: no better validation loss for 1 epochs")
+    assert "stopped at epoch 4 of 6; kept epoch 3 in best.pt" in msg
+    # ... and when it ran out of epochs, or never selected a model
+    cfg.optim.patience = 10
+    assert train_module.stop_message(tmp_path, cfg).startswith(
+        "ran 4 of 6 epochs; kept epoch 3"
+    )
+    cfg.optim.select_from = 9
+    (tmp_path / "metrics.jsonl").write_text(
+        "\n".join(json.dumps(r | {"improved": False}) for r in rows) + "\n"
+    )
+    assert "no best.pt: model selection starts at epoch 9" in train_module.stop_message(
+        tmp_path, cfg
+    )
+
+
+def test_code_usage_reports_the_top5_share() -> None:
+    """Argmax usage beside perplexity: soft assignments can look spread (high
+    perplexity) while the hard codes pile onto a few."""
+    from model.codebook import usage_stats
+
+    k = 16
+    p = torch.full((100, k), 0.9 / (k - 1))
+    p[:, 0] = 0.1  # every token's argmax... is some other code
+    p[torch.arange(100), 1 + torch.arange(100) % 2] = 0.2  # codes 1 and 2 only
+    p = p / p.sum(-1, keepdim=True)
+    st = usage_stats(p)
+    assert st["top5_share"] == 1.0 and st["active_codes"] == 2
+    assert st["perplexity"] > 10  # while the mean distribution looks well spread
+    uniform = torch.eye(k).repeat(10, 1)  # each code argmax for 10 tokens
+    assert usage_stats(uniform)["top5_share"] == pytest.approx(5 / 16)
 
 
 @pytest.mark.parametrize(
