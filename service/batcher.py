@@ -121,11 +121,5 @@ class Batcher:
             for w, fut in jobs:
                 k = len(w)
                 if not fut.done():
-                    fut.set_result(
-                        Scores(
-                            out.risk[i : i + k],
-                            out.contrib[i : i + k],
-                            out.codes[i : i + k],
-                        )
-                    )
+                    fut.set_result(out.rows(i, i + k))
                 i += k

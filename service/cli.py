@@ -74,12 +74,16 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[key] = str(value)  # worker processes read the same settings
 
+    from pydantic import ValidationError
+
+    from service.auth import KeyConfigError, Keys
     from service.config import Settings
 
-    settings = Settings()
     try:
+        settings = Settings()
         load_manifest(settings.artifact)  # fail here, with one line, not in a worker
-    except ArtifactError as e:
+        Keys(settings.api_keys, settings.api_keys_file)
+    except (ArtifactError, KeyConfigError, OSError, ValidationError) as e:
         print(f"scjepa serve: error: {e}", file=sys.stderr)
         return 2
     if args.workers > 1 and not settings.redis_url:
@@ -87,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
 
     import uvicorn
+
+    from service.http import GuardedHttpToolsProtocol
 
     uvicorn.run(
         "service.main:create_app",
@@ -96,5 +102,6 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         log_config=log_config(args.log_level),
+        http=GuardedHttpToolsProtocol,  # deadlines for slow clients (service/http.py)
     )
     return 0

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service import sched
+from service import auth, sched
 from service.inference import CPU_CHUNK_TOKENS
 
 
@@ -23,6 +23,7 @@ class Settings(BaseSettings):
         env_file=".env",
         env_ignore_empty=True,  # compose's `SCJEPA_HOP:` (empty) means "the default"
         extra="ignore",
+        hide_input_in_errors=True,  # an error must not print an API key
     )
 
     # --- model
@@ -62,18 +63,50 @@ class Settings(BaseSettings):
     stream_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600  # idle streams expire
     history_len: Annotated[int, Field(ge=1)] = 500  # risk records kept per stream
     dedupe_horizon: Annotated[int, Field(ge=1)] = 10_000  # timestamps kept per stream
-    # --- API
-    api_keys: Annotated[list[str], NoDecode] = []  # comma-separated; empty = open
+    # --- API: tenants and keys (service/auth.py)
+    # comma-separated [TENANT:]KEY or [TENANT:]sha256:HEX entries (@admin / @ops for
+    # the admin and operations keys); plain keys are hashed here, at load; empty and
+    # no file = open, one tenant
+    api_keys: Annotated[list[str], NoDecode] = []
+    # a file of "TENANT sha256:HEX" lines, re-read when it changes and on SIGHUP
+    api_keys_file: Path | None = None
+    # which of /healthz, /readyz, /metrics need an @ops (or @admin) key; empty = open
+    ops_key_routes: Annotated[list[str], NoDecode] = []
+    # requests per second per API key (a token bucket in the store, so it holds across
+    # replicas) and the burst it allows; 0 = off. Only with keys configured.
+    rate_limit_rps: Annotated[float, Field(ge=0)] = 100.0
+    rate_limit_burst: Annotated[int, Field(ge=1)] = 200
+    # --- API: limits
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     max_readings_per_request: Annotated[int, Field(ge=1)] = 10_000
+    max_streams_per_tenant: Annotated[int, Field(ge=1)] = 10_000  # live streams
+    # a reading's ts may be at most this far ahead of the service's clock (seconds)
+    max_future_s: Annotated[float, Field(gt=0)] = 86_400.0
+    # a request's headers, and then its body, must arrive within this many seconds
+    # (scjepa serve's HTTP protocol; idle keep-alive connections close after 5 s)
+    read_timeout_s: Annotated[float, Field(gt=0)] = 15.0
     top_channels: Annotated[int, Field(ge=1)] = 5  # contributing channels reported
     # POST /ingest and GET /risk/{stream} answered ahead of FastAPI's routing
     # (service/fastpaths.py), through the same handlers; off = the FastAPI routes
     fast_paths: bool = True
 
-    @field_validator("api_keys", mode="before")
+    @field_validator("api_keys", "ops_key_routes", mode="before")
     @classmethod
-    def _split_keys(cls, v: object) -> object:
+    def _split(cls, v: object) -> object:
         if isinstance(v, str):
             return [k.strip() for k in v.split(",") if k.strip()]
+        return v
+
+    @field_validator("api_keys")
+    @classmethod
+    def _hash_keys(cls, v: list[str]) -> list[str]:
+        """Keep hashes only: a plain key becomes ``PRINCIPAL:sha256:HEX`` here."""
+        return [auth.normalise_entry(e) for e in v]
+
+    @field_validator("ops_key_routes")
+    @classmethod
+    def _known_ops_routes(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - set(auth.OPS_ROUTES))
+        if unknown:
+            raise ValueError(f"{unknown}: only {list(auth.OPS_ROUTES)} can need a key")
         return v

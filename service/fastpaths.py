@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import handlers
-from service.handlers import Reply
+from service.handlers import Door, Meta, Reply
 from service.scoring import Scorer
 
 RISK_PREFIX = "/risk/"
@@ -25,14 +25,6 @@ class _Route:
 
 
 RISK, INGEST = _Route("/risk/{stream}"), _Route("/ingest")
-
-
-def _api_key(scope: Scope) -> str | None:
-    """The first X-API-Key header, as Starlette's ``Headers.get`` reads it."""
-    for name, value in scope["headers"]:
-        if name == b"x-api-key":
-            return bytes(value).decode("latin-1")
-    return None
 
 
 async def _send(send: Send, reply: Reply) -> None:
@@ -53,26 +45,38 @@ class FastPaths:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scorer: Scorer | None = None
+        door: Door | None = None
         if scope["type"] == "http":
             scorer = getattr(scope["app"].state, "scorer", None)
-        if scorer is None:
+            door = getattr(scope["app"].state, "door", None)
+        if scorer is None or door is None:
             await self.app(scope, receive, send)
             return
         method, path = scope["method"], scope["path"]
         stream = path[len(RISK_PREFIX) :] if path.startswith(RISK_PREFIX) else ""
         if method == "GET" and stream and "/" not in stream:  # the route's {stream}
             scope["route"] = RISK
-            await _send(send, await handlers.risk(stream, _api_key(scope), scorer))
+            meta = Meta.of(scope["headers"])
+            await _send(send, await handlers.risk(stream, meta, scorer, door))
         elif method == "POST" and path == "/ingest":
-            chunks, more = [], True
-            while more:
-                message = await receive()
-                if message["type"] != "http.request":  # the client left
-                    return
-                chunks.append(message.get("body", b""))
-                more = message.get("more_body", False)
+            left = False
+
+            async def read_body() -> bytes:
+                nonlocal left
+                chunks, more = [], True
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":  # the client left
+                        left = True
+                        return b""
+                    chunks.append(message.get("body", b""))
+                    more = message.get("more_body", False)
+                return b"".join(chunks)
+
             scope["route"] = INGEST
-            reply = await handlers.ingest(b"".join(chunks), _api_key(scope), scorer)
-            await _send(send, reply)
+            meta = Meta.of(scope["headers"])
+            reply = await handlers.ingest(meta, read_body, scorer, door)
+            if not left:
+                await _send(send, reply)
         else:
             await self.app(scope, receive, send)

@@ -1,30 +1,33 @@
-"""POST /ingest and GET /risk/{stream}: the one implementation of each hot route.
+"""POST /ingest and GET /risk/{stream}: the one implementation of each hot route, and
+the door every tenant route goes through (key -> tenant, rate limit).
 
-Each takes the request's parts (raw body or stream name, the X-API-Key header, the
-app's Scorer) and returns a :class:`Reply`: status, JSON body bytes, headers. Two thin
-adapters serve them and answer alike: service/fastpaths.py (ASGI, ahead of FastAPI's
-routing, ``SCJEPA_FAST_PATHS``) and routes/ingest.py + routes/risk.py (FastAPI).
+Each takes the request's parts (its :class:`Meta` headers, a body reader or the stream
+name, the app's Scorer and Door) and returns a :class:`Reply`: status, JSON body bytes,
+headers. Two thin adapters serve them and answer alike: service/fastpaths.py (ASGI,
+ahead of FastAPI's routing, ``SCJEPA_FAST_PATHS``) and routes/ingest.py +
+routes/risk.py (FastAPI).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
-import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
+from service import auth, metrics
 from service.config import Settings
 from service.inference import WindowError
 from service.ingest_body import parse_ingest
 from service.schemas import STREAM_PATTERN, IngestResponse, StreamName
-from service.scoring import Scorer
-from service.store import StoreUnavailable
+from service.scoring import Scorer, StreamQuotaExceeded
+from service.store import Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +59,136 @@ def detail(
     return Reply(status, body.encode(), headers)
 
 
-def key_ok(settings: Settings, key: str | None) -> bool:
-    """Open when no keys are configured; otherwise ``key`` must match one."""
-    if not settings.api_keys:
-        return True
-    return key is not None and any(
-        secrets.compare_digest(key.encode(), k.encode()) for k in settings.api_keys
+UNAUTHORIZED = detail(401, AUTH_DETAIL, AUTH_HEADERS)
+JSON_TYPES = ("application/json",)
+
+
+class Meta(NamedTuple):
+    """The request headers the handlers read."""
+
+    api_key: str | None = None
+    content_type: str | None = None
+    content_encoding: str | None = None
+
+    @classmethod
+    def of(cls, headers: Sequence[tuple[bytes, bytes]]) -> Meta:
+        """From ASGI headers (lower-case names): the first of each, as Starlette's
+        ``Headers.get`` reads it; ``Authorization: Bearer KEY`` stands for X-API-Key."""
+        key = bearer = ctype = encoding = None
+        for name, value in headers:
+            if name == b"x-api-key" and key is None:
+                key = bytes(value).decode("latin-1")
+            elif name == b"authorization" and bearer is None:
+                scheme, _, token = bytes(value).decode("latin-1").partition(" ")
+                bearer = token.strip() if scheme.lower() == "bearer" else None
+            elif name == b"content-type" and ctype is None:
+                ctype = bytes(value).decode("latin-1")
+            elif name == b"content-encoding" and encoding is None:
+                encoding = bytes(value).decode("latin-1")
+        return cls(key if key is not None else bearer, ctype, encoding)
+
+
+class Door:
+    """Who a request is: a tenant (tenant routes, rate-limited per key), or an
+    @admin / @ops key. Holds the key table (service.auth.Keys)."""
+
+    def __init__(self, keys: auth.Keys, store: Store, settings: Settings) -> None:
+        self.keys = keys
+        self.store = store
+        self.settings = settings
+
+    async def tenant(self, key: str | None) -> str | Reply:
+        """The tenant of ``key``, or the refusal: 401 (no tenant key), 429 (over the
+        key's rate), 503 (the rate bucket's store is down)."""
+        if self.keys.open:
+            return auth.DEFAULT_TENANT
+        who = self.keys.identify(key)
+        if who is None or who.principal.startswith("@"):
+            return UNAUTHORIZED
+        s = self.settings
+        if s.rate_limit_rps > 0:
+            try:
+                wait = await self.store.rate(
+                    who.key_id, s.rate_limit_rps, s.rate_limit_burst
+                )
+            except StoreUnavailable as e:
+                return store_unavailable(e)
+            if wait > 0:
+                metrics.REFUSED.labels(reason="rate_limit").inc()
+                return detail(
+                    429,
+                    f"rate limit: {s.rate_limit_rps:g} requests/s per API key, "
+                    f"bursts of {s.rate_limit_burst} (SCJEPA_RATE_LIMIT_RPS, "
+                    f"SCJEPA_RATE_LIMIT_BURST); retry in {wait:.3f} s",
+                    (("Retry-After", str(max(1, math.ceil(wait)))),),
+                )
+        return who.principal
+
+    def admin(self, key: str | None) -> Reply | None:
+        """None when ``key`` is an @admin key, else the refusal (403 when no admin
+        key is configured at all: the admin routes are off)."""
+        if not self.keys.table.has(auth.ADMIN):
+            return detail(
+                403,
+                "admin routes are off: no @admin key is configured (SCJEPA_API_KEYS "
+                "or SCJEPA_API_KEYS_FILE)",
+            )
+        who = self.keys.identify(key)
+        return None if who is not None and who.principal == auth.ADMIN else UNAUTHORIZED
+
+    def ops(self, path: str, key: str | None) -> Reply | None:
+        """None when ``path`` is open or ``key`` is an @ops or @admin key."""
+        if path not in self.settings.ops_key_routes:
+            return None
+        who = self.keys.identify(key)
+        if who is not None and who.principal in (auth.OPS, auth.ADMIN):
+            return None
+        return UNAUTHORIZED
+
+
+class BodyTooLarge(Exception):
+    """Raised by the body reader past SCJEPA_MAX_BODY_BYTES (middleware.py): 413."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def too_large(limit: int) -> Reply:
+    """413; the connection closes (the rest of the body is not read)."""
+    return detail(
+        413,
+        f"request body over {limit} bytes (SCJEPA_MAX_BODY_BYTES)",
+        (("Connection", "close"),),
     )
 
 
-UNAUTHORIZED = detail(401, AUTH_DETAIL, AUTH_HEADERS)
+def media_refused(meta: Meta) -> Reply | None:
+    """415 for a body that is not plain JSON: another Content-Type (a missing one is
+    read as JSON, as FastAPI does), a charset other than UTF-8, any Content-Encoding."""
+    encoding = (meta.content_encoding or "identity").strip().lower()
+    if encoding != "identity":
+        metrics.REFUSED.labels(reason="unsupported_media_type").inc()
+        return detail(
+            415,
+            f"Content-Encoding {encoding!r} is not supported: send the JSON body "
+            "uncompressed",
+        )
+    if meta.content_type is None:
+        return None
+    media, *params = (p.strip().lower() for p in meta.content_type.split(";"))
+    charset = next((p[8:].strip('"') for p in params if p.startswith("charset=")), "")
+    is_json = media in JSON_TYPES or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+    if is_json and charset in ("", "utf-8", "utf8"):
+        return None
+    metrics.REFUSED.labels(reason="unsupported_media_type").inc()
+    return detail(
+        415,
+        f"Content-Type {meta.content_type!r} is not supported: send application/json "
+        "(UTF-8)",
+    )
 
 
 def invalid(errors: Sequence[Mapping[str, Any]]) -> Reply:
@@ -112,15 +235,23 @@ def stream_errors(stream: str) -> list[dict[str, Any]]:
     return []
 
 
-async def ingest(raw: bytes, api_key: str | None, scorer: Scorer) -> Reply:
+async def ingest(
+    meta: Meta, read_body: Callable[[], Awaitable[bytes]], scorer: Scorer, door: Door
+) -> Reply:
     """Store readings, score every window they complete, report counts per stream.
 
-    Checked in this order, nothing stored before the last: key (401), body (422),
-    reading count (413), values against the model (422).
+    Checked in this order, nothing stored before the last: key (401), rate (429),
+    media type (415), body size (413, while reading), body (422), reading count (413),
+    values and timestamps against the model and the clock (422), the tenant's stream
+    quota (403). The body is read only once the key is known.
     """
     settings = scorer.settings
-    if not key_ok(settings, api_key):
-        return UNAUTHORIZED
+    tenant = await door.tenant(meta.api_key)
+    if isinstance(tenant, Reply):
+        return tenant
+    if (refused := media_refused(meta)) is not None:
+        return refused
+    raw = await read_body()  # BodyTooLarge past the limit: the middleware's 413
     try:
         items, batch_form = parse_ingest(raw)
     except RequestValidationError as e:
@@ -137,7 +268,9 @@ async def ingest(raw: bytes, api_key: str | None, scorer: Scorer) -> Reply:
     if problems:
         return invalid(problems)
     try:
-        results = await scorer.ingest([item.stream for item in items], arrays)
+        results = await scorer.ingest(tenant, [item.stream for item in items], arrays)
+    except StreamQuotaExceeded as e:
+        return detail(403, str(e))
     except StoreUnavailable as e:
         return store_unavailable(e)
     except WindowError as e:
@@ -145,14 +278,16 @@ async def ingest(raw: bytes, api_key: str | None, scorer: Scorer) -> Reply:
     return Reply(200, IngestResponse(results=results).model_dump_json().encode())
 
 
-async def risk(stream: str, api_key: str | None, scorer: Scorer) -> Reply:
-    """Latest risk of a stream, or its warm-up progress; 404 for an unknown one."""
-    if not key_ok(scorer.settings, api_key):
-        return UNAUTHORIZED
+async def risk(stream: str, meta: Meta, scorer: Scorer, door: Door) -> Reply:
+    """Latest risk of one of the tenant's streams, or its warm-up progress; 404 for an
+    unknown one (another tenant's stream of that name is unknown too)."""
+    tenant = await door.tenant(meta.api_key)
+    if isinstance(tenant, Reply):
+        return tenant
     if errors := stream_errors(stream):
         return invalid(errors)
     try:
-        body = await scorer.risk(stream)
+        body = await scorer.risk(tenant, stream)
     except StoreUnavailable as e:
         return store_unavailable(e)
     if body is None:

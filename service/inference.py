@@ -44,9 +44,14 @@ class Scores:
     risk: np.ndarray  # (B,) float32, calibrated probability
     contrib: np.ndarray  # (B, V) float32, share of the variable-wise max per channel
     codes: np.ndarray  # (B, P) int64, dominant code per patch
+    by: Model | None = None  # the model that scored them (hot reload swaps models)
 
     def __len__(self) -> int:
         return len(self.risk)
+
+    def rows(self, i: int, j: int) -> Scores:
+        """Windows ``i:j`` of the batch, with the model that scored them."""
+        return Scores(self.risk[i:j], self.contrib[i:j], self.codes[i:j], self.by)
 
 
 def requested_providers(preference: Literal["auto", "cpu", "cuda"]) -> list[str]:
@@ -194,7 +199,13 @@ class Model:
             risk=risk.astype(np.float32, copy=False).reshape(len(x)),
             contrib=contrib.astype(np.float32, copy=False),
             codes=codes.astype(np.int64, copy=False),
+            by=self,
         )
+
+    def close(self) -> None:
+        """Stop the chunk threads (a model swapped out by a reload)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
     def warmup(self, batch_sizes: tuple[int, ...] | None = None) -> None:
         """Run the batch sizes the batcher will use, so the first request is not slow."""

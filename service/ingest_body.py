@@ -17,7 +17,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from typing_extensions import TypedDict
 
-from service.schemas import IngestRequest, StreamName
+from service.schemas import FORBID, IngestRequest, Number, StreamName
 
 
 class StreamBody(NamedTuple):
@@ -30,16 +30,19 @@ class StreamBody(NamedTuple):
 
 
 class _Reading(TypedDict):
-    ts: Annotated[float, Field(allow_inf_nan=False)]
-    values: Annotated[list[float | None], Field(min_length=1)]
+    __pydantic_config__ = FORBID  # type: ignore[misc]
+    ts: Annotated[Number, Field(ge=0, allow_inf_nan=False)]
+    values: Annotated[list[Number | None], Field(min_length=1)]
 
 
 class _Stream(TypedDict):
+    __pydantic_config__ = FORBID  # type: ignore[misc]
     stream: StreamName
     readings: Annotated[list[_Reading], Field(min_length=1)]
 
 
 class _Body(TypedDict, total=False):
+    __pydantic_config__ = FORBID  # type: ignore[misc]
     stream: StreamName
     readings: Annotated[list[_Reading], Field(min_length=1)]
     streams: Annotated[list[_Stream], Field(min_length=1)]
@@ -93,27 +96,47 @@ def _located(errors: list[Any]) -> RequestValidationError:
     )
 
 
+def _json_error(pos: int, why: str) -> RequestValidationError:
+    return RequestValidationError(
+        [
+            {
+                "type": "json_invalid",
+                "loc": ("body", pos),
+                "msg": f"JSON decode error: {why}",
+                "input": {},
+                "ctx": {"error": why},
+            }
+        ]
+    )
+
+
+def _decode(body: bytes) -> Any:
+    """The body's JSON value; a :class:`RequestValidationError` naming the position
+    for anything else: bytes that are not UTF-8 (a compressed body, say), malformed
+    JSON, nesting deeper than the parsers' limits (pydantic's, then Python's)."""
+    try:
+        return from_json(body)
+    except ValueError:
+        pass
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _json_error(e.start, f"not UTF-8 text ({e.reason})") from None
+    try:
+        return json.loads(text)  # the standard error, with its position
+    except json.JSONDecodeError as e:
+        raise _json_error(e.pos, e.msg) from None
+    except RecursionError:
+        raise _json_error(0, "nested too deeply") from None
+    except ValueError as e:  # e.g. an integer literal too long to convert
+        raise _json_error(0, str(e)[:200]) from None
+
+
 def _by_model(body: bytes) -> tuple[list[StreamBody], bool]:
     """The model's verdict, with its errors (FastAPI's usual ones for bad JSON)."""
     if not body:
         raise _located([{"type": "missing", "loc": (), "msg": "Field required"}])
-    try:
-        obj = from_json(body)
-    except ValueError:
-        try:
-            obj = json.loads(body)  # the standard error with its position
-        except json.JSONDecodeError as e:
-            raise RequestValidationError(
-                [
-                    {
-                        "type": "json_invalid",
-                        "loc": ("body", e.pos),
-                        "msg": "JSON decode error",
-                        "input": {},
-                        "ctx": {"error": e.msg},
-                    }
-                ]
-            ) from None
+    obj = _decode(body)
     try:
         model = IngestRequest.model_validate(obj)
     except ValidationError as e:

@@ -8,8 +8,10 @@ opens the store and starts the micro-batcher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -17,13 +19,15 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import metrics, middleware, sched
+from service import auth, metrics, middleware, sched
 from service.batcher import Batcher, inference_executor
 from service.config import Settings
-from service.inference import load_model
-from service.routes import health, ingest, models, risk, ui
+from service.handlers import Door
+from service.inference import Model, load_model
+from service.reload import ModelSlot
+from service.routes import docs, health, ingest, models, risk, ui
 from service.schemas import IngestRequest
-from service.scoring import Scorer
+from service.scoring import FLOAT32_MAX, Scorer
 from service.store import make_store
 
 log = logging.getLogger(__name__)
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    keys = auth.Keys(settings.api_keys, settings.api_keys_file)  # a bad file: fatal
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,8 +81,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             timeout_s=settings.redis_timeout_s,
             max_connections=settings.redis_max_connections,
         )
+
+        def swapped(new: Model) -> None:
+            app.state.model = new
+
+        slot = ModelSlot(model, settings, executor, on_swap=swapped)
         batcher = Batcher(
-            model.score,
+            slot.score,  # reads the current model once per micro-batch
             max_batch=settings.max_batch,
             max_wait_s=settings.max_wait_ms / 1000,
             executor=executor,
@@ -85,8 +95,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         batcher.start()
         app.state.settings = settings
         app.state.model = model
+        app.state.slot = slot
         app.state.store = store
-        app.state.scorer = Scorer(model, store, batcher, settings)
+        app.state.door = Door(keys, store, settings)
+        app.state.scorer = Scorer(slot, store, batcher, settings)
+        tasks = [asyncio.create_task(keys.watch(), name="scjepa-keys")]
+
+        def hangup() -> None:  # SIGHUP: keys and model, as POST /admin/reload
+            log.info("SIGHUP: reloading the API keys and the model")
+            keys.reload()
+            tasks.append(asyncio.create_task(_reload_quietly(slot)))
+
+        hup = _on_signal(loop, signal.SIGHUP, hangup)
         # Everything loaded so far (FastAPI, onnxruntime, pydantic schemas) lives as
         # long as the process: frozen, a full collection no longer walks it and pauses
         # the event loop for that long (docs/notebook/benchmarks.md, Service).
@@ -95,7 +115,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            if hup:
+                loop.remove_signal_handler(signal.SIGHUP)
+            for t in tasks:
+                t.cancel()
             await batcher.stop()
+            slot.close()
             await store.close()
 
     app = FastAPI(
@@ -103,7 +128,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Per-stream risk that the next window of readings holds an anomaly.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # routes/docs.py serves it from the package (offline)
+        redoc_url=None,
     )
+    docs.install(app)
     middleware.install(
         app, max_body_bytes=settings.max_body_bytes, fast_paths=settings.fast_paths
     )
@@ -111,6 +139,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(r)
     _document_bodies(app)
     return app
+
+
+def _document_values(reading: dict[str, Any], n_channels: int) -> None:
+    """``values``: exactly the model's channel count, each within float32."""
+    values = reading["properties"]["values"]
+    values["minItems"] = values["maxItems"] = n_channels
+    for option in values["items"]["anyOf"]:
+        if option.get("type") == "number":
+            option["minimum"], option["maximum"] = -FLOAT32_MAX, FLOAT32_MAX
+
+
+async def _reload_quietly(slot: ModelSlot) -> None:
+    with contextlib.suppress(Exception):  # the slot logs and reports the outcome
+        await slot.reload()
+
+
+def _on_signal(
+    loop: asyncio.AbstractEventLoop, sig: signal.Signals, handler: Any
+) -> bool:
+    """Handle ``sig`` on the loop; False where that cannot be (not the main thread,
+    e.g. under a test client, or no such signal on the platform)."""
+    try:
+        loop.add_signal_handler(sig, handler)
+    except (ValueError, RuntimeError, NotImplementedError):
+        return False
+    return True
 
 
 def _document_bodies(app: FastAPI) -> None:
@@ -126,6 +180,9 @@ def _document_bodies(app: FastAPI) -> None:
             comps = schema.setdefault("components", {}).setdefault("schemas", {})
             comps.update(body.pop("$defs", {}))
             comps["IngestRequest"] = body
+            slot = getattr(app.state, "slot", None)
+            if slot is not None:  # the model's channels (a reload keeps them)
+                _document_values(comps["Reading"], slot.current.n_channels)
         return app.openapi_schema or {}
 
     # FastAPI documents replacing app.openapi; its type declares a method

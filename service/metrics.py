@@ -47,6 +47,18 @@ WINDOWS_SKIPPED = Counter(
     "scjepa_windows_skipped",
     "Completed windows not scored (more than max_windows_per_ingest in one call).",
 )
+RELOADS = Counter(
+    "scjepa_reloads",
+    "Hot reloads by what was reloaded (keys, model) and outcome (ok, failed: the "
+    "previous one stays in force).",
+    ["what", "outcome"],
+)
+REFUSED = Counter(
+    "scjepa_requests_refused",
+    "Requests refused at the door, by reason (rate_limit, stream_quota, "
+    "body_too_large, read_timeout, unsupported_media_type).",
+    ["reason"],
+)
 PROVIDER = Info("scjepa_inference", "Loaded model and the ACTIVE execution provider.")
 # Store-wide (every replica reports the same numbers; aggregate with max, not sum).
 # Refreshed from the store on each scrape of GET /metrics.
@@ -67,3 +79,9 @@ def set_summary(streams: int, in_alert: int, max_risk: float) -> None:
 
 for outcome in ("accepted", "duplicate", "rejected"):
     READINGS.labels(outcome=outcome)  # export zeros from the start
+for what in ("keys", "model"):
+    for outcome in ("ok", "failed"):
+        RELOADS.labels(what=what, outcome=outcome)
+for reason in ("rate_limit", "stream_quota", "body_too_large", "read_timeout",
+               "unsupported_media_type"):  # fmt: skip
+    REFUSED.labels(reason=reason)

@@ -1,6 +1,7 @@
-"""HTTP plumbing: request timing by route template, the body-size limit, the hot
-routes' ASGI adapter when it is switched on, and error handlers that always answer
-JSON (never a stack trace), worded by service.handlers as the hot routes word them."""
+"""HTTP plumbing: request timing by route template, the body-size limit (declared or
+streamed), the hot routes' ASGI adapter when it is switched on, and error handlers that
+always answer JSON (never a stack trace), worded by service.handlers as the hot routes
+word them."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import time
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import handlers, metrics
+from service.deps import Refused
 from service.fastpaths import FastPaths
+from service.handlers import BodyTooLarge
 from service.inference import WindowError
 from service.store import StoreUnavailable
 
@@ -22,10 +26,10 @@ log = logging.getLogger(__name__)
 
 class TimingAndLimits:
     """Observe request latency labelled by route template (``/risk/{stream}``, never the
-    raw path); answer 413 to a body whose Content-Length is over the limit.
-
-    Chunked bodies carry no length: for them ``max_readings_per_request`` is the bound.
-    """
+    raw path); answer 413 to a body whose Content-Length is over the limit, and to one
+    that grows past it while it is read (chunked bodies carry no length): the reader
+    raises :class:`BodyTooLarge` at the limit, so no more than the limit is held, and
+    the connection closes."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
@@ -44,19 +48,54 @@ class TimingAndLimits:
                 code = message["status"]
             await send(message)
 
+        limit, received = self.max_body_bytes, 0
+
+        async def receive_limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
         try:
             length = dict(scope["headers"]).get(b"content-length", b"")
-            if length.isdigit() and int(length) > self.max_body_bytes:
-                limit = f"{self.max_body_bytes} bytes (SCJEPA_MAX_BODY_BYTES)"
-                too_large = handlers.detail(413, f"request body over {limit}")
-                await too_large.response()(scope, receive, send_status)
-            else:
-                await self.app(scope, receive, send_status)
+            if length.isdigit() and int(length) > limit:
+                raise BodyTooLarge(limit)
+            await self.app(scope, receive_limited, send_status)
+        except BodyTooLarge:
+            metrics.REFUSED.labels(reason="body_too_large").inc()
+            if code != 500:  # a response has started: only closing is left
+                raise
+            await handlers.too_large(limit).response()(scope, receive, send_status)
         finally:
             route = getattr(scope.get("route"), "path", "unmatched")
             metrics.REQUEST_LATENCY.labels(
                 method=scope["method"], route=route, status=str(code)
             ).observe(time.perf_counter() - start)
+
+
+async def refused(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Refused)
+    return exc.reply.response()
+
+
+async def body_too_large(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, BodyTooLarge)
+    metrics.REFUSED.labels(reason="body_too_large").inc()
+    return handlers.too_large(exc.limit).response()
+
+
+async def no_route(request: Request, exc: Exception) -> Response:
+    """Starlette's 404 / 405 (no such route or method), naming what was asked for."""
+    assert isinstance(exc, StarletteHTTPException)
+    what = exc.detail
+    if exc.status_code == 404 and what == "Not Found":
+        what = f"no route {request.method} {request.url.path}"
+    elif exc.status_code == 405 and what == "Method Not Allowed":
+        what = f"method {request.method} not allowed on {request.url.path}"
+    return JSONResponse({"detail": what}, exc.status_code, headers=exc.headers)
 
 
 async def invalid_request(request: Request, exc: Exception) -> Response:
@@ -85,6 +124,9 @@ def install(app: FastAPI, *, max_body_bytes: int, fast_paths: bool) -> None:
     if fast_paths:
         app.add_middleware(FastPaths)
     app.add_middleware(TimingAndLimits, max_body_bytes=max_body_bytes)
+    app.add_exception_handler(StarletteHTTPException, no_route)
+    app.add_exception_handler(Refused, refused)
+    app.add_exception_handler(BodyTooLarge, body_too_large)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StoreUnavailable, store_unavailable)
     app.add_exception_handler(WindowError, bad_window)

@@ -14,11 +14,24 @@ STREAM_PATTERN = r"^[A-Za-z0-9._:\-]{1,128}$"
 StreamName = Annotated[str, Field(pattern=STREAM_PATTERN, examples=["pump-7"])]
 
 
+# A JSON number, never a string or a boolean ("1.5" and true are refused, not coerced).
+Number = Annotated[float, Field(strict=True)]
+FORBID = ConfigDict(extra="forbid")  # an unknown field is refused (422), not ignored
+
+
 class Reading(BaseModel):
     """One time step of a stream: every input channel, in the model's channel order."""
 
-    ts: float = Field(allow_inf_nan=False, examples=[1700000000.0])  # seconds
-    values: list[float | None] = Field(
+    model_config = FORBID
+
+    ts: Number = Field(
+        ge=0,
+        allow_inf_nan=False,
+        examples=[1700000000.0],
+        description="Seconds (e.g. Unix time), at least 0 and at most "
+        "SCJEPA_MAX_FUTURE_S ahead of the service's clock.",
+    )
+    values: list[Number | None] = Field(
         min_length=1,
         description="One value per input channel; null (or NaN) = missing, forward-"
         "filled from the stream's last accepted value. Infinities and values beyond "
@@ -39,43 +52,68 @@ def _increasing(readings: list[Reading] | None) -> list[Reading] | None:
 
 
 class StreamReadings(BaseModel):
+    model_config = FORBID
+
     stream: StreamName
     readings: list[Reading] = Field(min_length=1)
 
     _increasing = field_validator("readings")(_increasing)
 
 
+INGEST_EXAMPLES: list[Any] = [
+    {
+        "stream": "pump-7",
+        "readings": [{"ts": 1700000000.0, "values": [0.1, 2.3, None]}],
+    },
+    {
+        "streams": [
+            {"stream": "pump-7", "readings": [{"ts": 1.0, "values": [1, 2, 3]}]},
+            {"stream": "fan-2", "readings": [{"ts": 1.0, "values": [4, 5, 6]}]},
+        ]
+    },
+]
+
+
+def _document_one_form(schema: dict[str, Any]) -> None:
+    """The documented body says what the service accepts: exactly one of the two forms
+    (``oneOf``), no field null, nothing else."""
+    props: dict[str, Any] = schema["properties"]
+    for name, prop in list(props.items()):
+        options = prop.get("anyOf")
+        if isinstance(options, list):  # X | None -> X: null is refused
+            keep = [o for o in options if o != {"type": "null"}]
+            rest = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+            props[name] = {**rest, **keep[0]}
+    schema["oneOf"] = [
+        {"required": ["stream", "readings"], "not": {"required": ["streams"]}},
+        {
+            "required": ["streams"],
+            "not": {"anyOf": [{"required": ["stream"]}, {"required": ["readings"]}]},
+        },
+    ]
+    schema["examples"] = INGEST_EXAMPLES
+
+
 class IngestRequest(BaseModel):
     """Either one stream (``stream`` + ``readings``) or many (``streams``)."""
 
     model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "stream": "pump-7",
-                    "readings": [{"ts": 1700000000.0, "values": [0.1, 2.3, None]}],
-                },
-                {
-                    "streams": [
-                        {
-                            "stream": "pump-7",
-                            "readings": [{"ts": 1.0, "values": [1, 2, 3]}],
-                        },
-                        {
-                            "stream": "fan-2",
-                            "readings": [{"ts": 1.0, "values": [4, 5, 6]}],
-                        },
-                    ]
-                },
-            ]
-        }
+        extra="forbid",
+        json_schema_extra=_document_one_form,
     )
 
     stream: StreamName | None = None
-    readings: list[Reading] | None = None
+    readings: list[Reading] | None = Field(None, min_length=1)
     streams: list[StreamReadings] | None = Field(None, min_length=1)
 
     _increasing = field_validator("readings")(_increasing)
+
+    @field_validator("stream", "readings", "streams", mode="before")
+    @classmethod
+    def _not_null(cls, v: object) -> object:
+        if v is None:
+            raise ValueError("must not be null (leave the field out instead)")
+        return v
 
     @model_validator(mode="after")
     def _one_form(self) -> IngestRequest:
@@ -101,6 +139,11 @@ class IngestRequest(BaseModel):
         ]
 
 
+class ModelRef(BaseModel):
+    name: str
+    version: str
+
+
 class StreamIngestResult(BaseModel):
     stream: str
     accepted: int
@@ -115,6 +158,7 @@ class StreamIngestResult(BaseModel):
     alert: bool | None = None
     window_n: int | None = None
     window_end: float | None = None
+    model: ModelRef | None = None  # the model that scored that window
 
 
 class IngestResponse(BaseModel):
@@ -124,11 +168,6 @@ class IngestResponse(BaseModel):
 class ChannelShare(BaseModel):
     name: str
     share: float
-
-
-class ModelRef(BaseModel):
-    name: str
-    version: str
 
 
 class RiskRecord(BaseModel):
@@ -168,7 +207,22 @@ class RiskHistory(BaseModel):
 
 
 class StreamsResponse(BaseModel):
-    streams: list[str]
+    streams: list[str]  # by name, at most `limit`
+    next: str | None = Field(
+        None,
+        description="the last name of a full page: pass it as `after` for the next",
+    )
+
+
+class ReloadStatus(BaseModel):
+    """The last hot reload of the model (POST /admin/reload or SIGHUP)."""
+
+    outcome: Literal["none", "ok", "failed"]  # none: not reloaded since start-up
+    serving: ModelRef  # the model answering now
+    previous: ModelRef | None = None  # what an ok reload replaced
+    error: str | None = None  # why a failed one was refused (the old model stays)
+    at: datetime | None = None
+    seconds: float | None = None  # load + checks + warm-up
 
 
 class ErrorResponse(BaseModel):

@@ -4,8 +4,8 @@ shared micro-batch, keep the risk records. Knows the store, batcher and model; n
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, NamedTuple
+import time
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from pydantic_core import from_json, to_json
@@ -24,6 +24,9 @@ from service.schemas import (
     StreamIngestResult,
 )
 from service.store import AppendResult, Store, Window, fill_leading
+
+if TYPE_CHECKING:
+    from service.reload import ModelSlot
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 # what GET /risk copies from the newest risk record, in RiskResponse's field order
@@ -51,19 +54,49 @@ def _error(loc: list[str | int], msg: str, type_: str) -> dict[str, Any]:
     return {"loc": loc, "msg": msg, "type": type_}
 
 
+class StreamQuotaExceeded(Exception):
+    """New streams of a tenant that already has its quota of live streams."""
+
+    def __init__(self, tenant: str, streams: list[str], limit: int) -> None:
+        super().__init__(
+            f"tenant {tenant!r} already has {limit} live streams, the limit "
+            f"(SCJEPA_MAX_STREAMS_PER_TENANT); new stream(s) {streams[:5]} refused: "
+            "a stream idle for SCJEPA_STREAM_TTL_S frees its place"
+        )
+        self.streams = streams
+
+
 class Scorer:
     def __init__(
-        self, model: Model, store: Store, batcher: Batcher, settings: Settings
+        self,
+        slot: ModelSlot,
+        store: Store,
+        batcher: Batcher,
+        settings: Settings,
     ) -> None:
-        self.model = model
+        self.slot = slot
         self.store = store
         self.batcher = batcher
         self.settings = settings
-        self.window = model.window
-        self.hop = settings.hop or model.manifest.hop
-        m = model.manifest
-        self.ref = ModelRef(name=m.name, version=m.version)
-        self._ref = self.ref.model_dump()
+
+    @property
+    def model(self) -> Model:
+        """The model in service now (a reload swaps it; window and channels stay)."""
+        return self.slot.current
+
+    @property
+    def window(self) -> int:
+        return self.model.window
+
+    @property
+    def hop(self) -> int:
+        return self.settings.hop or self.model.manifest.hop
+
+    @property
+    def ref(self) -> ModelRef:
+        return ModelRef(
+            name=self.model.manifest.name, version=self.model.manifest.version
+        )
 
     # -- validation that needs the model (the schema did the rest)
     def prepare(
@@ -76,6 +109,7 @@ class Scorer:
         """
         arrays, errors = [], []
         v = self.model.n_channels
+        horizon = time.time() + self.settings.max_future_s
         for k, item in enumerate(items):
             base: list[str | int] = ["body", "streams", k] if batch_form else ["body"]
             rows = item.rows
@@ -108,16 +142,42 @@ class Scorer:
                 )
                 continue
             ts = np.array(item.ts, dtype=np.float64)
+            if ts[-1] > horizon:  # increasing: the last is the latest
+                i = int(np.argmax(ts > horizon))
+                errors.append(
+                    _error(
+                        [*base, "readings", i, "ts"],
+                        f"ts = {ts[i]:.17g} is more than "
+                        f"{self.settings.max_future_s:g} s ahead of the service's "
+                        "clock (SCJEPA_MAX_FUTURE_S): it would make every later "
+                        "reading of the stream late",
+                        "ts_in_future",
+                    )
+                )
+                continue
             arrays.append(Readings(ts, x.astype(np.float32)))
         return arrays, errors
 
     # -- ingest
     async def ingest(
-        self, streams: list[str], arrays: list[Readings]
+        self, tenant: str, streams: list[str], arrays: list[Readings]
     ) -> list[StreamIngestResult]:
-        appended = await asyncio.gather(
-            *(self._append(s, x) for s, x in zip(streams, arrays, strict=True))
+        """Raises :class:`StreamQuotaExceeded` (nothing stored) when a new stream
+        would take the tenant past its quota."""
+        limit = self.settings.max_streams_per_tenant
+        refused = await self.store.register(tenant, streams, limit)
+        if refused:
+            metrics.REFUSED.labels(reason="stream_quota").inc()
+            raise StreamQuotaExceeded(tenant, refused, limit)
+        appended = await self.store.append_many(
+            tenant,
+            [(s, x.ts, x.values) for s, x in zip(streams, arrays, strict=True)],
+            window=self.window,
+            hop=self.hop,
+            max_windows=self.settings.max_windows_per_ingest,
         )
+        for res in appended:
+            self._count(res)
         windows = [
             (s, w)
             for s, res in zip(streams, appended, strict=True)
@@ -129,13 +189,12 @@ class Scorer:
             scores = await self.batcher.score(x)
             for j, (stream, w) in enumerate(windows):
                 records.setdefault(stream, []).append(self._record(w, scores, j))
-            await asyncio.gather(
-                *(
-                    self.store.put_risks(
-                        s, [(r.n, r.model_dump_json()) for r in recs], recs[-1].risk
-                    )
+            await self.store.put_risks_many(
+                tenant,
+                [
+                    (s, [(r.n, r.model_dump_json()) for r in recs], recs[-1].risk)
                     for s, recs in records.items()
-                )
+                ],
             )
         results = []
         for stream, res in zip(streams, appended, strict=True):
@@ -153,28 +212,22 @@ class Scorer:
                     alert=recs[-1].alert if recs else None,
                     window_n=recs[-1].n if recs else None,
                     window_end=recs[-1].window_end if recs else None,
+                    model=recs[-1].model if recs else None,
                 )
             )
         return results
 
-    async def _append(self, stream: str, x: Readings) -> AppendResult:
-        res = await self.store.append(
-            stream,
-            x.ts,
-            x.values,
-            window=self.window,
-            hop=self.hop,
-            max_windows=self.settings.max_windows_per_ingest,
-        )
+    def _count(self, res: AppendResult) -> None:
         metrics.READINGS.labels(outcome="accepted").inc(res.accepted)
         metrics.READINGS.labels(outcome="duplicate").inc(res.duplicates)
         metrics.READINGS.labels(outcome="rejected").inc(res.late)
         metrics.WINDOWS_SKIPPED.inc(res.completed - len(res.windows))
-        return res
 
     def _record(self, w: Window, scores: Scores, j: int) -> RiskRecord:
-        """The risk record of window ``w``, row ``j`` of the batch ``scores``."""
-        m = self.model.manifest
+        """The risk record of window ``w``, row ``j`` of the batch ``scores``, named
+        after the model that scored it."""
+        by = scores.by or self.model
+        m = by.manifest
         risk, contrib = float(scores.risk[j]), scores.contrib[j]
         order = np.argsort(-contrib, kind="stable")[: self.settings.top_channels]
         top = [
@@ -192,16 +245,16 @@ class Scorer:
             window_end=w.end_ts,
             top_channels=top,
             codes=[int(c) for c in scores.codes[j]],
-            model=self.ref,
+            model=ModelRef(name=m.name, version=m.version),
             computed_at=now_utc(),
         )
 
     # -- reads
-    async def risk(self, stream: str) -> bytes | None:
+    async def risk(self, tenant: str, stream: str) -> bytes | None:
         """GET /risk's body (a :class:`RiskResponse`, as JSON), None for an unknown
         stream. One store round trip; the stored record is re-keyed as plain JSON,
         no pydantic models on this path (it is the one polled most)."""
-        state, latest = await self.store.latest(stream)
+        state, latest = await self.store.latest(tenant, stream)
         if state is None and latest is None:
             return None
         total = state.total if state else 0
@@ -219,7 +272,7 @@ class Scorer:
                 "window_start": None,
                 "window_end": None,
                 "top_channels": [],
-                "model": self._ref,
+                "model": self.ref.model_dump(),
                 "computed_at": None,
             }
         else:
@@ -233,9 +286,9 @@ class Scorer:
             out |= {k: rec[k] for k in RISK_FIELDS}
         return to_json(out)
 
-    async def history(self, stream: str, limit: int) -> RiskHistory | None:
-        raw = await self.store.risks(stream, limit)
-        if not raw and await self.store.state(stream) is None:
+    async def history(self, tenant: str, stream: str, limit: int) -> RiskHistory | None:
+        raw = await self.store.risks(tenant, stream, limit)
+        if not raw and await self.store.state(tenant, stream) is None:
             return None
         return RiskHistory(
             stream=stream, items=[RiskRecord.model_validate_json(r) for r in raw]

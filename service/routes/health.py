@@ -7,10 +7,12 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service import metrics
+from service.deps import OpsKey, errors
 from service.schemas import HealthResponse
 from service.store import StoreUnavailable
 
-router = APIRouter(tags=["health"])
+# open unless SCJEPA_OPS_KEY_ROUTES puts a route behind an @ops key
+router = APIRouter(tags=["health"], dependencies=[OpsKey], responses=errors(401))
 
 
 @router.get("/healthz")
@@ -23,7 +25,8 @@ async def healthz() -> HealthResponse:
 async def readyz(request: Request) -> JSONResponse:
     """Model loaded and warmed, batcher running, store reachable, active provider
     named; else 503."""
-    model = getattr(request.app.state, "model", None)
+    slot = getattr(request.app.state, "slot", None)
+    model = slot.current if slot is not None else None
     store = getattr(request.app.state, "store", None)
     scorer = getattr(request.app.state, "scorer", None)
     checks: dict[str, object] = {
@@ -49,10 +52,10 @@ async def readyz(request: Request) -> JSONResponse:
 async def prometheus(request: Request) -> Response:
     """Prometheus exposition format; the stream gauges are refreshed from the store."""
     store = getattr(request.app.state, "store", None)
-    model = getattr(request.app.state, "model", None)
-    if store is not None and model is not None:
+    slot = getattr(request.app.state, "slot", None)
+    if store is not None and slot is not None:
         try:
-            s = await store.summary(model.manifest.threshold)
+            s = await store.summary(slot.current.manifest.threshold)
             metrics.set_summary(s.streams, s.in_alert, s.max_risk)
         except StoreUnavailable:
             pass  # keep the last values; readyz reports the store

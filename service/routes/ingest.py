@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service import handlers
-from service.deps import ApiKeyHeader, ScorerDep
-from service.schemas import ErrorResponse, IngestResponse
+from service.deps import ApiKeyHeader, DoorDep, ScorerDep, errors
+from service.handlers import Meta
+from service.schemas import IngestResponse
 
 router = APIRouter(prefix="/ingest", tags=["ingest"])
 
@@ -29,20 +30,17 @@ BODY_DOC = {
     "",
     response_model=IngestResponse,
     openapi_extra=BODY_DOC,
-    responses={
-        413: {"model": ErrorResponse, "description": "too many readings"},
-        422: {"description": "a field is invalid; `detail[].loc` names it"},
-        503: {"model": ErrorResponse, "description": "store unreachable"},
-    },
+    responses=errors(401, 403, 413, 415, 422, 429, 503),
 )
 async def ingest(
-    request: Request, scorer: ScorerDep, x_api_key: ApiKeyHeader = None
+    request: Request, scorer: ScorerDep, door: DoorDep, x_api_key: ApiKeyHeader = None
 ) -> Response:
     """Store readings, score every window they complete, report counts per stream.
 
     Body: `IngestRequest`. Re-sending readings is safe: a timestamp already accepted
     counts as a duplicate. A reading older than the stream's newest is rejected (late).
-    A request that fails validation (422) stores nothing.
+    A request that fails validation (4xx) stores nothing.
     """
-    reply = await handlers.ingest(await request.body(), x_api_key, scorer)
+    meta = Meta.of(request.scope["headers"])
+    reply = await handlers.ingest(meta, request.body, scorer, door)
     return reply.response()

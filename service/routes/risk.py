@@ -1,21 +1,24 @@
 """GET /risk/{stream} (FastAPI adapter over service.handlers.risk), the stream's
-history, and the list of streams."""
+history, and the list of the tenant's streams."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from service import handlers
-from service.deps import ApiKey, ApiKeyHeader, ScorerDep, StoreDep
-from service.schemas import (
-    STREAM_PATTERN,
-    ErrorResponse,
-    RiskHistory,
-    RiskResponse,
-    StreamsResponse,
+from service.deps import (
+    ApiKeyHeader,
+    DoorDep,
+    Refused,
+    ScorerDep,
+    StoreDep,
+    TenantDep,
+    errors,
 )
+from service.handlers import Meta
+from service.schemas import STREAM_PATTERN, RiskHistory, RiskResponse, StreamsResponse
 
 router = APIRouter(tags=["risk"])
 
@@ -23,33 +26,50 @@ StreamPath = Annotated[str, Path(pattern=STREAM_PATTERN)]
 # Documented with the pattern but checked by the handler, after the key, as the fast
 # path does: a bad name without a key is a 401 whichever adapter answers.
 StreamDoc = Annotated[str, Path(json_schema_extra={"pattern": STREAM_PATTERN})]
-NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorResponse, "description": "unknown stream"}
-}
+MAX_PAGE = 10_000
 
 
-@router.get("/risk/{stream}", response_model=RiskResponse, responses=NOT_FOUND)
+@router.get(
+    "/risk/{stream}",
+    response_model=RiskResponse,
+    responses=errors(401, 404, 422, 429, 503),
+)
 async def risk(
-    stream: StreamDoc, scorer: ScorerDep, x_api_key: ApiKeyHeader = None
+    request: Request,
+    stream: StreamDoc,
+    scorer: ScorerDep,
+    door: DoorDep,
+    x_api_key: ApiKeyHeader = None,
 ) -> Response:
     """Latest risk of a stream, or its warm-up progress before the first full window."""
-    return (await handlers.risk(stream, x_api_key, scorer)).response()
+    meta = Meta.of(request.scope["headers"])
+    return (await handlers.risk(stream, meta, scorer, door)).response()
 
 
-@router.get("/risk/{stream}/history", responses=NOT_FOUND, dependencies=[ApiKey])
+@router.get("/risk/{stream}/history", responses=errors(401, 404, 422, 429, 503))
 async def history(
     stream: StreamPath,
+    tenant: TenantDep,
     scorer: ScorerDep,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 50,
 ) -> RiskHistory:
     """The stream's most recent risk records, newest first."""
-    out = await scorer.history(stream, limit)
+    out = await scorer.history(tenant, stream, limit)
     if out is None:
-        raise HTTPException(404, detail=handlers.unknown_stream(stream))
+        raise Refused(handlers.detail(404, handlers.unknown_stream(stream)))
     return out
 
 
-@router.get("/streams", dependencies=[ApiKey])
-async def streams(store: StoreDep) -> StreamsResponse:
-    """Streams that sent readings within the idle TTL."""
-    return StreamsResponse(streams=await store.streams())
+@router.get("/streams", responses=errors(401, 422, 429, 503))
+async def streams(
+    tenant: TenantDep,
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 1000,
+    after: Annotated[str | None, Query(pattern=STREAM_PATTERN)] = None,
+) -> StreamsResponse:
+    """The tenant's streams that sent readings within the idle TTL, by name, a page at
+    a time: pass the answer's `next` as `after` for the next page."""
+    names = await store.streams(tenant, after, limit)
+    return StreamsResponse(
+        streams=names, next=names[-1] if len(names) == limit else None
+    )

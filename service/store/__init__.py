@@ -117,11 +117,16 @@ def fill_leading(values: np.ndarray) -> np.ndarray:
 
 
 class Store(ABC):
-    """The operations the service needs; every method is one round trip or script."""
+    """The operations the service needs; every method is one round trip or script.
+
+    Every stream belongs to a tenant: its state is keyed by (tenant, stream), so one
+    tenant's calls never reach another's streams, whatever the names.
+    """
 
     @abstractmethod
     async def append(
         self,
+        tenant: str,
         stream: str,
         ts: np.ndarray,
         values: np.ndarray,
@@ -133,34 +138,82 @@ class Store(ABC):
         """Apply the rules above to readings with strictly increasing ``ts`` (R,)
         float64; ``values`` (R, V) float32, NaN for a missing value."""
 
+    async def append_many(
+        self,
+        tenant: str,
+        items: list[tuple[str, np.ndarray, np.ndarray]],
+        *,
+        window: int,
+        hop: int,
+        max_windows: int,
+    ) -> list[AppendResult]:
+        """:meth:`append` for several streams (stream, ts, values), in order. Stores
+        with round trips override it to make one, whatever the number of streams
+        (one request's streams must not take every pooled connection)."""
+        return [
+            await self.append(
+                tenant, s, ts, v, window=window, hop=hop, max_windows=max_windows
+            )
+            for s, ts, v in items
+        ]
+
+    async def put_risks_many(
+        self, tenant: str, items: list[tuple[str, list[tuple[int, str]], float]]
+    ) -> None:
+        """:meth:`put_risks` for several streams (stream, records, latest risk)."""
+        for stream, records, latest_risk in items:
+            await self.put_risks(tenant, stream, records, latest_risk)
+
     @abstractmethod
-    async def state(self, stream: str) -> StreamState | None:
+    async def register(
+        self, tenant: str, streams: list[str], max_streams: int
+    ) -> list[str]:
+        """Note the streams as live (the idle TTL starts again) and return those
+        refused because the tenant already has ``max_streams`` live streams (only new
+        streams are refused). Called before :meth:`append`."""
+
+    @abstractmethod
+    async def state(self, tenant: str, stream: str) -> StreamState | None:
         """Reading counts of a known stream, None for an unknown (or expired) one."""
 
     @abstractmethod
     async def put_risks(
-        self, stream: str, records: list[tuple[int, str]], latest_risk: float
+        self,
+        tenant: str,
+        stream: str,
+        records: list[tuple[int, str]],
+        latest_risk: float,
     ) -> None:
         """Add (window count n, JSON record) pairs to the stream's capped history and
         note ``latest_risk`` (of the newest record) for :meth:`summary`."""
 
     @abstractmethod
-    async def risks(self, stream: str, limit: int) -> list[str]:
+    async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:
         """The latest ``limit`` risk records (JSON), newest first."""
 
-    async def latest(self, stream: str) -> tuple[StreamState | None, str | None]:
+    async def latest(
+        self, tenant: str, stream: str
+    ) -> tuple[StreamState | None, str | None]:
         """:meth:`state` and the newest risk record (JSON) together: what GET /risk
         reads. Stores with round trips override it to make one."""
-        state, recs = await self.state(stream), await self.risks(stream, 1)
+        state = await self.state(tenant, stream)
+        recs = await self.risks(tenant, stream, 1)
         return state, recs[0] if recs else None
 
     @abstractmethod
-    async def streams(self) -> list[str]:
-        """Names of the streams not idle for longer than the TTL, sorted."""
+    async def streams(self, tenant: str, after: str | None, limit: int) -> list[str]:
+        """The tenant's streams not idle for longer than the TTL, sorted by name: the
+        first ``limit`` after ``after`` (a page; cost bounded by ``limit``)."""
 
     @abstractmethod
     async def summary(self, threshold: float) -> Summary:
-        """Counts for the gauges: live streams, streams in alert, highest latest risk."""
+        """Counts for the gauges, over every tenant: live streams, streams in alert,
+        highest latest risk (cost independent of the number of streams)."""
+
+    @abstractmethod
+    async def rate(self, bucket: str, rps: float, burst: int) -> float:
+        """Take one request from the token bucket ``bucket`` (``rps`` a second, up to
+        ``burst`` at once): 0.0 when allowed, else the seconds until it would be."""
 
     @abstractmethod
     async def ping(self) -> None:
@@ -168,6 +221,16 @@ class Store(ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""
+
+
+def gcra(tat: float, now: float, rps: float, burst: int) -> tuple[float, float]:
+    """Generic cell rate algorithm (a token bucket in one number): from the bucket's
+    theoretical arrival time ``tat``, (new tat, 0.0) when a request at ``now`` is
+    allowed, else (tat unchanged, seconds to wait). The Redis script mirrors it."""
+    period = 1.0 / rps
+    new = max(tat, now) + period
+    wait = new - burst * period - now
+    return (tat, wait) if wait > 0 else (new, 0.0)
 
 
 def make_store(
@@ -212,6 +275,7 @@ __all__ = [
     "completed_ends",
     "fill_leading",
     "forward_fill",
+    "gcra",
     "make_store",
     "row_dtype",
 ]

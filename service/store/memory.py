@@ -2,13 +2,16 @@
 
 Each method runs without awaiting, so on one event loop it is atomic like the Redis
 script. Rows are kept as numpy arrays, filled by :func:`service.store.forward_fill`.
+Streams are keyed by (tenant, stream); idle ones are dropped oldest first as calls come
+(the touch order is kept, so that costs nothing per live stream), and each tenant's
+names are kept sorted for paged listing.
 """
 
 from __future__ import annotations
 
 import bisect
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,7 +24,10 @@ from service.store import (
     Window,
     completed_ends,
     forward_fill,
+    gcra,
 )
+
+Key = tuple[str, str]  # (tenant, stream)
 
 
 @dataclass
@@ -43,17 +49,64 @@ class MemoryStore(Store):
         self.ttl_s = ttl_s
         self.history_len = history_len
         self.dedupe_horizon = dedupe_horizon
-        self._streams: dict[str, _Stream] = {}
+        self._streams: OrderedDict[Key, _Stream] = OrderedDict()  # oldest touch first
+        self._names: dict[str, list[str]] = {}  # tenant -> sorted stream names
+        self._buckets: dict[str, float] = {}  # rate-limit bucket -> tat
 
-    def _get(self, stream: str) -> _Stream | None:
-        s = self._streams.get(stream)
+    # -- bookkeeping
+    def _expire(self, limit: int | None = None) -> None:
+        """Drop streams idle past the TTL, oldest first (at most ``limit``)."""
+        cutoff = time.monotonic() - self.ttl_s
+        n = 0
+        while self._streams and (limit is None or n < limit):
+            key, s = next(iter(self._streams.items()))
+            if s.touched >= cutoff:
+                break
+            self._drop(key)
+            n += 1
+
+    def _drop(self, key: Key) -> None:
+        del self._streams[key]
+        names = self._names.get(key[0], [])
+        i = bisect.bisect_left(names, key[1])
+        if i < len(names) and names[i] == key[1]:
+            del names[i]
+        if not names:
+            self._names.pop(key[0], None)
+
+    def _get(self, key: Key) -> _Stream | None:
+        s = self._streams.get(key)
         if s is not None and time.monotonic() - s.touched > self.ttl_s:
-            del self._streams[stream]
+            self._drop(key)
             return None
         return s
 
+    def _touch(self, key: Key) -> _Stream:
+        s = self._get(key)
+        if s is None:
+            s = self._streams[key] = _Stream()
+            bisect.insort(self._names.setdefault(key[0], []), key[1])
+        s.touched = time.monotonic()
+        self._streams.move_to_end(key)
+        return s
+
+    # -- the interface
+    async def register(
+        self, tenant: str, streams: list[str], max_streams: int
+    ) -> list[str]:
+        self._expire(1000)
+        refused = []
+        for stream in streams:
+            known = self._get((tenant, stream)) is not None
+            if known or len(self._names.get(tenant, ())) < max_streams:
+                self._touch((tenant, stream))
+            else:
+                refused.append(stream)
+        return refused
+
     async def append(
         self,
+        tenant: str,
         stream: str,
         ts: np.ndarray,
         values: np.ndarray,
@@ -62,8 +115,7 @@ class MemoryStore(Store):
         hop: int,
         max_windows: int,
     ) -> AppendResult:
-        s = self._get(stream) or self._streams.setdefault(stream, _Stream())
-        s.touched = time.monotonic()
+        s = self._touch((tenant, stream))
         n0, dup, late = s.total, 0, 0
         keep: list[int] = []
         for i, t in enumerate(ts.tolist()):
@@ -94,34 +146,51 @@ class MemoryStore(Store):
         s.buf = deque(held[-window:])
         return AppendResult(len(rows), dup, late, s.total, len(ends), windows)
 
-    async def state(self, stream: str) -> StreamState | None:
-        s = self._get(stream)
-        if s is None:
+    async def state(self, tenant: str, stream: str) -> StreamState | None:
+        s = self._get((tenant, stream))
+        if s is None or s.total == 0:
             return None
         return StreamState(s.total, len(s.buf), s.last_ts)
 
     async def put_risks(
-        self, stream: str, records: list[tuple[int, str]], latest_risk: float
+        self,
+        tenant: str,
+        stream: str,
+        records: list[tuple[int, str]],
+        latest_risk: float,
     ) -> None:
-        s = self._get(stream) or self._streams.setdefault(stream, _Stream())
+        s = self._get((tenant, stream))
+        if s is None:
+            return  # expired in between: nothing to attach the records to
         s.latest_risk = latest_risk
         for rec in records:
             bisect.insort(s.risks, rec, key=lambda r: r[0])
         del s.risks[: -self.history_len]
 
-    async def risks(self, stream: str, limit: int) -> list[str]:
-        s = self._get(stream)
+    async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:
+        s = self._get((tenant, stream))
         return [] if s is None else [r for _, r in reversed(s.risks[-limit:])]
 
-    async def streams(self) -> list[str]:
-        return sorted(name for name in list(self._streams) if self._get(name))
+    async def streams(self, tenant: str, after: str | None, limit: int) -> list[str]:
+        self._expire(1000)
+        names = self._names.get(tenant, [])
+        i = bisect.bisect_right(names, after) if after is not None else 0
+        return [n for n in names[i : i + limit] if self._get((tenant, n))]
 
     async def summary(self, threshold: float) -> Summary:
-        live = [s for name in list(self._streams) if (s := self._get(name))]
-        risks = [s.latest_risk for s in live if s.latest_risk is not None]
+        self._expire()
+        risks = [r for s in self._streams.values() if (r := s.latest_risk) is not None]
         return Summary(
-            len(live), sum(r >= threshold for r in risks), max(risks, default=0.0)
+            len(self._streams),
+            sum(r >= threshold for r in risks),
+            max(risks, default=0.0),
         )
+
+    async def rate(self, bucket: str, rps: float, burst: int) -> float:
+        now = time.monotonic()
+        tat, wait = gcra(self._buckets.get(bucket, now), now, rps, burst)
+        self._buckets[bucket] = tat
+        return wait
 
     async def ping(self) -> None:
         return None

@@ -30,14 +30,18 @@ from service.store import (
 
 T = TypeVar("T")
 
-# Keys; the {stream} hash tag keeps one stream's keys in one Redis Cluster slot, so the
-# script may touch them all:
-#   scjepa:{pump-7}:rows      list of the last `window` packed rows (row_dtype)
-#   scjepa:{pump-7}:seen      zset of accepted timestamps (the dedupe horizon)
-#   scjepa:{pump-7}:state     hash: n (readings accepted), last_ts
-#   scjepa:{pump-7}:risk      zset of JSON risk records scored by window count n
-#   scjepa:{global}:streams   zset stream -> last ingest time (GET /streams, TTL)
-#   scjepa:{global}:latest    zset stream -> latest risk (the gauges)
+# Keys; the {tenant/stream} hash tag keeps one stream's keys in one Redis Cluster slot,
+# so one script may touch them all (a tenant name has no '/', a stream name neither):
+#   scjepa:{acme/pump-7}:rows    list of the last `window` packed rows (row_dtype)
+#   scjepa:{acme/pump-7}:seen    zset of accepted timestamps (the dedupe horizon)
+#   scjepa:{acme/pump-7}:state   hash: n (readings accepted), last_ts
+#   scjepa:{acme/pump-7}:risk    zset of JSON risk records scored by window count n
+#   scjepa:{acme}:names          zset of the tenant's live streams, score 0 (by name:
+#                                GET /streams pages, the stream quota counts them)
+#   scjepa:{acme}:touched        zset stream -> last ingest time (the idle TTL)
+#   scjepa:{global}:streams      zset tenant/stream -> last ingest time (the gauges)
+#   scjepa:{global}:latest       zset tenant/stream -> latest risk (the gauges)
+#   scjepa:{rate:KEYID}          one API key's rate-limit bucket (GCRA: a timestamp)
 
 # KEYS: rows, seen, state. ARGV: window, hop, ttl, horizon, max_windows, row size
 # (V values' bytes), then the readings as three packed strings: ts (one TS each),
@@ -134,9 +138,85 @@ local rec = redis.call('ZREVRANGE', KEYS[3], 0, 0)
 return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or false}
 """
 
-# Refresh a stream's entry in the global registry at most this often per replica: the
-# registry only needs to know the stream is live (TTL in days), not every call.
+# KEYS: the tenant's names, touched. ARGV: now, cutoff (older = idle past the TTL),
+# the tenant's stream quota, ttl, then the streams. Forgets up to EXPIRE_BATCH idle
+# streams, marks the known ones live, adds new ones while under the quota; returns the
+# refused. Bounded: O(streams x log N), whatever the tenant's count.
+EXPIRE_BATCH = 1000
+REGISTER = f"""
+local names, touched = KEYS[1], KEYS[2]
+local now, cutoff, quota = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local old = redis.call('ZRANGEBYSCORE', touched, '-inf', cutoff, 'LIMIT', 0, {EXPIRE_BATCH})
+if #old > 0 then
+  redis.call('ZREM', touched, unpack(old))
+  redis.call('ZREM', names, unpack(old))
+end
+local count = redis.call('ZCARD', names)
+local refused = {{}}
+for i = 5, #ARGV do
+  local s = ARGV[i]
+  if redis.call('ZSCORE', touched, s) then
+    redis.call('ZADD', touched, now, s)
+  elseif count < quota then
+    redis.call('ZADD', touched, now, s)
+    redis.call('ZADD', names, 0, s)
+    count = count + 1
+  else
+    refused[#refused + 1] = s
+  end
+end
+redis.call('EXPIRE', names, ARGV[4])
+redis.call('EXPIRE', touched, ARGV[4])
+return refused
+"""
+
+# KEYS: the tenant's names, touched. ARGV: cutoff, the range start ('-' or '(NAME'),
+# limit. One page of live names, by name.
+LIST = f"""
+local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', ARGV[1], 'LIMIT', 0, {EXPIRE_BATCH})
+if #old > 0 then
+  redis.call('ZREM', KEYS[2], unpack(old))
+  redis.call('ZREM', KEYS[1], unpack(old))
+end
+return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
+"""
+
+# KEYS: {global}:streams, {global}:latest. ARGV: cutoff, threshold. Forgets a batch of
+# idle streams, then counts with range queries: O(log N) per scrape, not O(N).
+SUMMARY = f"""
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {10 * EXPIRE_BATCH})
+if #old > 0 then
+  for s = 1, #old, 1000 do
+    local part = {{unpack(old, s, math.min(s + 999, #old))}}
+    redis.call('ZREM', KEYS[1], unpack(part))
+    redis.call('ZREM', KEYS[2], unpack(part))
+  end
+end
+local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
+local alert = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
+local top = redis.call('ZREVRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+return {{n, alert, top[2] or false}}
+"""
+
+# KEYS: the bucket. ARGV: period and burst in microseconds. GCRA on Redis's clock (one
+# clock for every replica); mirrors service.store.gcra. Returns the wait in µs (0: ok).
+RATE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local period, burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new = tat + period
+local wait = new - burst - now
+if wait > 0 then return math.ceil(wait) end
+redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000) + 1000)
+return 0
+"""
+
+# Register a stream again at most this often per replica: the registry only needs to
+# know the stream is live (TTL in days), not every call.
 TOUCH_EVERY_S = 5.0
+MEMO_MAX = 100_000  # streams remembered as registered, per replica
 
 
 def _pack(values: np.ndarray, ts: np.ndarray) -> list[Any]:
@@ -149,6 +229,23 @@ def _pack(values: np.ndarray, ts: np.ndarray) -> list[Any]:
 def _unpack(raw: list[bytes], n_channels: int) -> np.ndarray:
     """Rows as returned by the script -> structured array with fields ts and v."""
     return np.frombuffer(b"".join(raw), dtype=row_dtype(n_channels))
+
+
+def _appended(reply: Any, n_channels: int, window: int) -> AppendResult:
+    """The append script's reply -> AppendResult with its windows cut."""
+    accepted, dup, late, total, count, ends, raw = reply
+    windows = []
+    if ends:
+        rows = _unpack(raw, n_channels)
+        first = ends[0] - window + 1  # reading count of rows[0]
+        for n in ends:
+            part = rows[n - window + 1 - first : n - first + 1]
+            windows.append(
+                Window(int(n), float(part["ts"][0]), float(part["ts"][-1]), part["v"])
+            )
+    return AppendResult(
+        int(accepted), int(dup), int(late), int(total), int(count), windows
+    )
 
 
 class RedisStore(Store):
@@ -180,14 +277,23 @@ class RedisStore(Store):
         self.client = aioredis.Redis(connection_pool=pool)
         self._append = self.client.register_script(APPEND)
         self._latest = self.client.register_script(LATEST)
-        self._touched: dict[str, float] = {}  # stream -> when this replica last touched
+        self._register = self.client.register_script(REGISTER)
+        self._list = self.client.register_script(LIST)
+        self._summary = self.client.register_script(SUMMARY)
+        self._rate = self.client.register_script(RATE)
+        # tenant/stream -> when this replica last registered it
+        self._touched: dict[str, float] = {}
         self._touch_every = min(TOUCH_EVERY_S, ttl_s / 10)
+        self._pruned = time.monotonic()
 
-    def _key(self, stream: str, what: str) -> str:
-        return f"{self.prefix}:{{{stream}}}:{what}"
+    def _key(self, tenant: str, stream: str, what: str) -> str:
+        return f"{self.prefix}:{{{tenant}/{stream}}}:{what}"
+
+    def _tenant(self, tenant: str, what: str) -> str:
+        return f"{self.prefix}:{{{tenant}}}:{what}"
 
     def _global(self, what: str) -> str:
-        return f"{self.prefix}:{{global}}:{what}"  # one slot, so ZINTER may join them
+        return f"{self.prefix}:{{global}}:{what}"  # one slot, so one script reads both
 
     async def _call(self, op: str, coro: Awaitable[T]) -> T:
         start = time.perf_counter()
@@ -198,8 +304,36 @@ class RedisStore(Store):
         finally:
             metrics.STORE_LATENCY.labels(op=op).observe(time.perf_counter() - start)
 
+    async def register(
+        self, tenant: str, streams: list[str], max_streams: int
+    ) -> list[str]:
+        now, every = time.monotonic(), self._touch_every
+        if now - self._pruned >= every:  # forget what must be registered again anyway
+            self._pruned = now
+            self._touched = {k: t for k, t in self._touched.items() if now - t < every}
+        memo = self._touched
+        due = [s for s in streams if now - memo.get(f"{tenant}/{s}", -every) >= every]
+        if not due:
+            return []
+        wall = time.time()
+        cutoff = repr(wall - self.ttl_s)
+        keys = [self._tenant(tenant, "names"), self._tenant(tenant, "touched")]
+        args: list[str | int] = [repr(wall), cutoff, max_streams, self.ttl_s, *due]
+        refused = {
+            cast(bytes, r).decode()
+            for r in await self._call("register", self._register(keys=keys, args=args))
+        }
+        live = {f"{tenant}/{s}": wall for s in due if s not in refused}
+        if live:
+            await self._call("touch", self.client.zadd(self._global("streams"), live))
+            if len(self._touched) > MEMO_MAX:  # bound the memo, not the streams
+                self._touched.clear()
+            self._touched.update(dict.fromkeys(live, now))
+        return [s for s in due if s in refused]
+
     async def append(
         self,
+        tenant: str,
         stream: str,
         ts: np.ndarray,
         values: np.ndarray,
@@ -208,92 +342,103 @@ class RedisStore(Store):
         hop: int,
         max_windows: int,
     ) -> AppendResult:
-        args = [window, hop, self.ttl_s, self.dedupe_horizon, max_windows]
-        args += _pack(values, ts)
-        keys = [self._key(stream, k) for k in ("rows", "seen", "state")]
-        reply = await self._call("append", self._append(keys=keys, args=args))
-        accepted, dup, late, total, count, ends, raw = reply
-        windows = []
-        if ends:
-            rows = _unpack(raw, values.shape[1])
-            first = ends[0] - window + 1  # reading count of rows[0]
-            for n in ends:
-                part = rows[n - window + 1 - first : n - first + 1]
-                windows.append(
-                    Window(
-                        int(n), float(part["ts"][0]), float(part["ts"][-1]), part["v"]
-                    )
-                )
-        now = time.monotonic()
-        every = self._touch_every
-        if accepted and now - self._touched.get(stream, -every) >= every:
-            if len(self._touched) > 100_000:  # bound the memo, not the streams
-                self._touched.clear()
-            self._touched[stream] = now
-            await self._call(
-                "touch",
-                self.client.zadd(self._global("streams"), {stream: time.time()}),
-            )
-        return AppendResult(
-            int(accepted), int(dup), int(late), int(total), int(count), windows
-        )
+        (res,) = await self.append_many(
+            tenant, [(stream, ts, values)], window=window, hop=hop,
+            max_windows=max_windows,
+        )  # fmt: skip
+        return res
 
-    async def state(self, stream: str) -> StreamState | None:
+    async def append_many(
+        self,
+        tenant: str,
+        items: list[tuple[str, np.ndarray, np.ndarray]],
+        *,
+        window: int,
+        hop: int,
+        max_windows: int,
+    ) -> list[AppendResult]:
+        """One script call per stream, all in one pipeline: one round trip and one
+        pooled connection per request, whatever its number of streams."""
         pipe = self.client.pipeline(transaction=False)
-        pipe.hmget(self._key(stream, "state"), ["n", "last_ts"])
-        pipe.llen(self._key(stream, "rows"))
+        for stream, ts, values in items:
+            args = [window, hop, self.ttl_s, self.dedupe_horizon, max_windows]
+            args += _pack(values, ts)
+            keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state")]
+            await self._append(keys=keys, args=args, client=pipe)
+        replies = await self._call("append", pipe.execute())
+        return [
+            _appended(reply, values.shape[1], window)
+            for reply, (_, _, values) in zip(replies, items, strict=True)
+        ]
+
+    async def state(self, tenant: str, stream: str) -> StreamState | None:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hmget(self._key(tenant, stream, "state"), ["n", "last_ts"])
+        pipe.llen(self._key(tenant, stream, "rows"))
         (n, last_ts), buffered = await self._call("state", pipe.execute())
         if n is None:
             return None
         return StreamState(int(n), int(buffered), float(last_ts))
 
     async def put_risks(
-        self, stream: str, records: list[tuple[int, str]], latest_risk: float
+        self,
+        tenant: str,
+        stream: str,
+        records: list[tuple[int, str]],
+        latest_risk: float,
     ) -> None:
-        key = self._key(stream, "risk")
-        pipe = self.client.pipeline(transaction=False)  # keys in two Cluster slots
-        pipe.zadd(key, {rec: n for n, rec in records})
-        pipe.zremrangebyrank(key, 0, -self.history_len - 1)
-        pipe.expire(key, self.ttl_s)
-        pipe.zadd(self._global("latest"), {stream: latest_risk})
+        await self.put_risks_many(tenant, [(stream, records, latest_risk)])
+
+    async def put_risks_many(
+        self, tenant: str, items: list[tuple[str, list[tuple[int, str]], float]]
+    ) -> None:
+        pipe = self.client.pipeline(transaction=False)  # keys in several Cluster slots
+        for stream, records, _ in items:
+            key = self._key(tenant, stream, "risk")
+            pipe.zadd(key, {rec: n for n, rec in records})
+            pipe.zremrangebyrank(key, 0, -self.history_len - 1)
+            pipe.expire(key, self.ttl_s)
+        latest = {f"{tenant}/{stream}": risk for stream, _, risk in items}
+        pipe.zadd(self._global("latest"), latest)
         await self._call("put_risks", pipe.execute())
 
-    async def risks(self, stream: str, limit: int) -> list[str]:
-        key = self._key(stream, "risk")
+    async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:
+        key = self._key(tenant, stream, "risk")
         raw = await self._call("risks", self.client.zrevrange(key, 0, limit - 1))
         return [cast(bytes, r).decode() for r in raw]
 
-    async def latest(self, stream: str) -> tuple[StreamState | None, str | None]:
+    async def latest(
+        self, tenant: str, stream: str
+    ) -> tuple[StreamState | None, str | None]:
         """State and newest risk record in one round trip: one read-only script, which
         costs redis-py less than a pipeline of the three reads (docs/notebook/
         benchmarks.md, Service)."""
-        keys = [self._key(stream, k) for k in ("state", "rows", "risk")]
+        keys = [self._key(tenant, stream, k) for k in ("state", "rows", "risk")]
         n, last_ts, buffered, rec = await self._call("latest", self._latest(keys=keys))
         state = (
             None if n is None else StreamState(int(n), int(buffered), float(last_ts))
         )
         return state, None if rec is None else cast(bytes, rec).decode()
 
-    async def _live(self) -> list[Any]:
-        """Forget streams idle past the TTL, in the registry and the latest risks."""
-        streams, latest = self._global("streams"), self._global("latest")
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zremrangebyscore(streams, "-inf", time.time() - self.ttl_s)
-        pipe.zinterstore(latest, {latest: 1, streams: 0})  # keeps live members only
-        pipe.zrange(streams, 0, -1)
-        pipe.zrevrange(latest, 0, -1, withscores=True)
-        return list(await self._call("live", pipe.execute()))
-
-    async def streams(self) -> list[str]:
-        names = (await self._live())[2]
-        return sorted(cast(bytes, n).decode() for n in names)
+    async def streams(self, tenant: str, after: str | None, limit: int) -> list[str]:
+        keys = [self._tenant(tenant, "names"), self._tenant(tenant, "touched")]
+        start = "-" if after is None else "(" + after
+        args: list[str | int] = [repr(time.time() - self.ttl_s), start, limit]
+        names = await self._call("streams", self._list(keys=keys, args=args))
+        return [cast(bytes, n).decode() for n in names]
 
     async def summary(self, threshold: float) -> Summary:
-        _, _, names, latest = await self._live()
-        risks = [float(r) for _, r in latest]
-        return Summary(
-            len(names), sum(r >= threshold for r in risks), max(risks, default=0.0)
-        )
+        keys = [self._global("streams"), self._global("latest")]
+        args = [repr(time.time() - self.ttl_s), repr(threshold)]
+        n, alert, top = await self._call("summary", self._summary(keys=keys, args=args))
+        return Summary(int(n), int(alert), 0.0 if top is None else float(top))
+
+    async def rate(self, bucket: str, rps: float, burst: int) -> float:
+        period = 1e6 / rps
+        args = [repr(period), repr(burst * period)]
+        key = f"{self.prefix}:{{rate:{bucket}}}"
+        wait = await self._call("rate", self._rate(keys=[key], args=args))
+        return int(wait) / 1e6
 
     async def ping(self) -> None:
         await self._call("ping", self.client.ping())

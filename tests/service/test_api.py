@@ -343,17 +343,19 @@ def test_redis_keys_hash_tag_trim_and_ttl(
         ingest(client, "pump-7", x)
     r = redis.Redis.from_url(redis_server.url)
     keys = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
-    tagged = [f"{p}:{{pump-7}}:{k}" for k in ("risk", "rows", "seen", "state")]
+    # every stream key carries the tenant (here the default one, no keys configured)
+    tagged = [f"{p}:{{default/pump-7}}:{k}" for k in ("risk", "rows", "seen", "state")]
+    tenant = [f"{p}:{{default}}:{k}" for k in ("names", "touched")]
     shared = [f"{p}:{{global}}:{k}" for k in ("latest", "streams")]
-    assert keys == sorted([*shared, *tagged])  # one Cluster slot per stream
-    assert r.llen(f"{p}:{{pump-7}}:rows") == 100  # trimmed to the window
+    assert keys == sorted([*shared, *tenant, *tagged])  # one Cluster slot per stream
+    assert r.llen(f"{p}:{{default/pump-7}}:rows") == 100  # trimmed to the window
     # a row is packed little-endian: float64 ts, then the V values as float32
-    last = r.lindex(f"{p}:{{pump-7}}:rows", -1)
+    last = r.lindex(f"{p}:{{default/pump-7}}:rows", -1)
     assert len(last) == 8 + 4 * x.shape[1]
     assert np.frombuffer(last[:8], "<f8")[0] == T0 + 129
     np.testing.assert_array_equal(np.frombuffer(last[8:], "<f4"), x[-1].astype("f4"))
-    assert r.zcard(f"{p}:{{pump-7}}:seen") == 130  # dedupe horizon (10 000)
-    for k in tagged:
+    assert r.zcard(f"{p}:{{default/pump-7}}:seen") == 130  # dedupe horizon (10 000)
+    for k in tagged + tenant:
         assert 0 < r.ttl(k) <= 600  # idle streams expire
 
 

@@ -133,11 +133,12 @@ def test_risk_body_is_a_risk_response(client: TestClient) -> None:
 
 def test_store_latest_is_state_and_newest_record(client: TestClient) -> None:
     store = client.app.state.store  # type: ignore[attr-defined]
-    assert client.portal.call(store.latest, "nope") == (None, None)  # type: ignore[union-attr]
+    call = client.portal.call  # type: ignore[union-attr]
+    assert call(store.latest, "default", "nope") == (None, None)
     client.post("/ingest", json=body("s", series(250)))
-    state, rec = client.portal.call(store.latest, "s")  # type: ignore[union-attr]
-    assert state == client.portal.call(store.state, "s")  # type: ignore[union-attr]
-    assert rec == client.portal.call(store.risks, "s", 1)[0]  # type: ignore[union-attr]
+    state, rec = call(store.latest, "default", "s")
+    assert state == call(store.state, "default", "s")
+    assert rec == call(store.risks, "default", "s", 1)[0]
     assert json.loads(rec)["n"] == 200
 
 

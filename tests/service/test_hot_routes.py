@@ -87,7 +87,7 @@ def exchange(client: TestClient) -> list[Answer]:
         raise StoreUnavailable("redis: down")
 
     store = client.app.state.store  # type: ignore[attr-defined]
-    store.latest = store.append = down
+    store.latest = store.append = store.append_many = down
     get("/risk/s", KEY)  # 503
     post(raw(body("s", series(3, start=100), start=100)), KEY)  # 503
     return out

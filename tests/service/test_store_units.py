@@ -4,6 +4,7 @@ no-torch rule."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import subprocess
 import sys
 import uuid
@@ -120,8 +121,10 @@ def test_settings_from_environment(
     monkeypatch.setenv("SCJEPA_MAX_BATCH", "8")
     monkeypatch.setenv("SCJEPA_REDIS_URL", "redis://r:6379/0")
     s = Settings()
+    # plain keys are kept only as their SHA-256, under the default tenant
+    hashed = [f"default:sha256:{hashlib.sha256(k).hexdigest()}" for k in (b"k1", b"k2")]
     assert (s.api_keys, s.hop, s.max_batch, s.redis_url) == (
-        ["k1", "k2"],
+        hashed,
         None,
         8,
         "redis://r:6379/0",
@@ -208,8 +211,9 @@ def test_both_stores_cut_identical_windows(
         try:
             for t, vals in calls:
                 res = await store.append(
-                    "s", t, vals, window=window, hop=hop, max_windows=max_windows
-                )
+                    "default", "s", t, vals, window=window, hop=hop,
+                    max_windows=max_windows,
+                )  # fmt: skip
                 out.append(res)
             return out
         finally:

@@ -2,6 +2,8 @@
 
     scjepa bench train --config configs/paper.yaml --threads 2 --json bench.json
     scjepa bench infer ... / scjepa bench serve ...   (infer.py, serve.py)
+    scjepa bench soak --minutes 30 / scjepa bench streams --streams 100000 (soak.py,
+    streams.py)
 
 ``train`` times the full pre-training step (online forward, EMA target pass, losses,
 backward, clipping, Adam, EMA update) on random pairs, after a warm-up, and reports
@@ -92,6 +94,11 @@ TARGETS: dict[str, tuple[str, str]] = {
     "train": (__name__, "pre-training step: pairs/s and peak memory"),
     "infer": ("training.bench.infer", "serving speed: onnxruntime vs PyTorch eager"),
     "serve": ("training.bench.serve", "the running service over loopback"),
+    "soak": (
+        "training.bench.soak",
+        "steady mixed load for N minutes: memory over time",
+    ),
+    "streams": ("training.bench.streams", "many streams: memory per stream, the TTL"),
 }
 
 

@@ -136,9 +136,14 @@ class Conn:
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(
-        self, method: str, path: str, body: bytes = b""
+        self,
+        method: str,
+        path: str,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
     ) -> tuple[int, bytes]:
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         if body:
             head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
         req = head.encode() + b"\r\n" + body

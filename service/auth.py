@@ -1,0 +1,210 @@
+"""Tenants and API keys: who a request is, from its ``X-API-Key`` header (or
+``Authorization: Bearer KEY``), and the per-key rate limit.
+
+A key belongs to a *principal*: a tenant name (its streams are its own: every store key
+carries the tenant), ``@admin`` (POST /admin/reload) or ``@ops`` (the probes and
+/metrics, when ``SCJEPA_OPS_KEY_ROUTES`` puts them behind a key; an @admin key opens
+them too). Keys are held only as SHA-256 digests and compared in constant time (every
+entry is compared, whichever matches). They come from two sources, merged:
+
+- ``SCJEPA_API_KEYS``: comma-separated ``[PRINCIPAL:]KEY`` or ``[PRINCIPAL:]sha256:HEX``
+  (no principal = tenant ``default``); a plain key is hashed when the settings load;
+- ``SCJEPA_API_KEYS_FILE``: lines ``PRINCIPAL sha256:HEX`` (``#`` comments), hashes
+  only, re-read when the file changes (checked every second) and on SIGHUP; a file
+  that fails to parse leaves the previous keys in force and is reported (log, metric).
+
+Without any tenant key the service is open: every request is tenant ``default``, as
+before tenants existed. Keys are random tokens (128 bits or more), not passwords: an
+unsalted SHA-256 is the right digest for them. Make one and its file line with::
+
+    KEY=$(python3 -c 'import secrets; print(secrets.token_urlsafe(32))')
+    echo "acme sha256:$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)" >> keys.txt
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from service import metrics
+
+log = logging.getLogger(__name__)
+
+TENANT_PATTERN = r"^[A-Za-z0-9._-]{1,64}$"  # no '/', ':' or braces (store keys)
+DEFAULT_TENANT = "default"
+ADMIN, OPS = "@admin", "@ops"
+OPS_ROUTES = ("/healthz", "/readyz", "/metrics")
+WATCH_EVERY_S = 1.0
+_TENANT = re.compile(TENANT_PATTERN)
+_HEX = re.compile(r"^[0-9a-f]{64}$")
+HASH_PREFIX = "sha256:"
+
+
+class KeyConfigError(ValueError):
+    """A key entry or file line that cannot be used; never quotes the key itself."""
+
+
+def digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+def _principal(name: str, where: str) -> str:
+    if name in (ADMIN, OPS) or _TENANT.match(name):
+        return name
+    raise KeyConfigError(
+        f"{where}: principal {name!r} is neither a tenant name "
+        f"({TENANT_PATTERN}) nor {ADMIN} / {OPS}"
+    )
+
+
+def _hex(secret: str, where: str) -> str:
+    h = secret[len(HASH_PREFIX) :].lower()
+    if not _HEX.match(h):
+        raise KeyConfigError(f"{where}: sha256: must be followed by 64 hex digits")
+    return h
+
+
+def normalise_entry(entry: str, where: str = "SCJEPA_API_KEYS") -> str:
+    """``[PRINCIPAL:]KEY`` or ``[PRINCIPAL:]sha256:HEX`` -> ``PRINCIPAL:sha256:HEX``.
+
+    A plain key is hashed here; one that holds ':' must be given with its principal."""
+    entry = entry.strip()
+    if HASH_PREFIX in entry:
+        at = entry.index(HASH_PREFIX)
+        principal, secret = entry[:at].rstrip(":") or DEFAULT_TENANT, entry[at:]
+        return f"{_principal(principal, where)}:{HASH_PREFIX}{_hex(secret, where)}"
+    principal, sep, key = entry.partition(":")
+    if not sep:
+        principal, key = "", entry
+    if not key:
+        raise KeyConfigError(f"{where}: an entry has an empty key")
+    h = hashlib.sha256(key.encode()).hexdigest()
+    return f"{_principal(principal or DEFAULT_TENANT, where)}:{HASH_PREFIX}{h}"
+
+
+def parse_file(text: str, path: Path | str) -> list[str]:
+    """The entries of a key file: ``PRINCIPAL sha256:HEX`` per line; plain keys are
+    refused (the file stores hashes only)."""
+    out = []
+    for no, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{path}:{no}"
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].lower().startswith(HASH_PREFIX):
+            raise KeyConfigError(
+                f"{where}: expected 'PRINCIPAL sha256:HEX' (the file holds hashes "
+                "only: printf %s KEY | sha256sum)"
+            )
+        principal = _principal(parts[0], where)
+        out.append(f"{principal}:{HASH_PREFIX}{_hex(parts[1], where)}")
+    return out
+
+
+class Identity(NamedTuple):
+    principal: str
+    key_id: str  # the first 16 hex digits of the key's digest: rate-limit bucket name
+
+
+@dataclass(frozen=True)
+class KeyTable:
+    entries: tuple[tuple[bytes, str], ...] = ()  # (SHA-256 digest, principal)
+
+    @classmethod
+    def of(cls, normalised: list[str]) -> KeyTable:
+        entries = []
+        for e in normalised:
+            principal, _, h = e.rpartition(":" + HASH_PREFIX)
+            entries.append((bytes.fromhex(h), principal))
+        return cls(tuple(entries))
+
+    @property
+    def open(self) -> bool:
+        """No tenant key: every request is the default tenant."""
+        return not any(not p.startswith("@") for _, p in self.entries)
+
+    def has(self, principal: str) -> bool:
+        return any(p == principal for _, p in self.entries)
+
+    def identify(self, key: str | None) -> Identity | None:
+        """The principal of ``key``; every entry is compared, in constant time."""
+        if key is None:
+            return None
+        d = digest(key)
+        found = None
+        for h, p in self.entries:
+            if hmac.compare_digest(d, h):
+                found = p
+        return None if found is None else Identity(found, d.hex()[:16])
+
+
+class Keys:
+    """The key table in force: from the settings and the key file, swapped whole by
+    :meth:`reload` (the previous table stays when the new one cannot be read)."""
+
+    def __init__(self, env_entries: list[str], path: Path | None = None) -> None:
+        self.env = list(env_entries)
+        self.path = path
+        self.error: str | None = None
+        self._stamp = self._file_stamp()
+        self.table = self._build()  # a broken file at start-up is fatal
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def _build(self) -> KeyTable:
+        entries = list(self.env)
+        if self.path is not None:
+            entries += parse_file(self.path.read_text(), self.path)
+        return KeyTable.of(entries)
+
+    def reload(self) -> bool:
+        """Re-read the file; True when the new table is in force."""
+        self._stamp = self._file_stamp()
+        try:
+            table = self._build()
+        except (OSError, UnicodeDecodeError, KeyConfigError) as e:
+            self.error = str(e)
+            log.error("API keys not reloaded, the previous keys stay: %s", e)
+            metrics.RELOADS.labels(what="keys", outcome="failed").inc()
+            return False
+        self.table, self.error = table, None
+        n = len(table.entries)
+        log.info("API keys loaded: %d key(s), %s", n, "open" if table.open else "keyed")
+        metrics.RELOADS.labels(what="keys", outcome="ok").inc()
+        return True
+
+    def reload_if_changed(self) -> bool | None:
+        if self.path is None or self._file_stamp() == self._stamp:
+            return None
+        return self.reload()
+
+    async def watch(self, every_s: float = WATCH_EVERY_S) -> None:
+        """Reload whenever the key file changes (a task of the app's lifespan)."""
+        while True:
+            await asyncio.sleep(every_s)
+            with contextlib.suppress(Exception):  # never let the watcher die
+                self.reload_if_changed()
+
+    # -- who is asking
+    def identify(self, key: str | None) -> Identity | None:
+        return self.table.identify(key)
+
+    @property
+    def open(self) -> bool:
+        return self.table.open

@@ -1,0 +1,76 @@
+"""Fixtures of the service tests that start ``scjepa serve`` as a real process (what
+RSS, slow clients and SIGHUP need), key files, and the long fuzz run's marker.
+
+``fuzz_full`` tests (>= 10,000 generated cases) run only when the marker expression
+names them (``pytest -m fuzz_full tests/service``): the default run, ``make test``'s
+``-m "not requires_cuda and not deploy"`` included, deselects them (a deselection, not a
+skip, so CI does not count it as a missing component).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from served import Served, ServeFactory, scjepa_exe
+from support.service_helpers import free_port
+
+
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    if "fuzz_full" in (config.getoption("markexpr", "") or ""):
+        return
+    full = [i for i in items if i.get_closest_marker("fuzz_full") is not None]
+    if full:
+        config.hook.pytest_deselected(items=full)
+        items[:] = [i for i in items if i.get_closest_marker("fuzz_full") is None]
+
+
+@pytest.fixture
+def serve(artifact_dir: Path, tmp_path: Path) -> Iterator[ServeFactory]:
+    """Start ``scjepa serve`` on a free loopback port with SCJEPA_* settings from the
+    keyword arguments (``artifact`` defaults to the test artifact); waits for /readyz.
+    Every process started is terminated at the end."""
+    started: list[Served] = []
+    exe = scjepa_exe()
+
+    def start(**settings: object) -> Served:
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+        env |= {f"SCJEPA_{k.upper()}": str(v) for k, v in settings.items()}
+        env.setdefault("SCJEPA_ARTIFACT", str(artifact_dir))
+        log = tmp_path / f"serve-{port}.log"
+        with log.open("w") as out:
+            proc = subprocess.Popen(
+                [exe, "serve", "--port", str(port), "--host", "127.0.0.1"],
+                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path,
+            )  # fmt: skip
+        served = Served(f"http://127.0.0.1:{port}", port, proc, log)
+        started.append(served)
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"{served.url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        return served
+
+    yield start
+    for s in started:
+        if s.proc.poll() is None:
+            s.proc.terminate()
+            try:
+                s.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                s.proc.kill()
+                s.proc.wait()

@@ -1,0 +1,53 @@
+"""Helpers of the tests that start ``scjepa serve`` as a process (fixture ``serve`` in
+conftest.py), and key-file lines."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def key_line(tenant: str, key: str) -> str:
+    """A key file line: the principal and the key's SHA-256, never the key."""
+    return f"{tenant} sha256:{hashlib.sha256(key.encode()).hexdigest()}\n"
+
+
+def scjepa_exe() -> str:
+    local = Path(sys.executable).parent / "scjepa"  # this venv's, not another on PATH
+    exe = str(local) if local.is_file() else shutil.which("scjepa")
+    if exe is None:
+        pytest.skip("the scjepa command is not installed (pip install -e .)")
+    return exe
+
+
+def rss_mb(pid: int) -> float:
+    """Resident set size of a process (Linux /proc), MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+@dataclass
+class Served:
+    url: str
+    port: int
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+    def hup(self) -> None:
+        self.proc.send_signal(signal.SIGHUP)
+
+
+ServeFactory = Callable[..., Served]

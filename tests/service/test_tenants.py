@@ -1,0 +1,300 @@
+"""Tenants and keys: every key belongs to a tenant, every stream to the tenant that sent
+it. Tenant A cannot read, list, write or overwrite tenant B's streams, nor learn they
+exist (the same 404 as an unknown name), on every route, both stores, both adapters.
+Keys are stored hashed, compared in constant time, rotated without a restart; the rate
+limit per key lives in the store; the stream quota per tenant holds."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from served import key_line
+from support.service_helpers import ClientFactory, RedisServer
+from test_api import body, series
+
+from service import auth
+from service.config import Settings
+from service.main import create_app
+
+A, B, ADMIN, OPS = "key-a-0123456789", "key-b-9876543210", "admin-key-xyz", "ops-key"
+HA, HB = {"X-API-Key": A}, {"X-API-Key": B}
+
+
+def keyed(make_client: ClientFactory, tmp_path: Path, **more: Any) -> TestClient:
+    keys = tmp_path / "keys.txt"
+    keys.write_text(
+        "# tenants\n" + key_line("acme", A) + key_line("globex", B)
+        + key_line("@admin", ADMIN) + key_line("@ops", OPS)
+    )  # fmt: skip
+    return make_client(api_keys_file=keys, **more)
+
+
+@pytest.fixture(params=[True, False], ids=["fast", "routes"])
+def two(
+    request: pytest.FixtureRequest, make_client: ClientFactory, tmp_path: Path
+) -> TestClient:
+    return keyed(make_client, tmp_path, fast_paths=request.param)
+
+
+def post(client: TestClient, obj: Any, headers: dict[str, str]) -> Any:
+    return client.post("/ingest", json=obj, headers=headers)
+
+
+def test_tenants_do_not_see_each_others_streams(two: TestClient) -> None:
+    x = series(150)
+    assert post(two, body("pump-7", x[:120]), HA).status_code == 200
+    assert post(two, body("secret-b", x[:50]), HB).status_code == 200
+    # read: B's stream is unknown to A, byte for byte as a name nobody used
+    for path in ("/risk/{}", "/risk/{}/history"):
+        hidden = two.get(path.format("secret-b"), headers=HA)
+        unknown = two.get(path.format("secret-c"), headers=HA)
+        assert hidden.status_code == unknown.status_code == 404
+        assert hidden.content == unknown.content.replace(b"secret-c", b"secret-b")
+        assert two.get(path.format("secret-b"), headers=HB).status_code == 200
+    # list: each tenant its own
+    assert two.get("/streams", headers=HA).json()["streams"] == ["pump-7"]
+    assert two.get("/streams", headers=HB).json()["streams"] == ["secret-b"]
+    # write and overwrite: the same name is another stream per tenant
+    res = post(two, body("pump-7", x[:60]), HB).json()["results"][0]
+    assert (res["accepted"], res["duplicates"], res["readings_total"]) == (60, 0, 60)
+    res = post(two, body("secret-b", x[:50]), HA).json()["results"][0]
+    assert (res["accepted"], res["readings_total"]) == (50, 50)  # A's own, new
+    a, b = (two.get("/risk/pump-7", headers=h).json() for h in (HA, HB))
+    assert (a["readings_total"], a["status"]) == (120, "ok")
+    assert (b["readings_total"], b["status"]) == (60, "warming_up")
+    assert two.get("/risk/secret-b", headers=HB).json()["readings_total"] == 50
+    batch = {"streams": [body("pump-7", x[120:150], 120), body("new", x[:5])]}
+    assert post(two, batch, HB).status_code == 200
+    assert two.get("/risk/pump-7", headers=HA).json()["readings_total"] == 120
+    assert two.get("/streams", headers=HA).json()["streams"] == ["pump-7", "secret-b"]
+    assert two.get("/streams", headers=HB).json()["streams"] == [
+        "new", "pump-7", "secret-b",
+    ]  # fmt: skip
+    # history: only the tenant's own records
+    hist = two.get("/risk/pump-7/history", headers=HA).json()["items"]
+    assert [h["n"] for h in hist] == [100]
+    assert two.get("/risk/pump-7/history", headers=HB).json()["items"] == []
+
+
+def test_every_tenant_route_needs_a_tenant_key(two: TestClient) -> None:
+    routes = [("POST", "/ingest"), ("GET", "/risk/s"), ("GET", "/risk/s/history"),
+              ("GET", "/streams"), ("GET", "/models")]  # fmt: skip
+    for method, path in routes:
+        for headers in ({}, {"X-API-Key": "nope"}, {"X-API-Key": ADMIN},
+                        {"X-API-Key": OPS}, {"Authorization": "Basic " + A}):  # fmt: skip
+            r = two.request(method, path, headers=headers, json=body("s", series(1)))
+            assert r.status_code == 401, (method, path, headers, r.text)
+            assert r.json() == {"detail": "missing or unknown X-API-Key"}
+    bearer = {"Authorization": f"Bearer {A}"}  # the same key as a bearer token
+    assert two.get("/streams", headers=bearer).status_code == 200
+    for path in ("/healthz", "/readyz", "/metrics", "/ui", "/docs", "/openapi.json"):
+        assert two.get(path).status_code == 200, path  # open by default
+
+
+def test_ops_routes_behind_their_own_key(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = keyed(make_client, tmp_path, ops_key_routes=["/metrics", "/readyz"])
+    for path in ("/metrics", "/readyz"):
+        assert client.get(path).status_code == 401
+        assert client.get(path, headers=HA).status_code == 401  # a tenant key: no
+        assert client.get(path, headers={"X-API-Key": OPS}).status_code == 200
+        assert client.get(path, headers={"X-API-Key": ADMIN}).status_code == 200
+        bearer = {"Authorization": f"Bearer {OPS}"}  # what Prometheus can send
+        assert client.get(path, headers=bearer).status_code == 200
+    assert client.get("/healthz").status_code == 200
+    with pytest.raises(ValidationError, match="only"):
+        Settings(ops_key_routes=["/streams"])
+
+
+def test_keys_are_hashed_and_compared_in_constant_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    s = Settings(api_keys=["plain-default", "acme:plain-acme", "@admin:adm",
+                           "globex:sha256:" + "AB" * 32])  # fmt: skip
+    assert s.api_keys == [
+        f"default:sha256:{hashlib.sha256(b'plain-default').hexdigest()}",
+        f"acme:sha256:{hashlib.sha256(b'plain-acme').hexdigest()}",
+        f"@admin:sha256:{hashlib.sha256(b'adm').hexdigest()}",
+        "globex:sha256:" + "ab" * 32,
+    ]
+    assert "plain" not in repr(s) and "plain" not in s.model_dump_json()
+    table = auth.KeyTable.of(s.api_keys)
+    calls: list[int] = []
+    real = hmac.compare_digest
+
+    def counted(a: bytes, b: bytes) -> bool:
+        calls.append(1)
+        return real(a, b)
+
+    monkeypatch.setattr(auth.hmac, "compare_digest", counted)
+    for key, principal in (("plain-default", "default"), ("plain-acme", "acme"),
+                           ("adm", "@admin"), ("nope", None)):  # fmt: skip
+        calls.clear()
+        who = table.identify(key)
+        assert (who.principal if who else None) == principal
+        assert len(calls) == 4  # every entry, whichever matches (no early exit)
+    for bad in ("bad tenant:SECRET1", "a/b:SECRET2", "acme:sha256:SECRET3", "acme:"):
+        with pytest.raises(ValidationError) as e:
+            Settings(api_keys=[bad])
+        assert "SECRET" not in str(e.value)  # an error never prints a key
+
+
+def test_key_file_holds_hashes_only(tmp_path: Path) -> None:
+    f = tmp_path / "keys.txt"
+    f.write_text("acme my-plain-key\n")
+    with pytest.raises(auth.KeyConfigError, match=r"keys.txt:1.*hashes only") as e:
+        auth.Keys([], f)
+    assert "my-plain-key" not in str(e.value)
+    f.write_text("acme sha256:" + "0" * 63 + "\n")
+    with pytest.raises(auth.KeyConfigError, match="64 hex"):
+        auth.Keys([], f)
+
+
+def test_keys_rotate_without_restart(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = keyed(make_client, tmp_path)
+    keys = tmp_path / "keys.txt"
+    assert client.get("/streams", headers=HA).status_code == 200
+    new = "key-a-rotated"
+    keys.write_text(key_line("acme", new) + key_line("globex", B))  # A revoked
+    deadline = time.monotonic() + 10
+    while client.get("/streams", headers=HA).status_code != 401:
+        assert time.monotonic() < deadline, "the key file change was not picked up"
+        time.sleep(0.2)
+    assert client.get("/streams", headers={"X-API-Key": new}).status_code == 200
+    assert client.get("/streams", headers=HB).status_code == 200
+    keys.write_text("garbage line\n")  # a broken file: the previous keys stay
+    time.sleep(2.5)
+    assert client.get("/streams", headers={"X-API-Key": new}).status_code == 200
+    door = client.app.state.door  # type: ignore[attr-defined]
+    assert "keys.txt:1" in door.keys.error
+    text = client.get("/metrics").text
+    assert 'scjepa_reloads_total{outcome="failed",what="keys"}' in text
+
+
+def test_no_keys_is_one_open_tenant(client: TestClient) -> None:
+    assert client.post("/ingest", json=body("s", series(3))).status_code == 200
+    for headers in ({}, {"X-API-Key": "anything"}):
+        assert client.get("/streams", headers=headers).json()["streams"] == ["s"]
+        assert client.get("/risk/s", headers=headers).status_code == 200
+
+
+def test_rate_limit_per_key_in_the_store(
+    store_kind: str,
+    request: pytest.FixtureRequest,
+    artifact_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """Two replicas on one Redis share each key's bucket; another key is not slowed."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text(key_line("acme", A) + key_line("globex", B))
+    settings: dict[str, Any] = {
+        "artifact": artifact_dir, "api_keys_file": keys, "key_prefix": f"rl{time.time_ns()}",
+        "rate_limit_rps": 2.0, "rate_limit_burst": 5,
+    }  # fmt: skip
+    if store_kind == "redis":
+        settings["redis_url"] = request.getfixturevalue("redis_server").url
+    apps = [TestClient(create_app(Settings(**settings))) for _ in range(2)]
+    with apps[0] as one, apps[1] as other:
+        replicas = [one, other] if store_kind == "redis" else [one, one]
+        codes = [
+            replicas[i % 2].get("/streams", headers=HA).status_code for i in range(8)
+        ]
+        assert codes.count(200) in (5, 6) and codes[-1] == 429, codes  # 5 + refill
+        r = one.get("/risk/s", headers=HA)
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert "SCJEPA_RATE_LIMIT_RPS" in r.json()["detail"]
+        r = one.post("/ingest", json=body("s", series(1)), headers=HA)
+        assert r.status_code == 429
+        assert one.get("/streams", headers=HB).status_code == 200  # B unaffected
+        assert one.get("/healthz").status_code == 200  # probes are not limited
+        time.sleep(1.1)  # 2 a second refill
+        assert one.get("/streams", headers=HA).status_code == 200
+        assert (
+            'scjepa_requests_refused_total{reason="rate_limit"}'
+            in one.get("/metrics").text
+        )
+
+
+def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> None:
+    client = keyed(make_client, tmp_path, max_streams_per_tenant=3, rate_limit_rps=0)
+    for s in ("a", "b", "c"):
+        assert post(client, body(s, series(2)), HA).status_code == 200
+    r = post(client, body("d", series(2)), HA)
+    assert r.status_code == 403
+    assert "SCJEPA_MAX_STREAMS_PER_TENANT" in r.json()["detail"] and "'d'" in r.text
+    batch = {"streams": [body("a", series(2, start=2), 2), body("e", series(2))]}
+    assert post(client, batch, HA).status_code == 403  # nothing of it stored
+    assert client.get("/risk/a", headers=HA).json()["readings_total"] == 2
+    res = post(client, body("a", series(2, start=2), 2), HA)  # known streams go on
+    assert res.status_code == 200
+    assert post(client, body("d", series(2)), HB).status_code == 200  # B's own quota
+    assert client.get("/streams", headers=HA).json()["streams"] == ["a", "b", "c"]
+
+
+def test_idle_streams_free_the_quota(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    client = keyed(make_client, tmp_path, max_streams_per_tenant=2, stream_ttl_s=2)
+    store = client.app.state.store  # type: ignore[attr-defined]
+    if hasattr(store, "_touch_every"):
+        store._touch_every = 0.0  # register on every call (the test's clock is short)
+    for s in ("a", "b"):
+        assert post(client, body(s, series(2)), HA).status_code == 200
+    assert post(client, body("c", series(2)), HA).status_code == 403
+    time.sleep(2.5)
+    assert post(client, body("c", series(2)), HA).status_code == 200
+    assert client.get("/streams", headers=HA).json()["streams"] == ["c"]
+
+
+def test_streams_are_listed_a_page_at_a_time(two: TestClient) -> None:
+    names = [f"s-{i:03d}" for i in range(25)]
+    post(two, {"streams": [body(n, series(1)) for n in names]}, HA)
+    got, after, pages = [], None, 0
+    while True:
+        params: dict[str, Any] = {"limit": 10} | ({"after": after} if after else {})
+        page = two.get("/streams", params=params, headers=HA).json()
+        got += page["streams"]
+        pages += 1
+        after = page["next"]
+        if after is None:
+            break
+    assert got == names and pages == 3
+    assert two.get("/streams", params={"limit": 0}, headers=HA).status_code == 422
+    r = two.get("/streams", params={"after": "bad/name"}, headers=HA)
+    assert r.status_code == 422 and "after" in r.text
+
+
+def test_redis_keys_carry_the_tenant(
+    redis_server: RedisServer, artifact_dir: Path, tmp_path: Path
+) -> None:
+    import redis
+
+    keys = tmp_path / "keys.txt"
+    keys.write_text(key_line("acme", A) + key_line("globex", B))
+    p = f"tenants{time.time_ns()}"
+    settings = Settings(artifact=artifact_dir, redis_url=redis_server.url, key_prefix=p,
+                        api_keys_file=keys)  # fmt: skip
+    with TestClient(create_app(settings)) as client:
+        for h in (HA, HB):
+            assert post(client, body("pump-7", series(120)), h).status_code == 200
+    r = redis.Redis.from_url(redis_server.url)
+    found = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
+    for t in ("acme", "globex"):
+        for k in ("risk", "rows", "seen", "state"):
+            assert f"{p}:{{{t}/pump-7}}:{k}" in found  # one Cluster slot per stream
+        assert {f"{p}:{{{t}}}:names", f"{p}:{{{t}}}:touched"} <= set(found)
+    assert not [k for k in found if "{pump-7}" in k]  # no tenant-less stream key
+    members = sorted(m.decode() for m in r.zrange(f"{p}:{{global}}:streams", 0, -1))
+    assert members == ["acme/pump-7", "globex/pump-7"]
+    assert json.loads(r.zrange(f"{p}:{{acme/pump-7}}:risk", 0, 0)[0])["n"] == 100

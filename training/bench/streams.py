@@ -1,0 +1,179 @@
+"""`scjepa bench streams`: many distinct streams, what each costs, and that the idle TTL
+gives it back.
+
+    scjepa bench streams --artifact artifacts/demo --streams 100000 --json streams.json
+
+Starts a redis-server and ``scjepa serve`` on 127.0.0.1 (Redis store, idle TTL
+``--ttl-s``), creates ``--streams`` streams of ``--readings`` readings each (batched
+POST /ingest, ``--concurrency`` clients), and reports Redis' used memory and the
+service's RSS per stream (``MEMORY USAGE`` of one stream's keys too), the latency of
+GET /metrics, GET /streams (a page), GET /risk and POST /ingest at that count, then
+stops sending, waits out the TTL while a scraper polls /metrics and /streams (as
+Prometheus and a dashboard would), and reports how much came back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.bench.serve import Conn, host_port, redis_server
+from training.bench.soak import redis_memory, rss_mb, served
+
+
+def median_ms(lat: list[float]) -> float:
+    return round(1e3 * float(np.median(lat)), 3)
+
+
+async def create(url: str, n: int, readings: int, v: int, concurrency: int) -> float:
+    per_request = max(1, min(500, 10_000 // readings))
+    vals = np.random.default_rng(0).normal(size=(readings, v)).round(4).tolist()
+    t0 = float(int(time.time()) - 10**6)
+    rows = [{"ts": t0 + j, "values": vals[j]} for j in range(readings)]
+    starts = list(range(0, n, per_request))
+
+    async def worker(mine: list[int]) -> None:
+        conn = Conn(*host_port(url))
+        for a in mine:
+            streams = [
+                {"stream": f"s-{i:06d}", "readings": rows}
+                for i in range(a, min(n, a + per_request))
+            ]
+            body = json.dumps({"streams": streams}).encode()
+            status, reply = await conn.request("POST", "/ingest", body)
+            assert status == 200, reply[:300]
+        await conn.close()
+
+    t = time.perf_counter()
+    await asyncio.gather(*(worker(starts[w::concurrency]) for w in range(concurrency)))
+    return time.perf_counter() - t
+
+
+async def timed(url: str, method: str, paths: list[str], body: bytes = b"") -> float:
+    conn, lat = Conn(*host_port(url)), []
+    for p in paths:
+        t = time.perf_counter()
+        status, reply = await conn.request(method, p, body)
+        lat.append(time.perf_counter() - t)
+        assert status < 500, reply[:300]
+    await conn.close()
+    return median_ms(lat)
+
+
+def stream_key_bytes(redis_url: str, prefix: str = "scjepa") -> dict[str, int]:
+    import redis
+
+    r = redis.Redis.from_url(redis_url)
+    out = {
+        k: int(r.memory_usage(f"{prefix}:{{default/s-000000}}:{k}", samples=0) or 0)
+        for k in ("rows", "seen", "state", "risk")
+    }
+    r.close()
+    return out
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--artifact", type=Path, default=Path("artifacts/demo"))
+    p.add_argument("--streams", type=int, default=100_000)
+    p.add_argument("--readings", type=int, default=10, help="readings per stream")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--ttl-s", type=int, default=60)
+    p.add_argument("--json", type=Path)
+
+
+def run(args: argparse.Namespace) -> int:
+    v = int(json.loads((args.artifact / "manifest.json").read_text())["n_channels"])
+    env = {
+        "SCJEPA_STREAM_TTL_S": str(args.ttl_s),
+        "SCJEPA_MAX_STREAMS_PER_TENANT": str(2 * args.streams),
+    }
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"scjepa-streams-{os.getpid()}.log"
+    out: dict[str, Any] = {"args": {k: str(x) for k, x in vars(args).items()}}
+    with (
+        redis_server() as redis_url,
+        served(args.artifact, redis_url, env, log) as (
+            url,
+            pid,
+        ),
+    ):
+        run_async = asyncio.run
+        run_async(create(url, 1, args.readings, v, 1))  # warm-up: one stream
+        base = {"service_rss_mb": rss_mb(pid), **redis_memory(redis_url)}
+        m0 = run_async(timed(url, "GET", ["/metrics"] * 5))
+        seconds = run_async(
+            create(url, args.streams, args.readings, v, args.concurrency)
+        )
+        time.sleep(min(6.0, args.ttl_s / 3))  # the registry memo's prune interval
+        full = {"service_rss_mb": rss_mb(pid), **redis_memory(redis_url)}
+        n = args.streams
+        out["create_s"] = round(seconds, 1)
+        out["streams_per_s"] = round(n / seconds)
+        out["baseline"], out["at_n"] = base, full
+        out["redis_bytes_per_stream"] = round(
+            (full["used_mb"] - base["used_mb"]) * 2**20 / n
+        )
+        out["service_bytes_per_stream"] = round(
+            (full["service_rss_mb"] - base["service_rss_mb"]) * 2**20 / n
+        )
+        out["memory_usage_one_stream"] = stream_key_bytes(redis_url)
+        out["keys_per_stream"] = round((full["keys"] - base["keys"]) / n, 2)
+        body = json.dumps(
+            {
+                "stream": "s-000001",
+                "readings": [{"ts": float(int(time.time())), "values": [0.0] * v}],
+            }
+        ).encode()
+        out["latency_ms_at_n"] = {
+            "metrics_at_1": m0,
+            "metrics": run_async(timed(url, "GET", ["/metrics"] * 10)),
+            "streams_page_1000": run_async(
+                timed(url, "GET", ["/streams?limit=1000"] * 10)
+            ),
+            "risk": run_async(
+                timed(
+                    url,
+                    "GET",
+                    [f"/risk/s-{i:06d}" for i in range(0, n, max(1, n // 100))],
+                )
+            ),
+            "ingest_one_reading": run_async(timed(url, "POST", ["/ingest"] * 20, body)),
+        }
+        print(json.dumps(out, indent=1), flush=True)
+        # idle: wait out the TTL while a scraper polls, as Prometheus would
+        t = time.perf_counter()
+        deadline = t + args.ttl_s + 120
+        after: dict[str, Any] = {}
+        while time.perf_counter() < deadline:
+            time.sleep(5)
+            run_async(timed(url, "GET", ["/metrics", "/streams?limit=1000"]))
+            mem = redis_memory(redis_url)
+            after = {
+                "t_s": round(time.perf_counter() - t),
+                "service_rss_mb": rss_mb(pid),
+                **mem,
+            }
+            print(f"idle {after}", flush=True)
+            if mem["keys"] <= base["keys"] + 2 and time.perf_counter() - t > args.ttl_s:
+                break
+        out["after_ttl"] = after
+        out["reclaimed_redis_mb"] = round(full["used_mb"] - after["used_mb"], 2)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1) + "\n")
+    print(
+        f"{n} streams of {args.readings} readings: Redis "
+        f"{out['redis_bytes_per_stream']} B/stream, service "
+        f"{out['service_bytes_per_stream']} B/stream; /metrics "
+        f"{out['latency_ms_at_n']['metrics']} ms, /streams page "
+        f"{out['latency_ms_at_n']['streams_page_1000']} ms; after the TTL Redis holds "
+        f"{after.get('used_mb', float('nan')):.1f} MB ({after.get('keys')} keys, "
+        f"baseline {base['used_mb']:.1f} MB, {base['keys']} keys)"
+    )
+    return 0
