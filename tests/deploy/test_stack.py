@@ -793,7 +793,9 @@ def test_redis_recreated_keeps_buffer_and_history(stack: Stack) -> None:
 
 
 @pytest.mark.xfail(
-    strict=True,
+    # not strict: since ingest writes one pipeline per request, whether the stale
+    # connection fails before or after some streams are stored depends on timing
+    strict=False,
     reason="service bug: after a Redis restart the first POST /ingest answers 503 "
     "(stale pooled connection) after storing some streams' readings, whose window "
     "is then never scored (the retry sees duplicates); remove this mark once fixed",
