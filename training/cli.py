@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "training.bench.cli",
-        "throughput and memory: bench train | infer | serve",
+        "throughput and memory: bench train | infer | serve | soak | streams",
     ),
     "export": (
         "training.export",

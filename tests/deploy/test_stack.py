@@ -27,7 +27,7 @@ network to the Debian mirror and PyPI. No image registry is needed:
    buffered readings, dedupe state and risk history are all still there (AOF). The
    first ingest after the restart meets a service bug (a 503 after a partial write
    loses a window): test_first_ingest_after_a_redis_restart_loses_no_window is a
-   strict xfail until it is fixed.
+   non-strict xfail until it is fixed.
 4. teardown: compose down -v, the api image and the build cache removed, the daemon
    stopped (by PID) if this test started it. On a failure the containers' logs and
    health checks are printed and the work folder is kept.
