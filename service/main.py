@@ -23,8 +23,8 @@ from service import auth, metrics, middleware, sched
 from service.batcher import Batcher, inference_executor
 from service.config import Settings
 from service.handlers import Door
-from service.inference import Model, load_model
-from service.reload import ModelSlot
+from service.inference import Model
+from service.reload import ModelSlot, load_checked
 from service.routes import docs, health, ingest, models, risk, ui
 from service.schemas import IngestRequest
 from service.scoring import FLOAT32_MAX, Scorer
@@ -48,20 +48,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         executor = inference_executor(settings.infer_nice)
         loop = asyncio.get_running_loop()
+        # loaded, warmed and checked as a hot reload's model is (service/reload.py)
         model = await loop.run_in_executor(
-            executor,
-            partial(
-                load_model,
-                settings.artifact,
-                provider=settings.provider,
-                precision=settings.precision,
-                intra_op_threads=settings.intra_op_threads,
-                inter_op_threads=settings.inter_op_threads,
-                max_batch=settings.max_batch,
-                cpu_chunk_tokens=settings.cpu_chunk_tokens,
-            ),
+            executor, partial(load_checked, settings, None)
         )
-        await loop.run_in_executor(executor, model.warmup)
         m = model.manifest
         metrics.PROVIDER.info(
             {

@@ -230,6 +230,13 @@ def markdown(res: Mapping[str, Any], figure: str | None = None) -> str:
             f"| *paper (its own protocol)* | {paper[0] / 100:.4f} | {paper[1] / 100:.4f} | | | | | | | |"
         )
     lines.append("")
+    lines += _footer(res)
+    return "\n".join(lines)
+
+
+def _footer(res: Any) -> list[str]:
+    """Reference bars, Brier scores and each run's provenance, under a table."""
+    lines = []
     if res["dataset"] in REFERENCE:
         lines.append(
             f"Reference bars (quoted, same protocol): {REFERENCE[res['dataset']]}."
@@ -246,7 +253,7 @@ def markdown(res: Mapping[str, Any], figure: str | None = None) -> str:
         if run.get("command"):
             meta += f", command `{run['command']}`"
         lines.append(meta + ".")
-    return "\n".join(lines)
+    return lines
 
 
 # -- results with event metrics (evaluation.md items 9-11) ----------------------------
@@ -568,20 +575,5 @@ def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
                 f"{_cell(b['sensitivity'])} | {_cell(b['specificity'])} |"
             )
     lines.append("")
-    if res["dataset"] in REFERENCE:
-        lines.append(
-            f"Reference bars (quoted, same protocol): {REFERENCE[res['dataset']]}."
-        )
-    cal = [(n, r["brier"]) for n, r in res["rows"].items() if "brier" in r]
-    if cal:
-        lines.append(
-            "Calibrated probes, Brier score on the test split: "
-            + ", ".join(f"{n} {b:.4f}" for n, b in cal)
-            + "."
-        )
-    for run in res.get("runs", [res]):
-        meta = f"commit `{run.get('git_commit', '?')}`, wall time {run['wall_time_s']:.0f} s"
-        if run.get("command"):
-            meta += f", command `{run['command']}`"
-        lines.append(meta + ".")
+    lines += _footer(res)
     return "\n".join(lines)
