@@ -44,10 +44,12 @@ test: lint
 	$(BIN)/python -m pytest -m "not requires_cuda and not deploy"
 
 # Builds the images (Dockerfile target runtime-cpu on a base made from Debian packages,
-# Redis and Prometheus stand-ins) and runs docker-compose.yml's api + redis + prometheus
-# on loopback ports, then checks ingest, /risk, Prometheus' scrape and alert rule and a
-# Redis restart through the running stack; tears it all down (tests/deploy/test_stack.py).
-# Needs root, docker.io, docker-compose, mmdebstrap; about 3 minutes (under 15).
+# Redis, Prometheus, Alertmanager and redis_exporter stand-ins) and runs
+# docker-compose.yml's api + redis + alertmanager + redis-exporter + prometheus on
+# loopback ports with their secrets and hardening, then checks ingest, /risk,
+# Prometheus' scrape, rules and Alertmanager, stream alerts and a Redis restart through
+# the running stack; tears it all down (tests/deploy/test_stack.py). Needs root,
+# docker.io, docker-compose, mmdebstrap; about 5-7 minutes (under 15).
 deploy-test: venv
 	$(BIN)/python -m pytest -m deploy -s -v -p no:cacheprovider tests/deploy/test_stack.py
 

@@ -5,14 +5,20 @@ Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 service image, which has no PyTorch.
 
     scjepa data stats --dataset msl --root ~/.cache/scjepa/datasets
-    scjepa <command> --help
+    scjepa <command> --help      (every option with its default)
+    scjepa --version
+
+Off a terminal (output redirected to a log), progress bars redraw at most every 30 s
+(``TQDM_MININTERVAL``, unless set), so a log gets a few lines, not thousands.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from importlib.metadata import PackageNotFoundError, version
 
 from training.errors import UserError
 
@@ -54,6 +60,42 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(
+    argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter
+):
+    """Every option's default in its help line, unless the help already says it (or
+    there is none: None, False); descriptions as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            not action.option_strings
+            or action.default in (None, False, argparse.SUPPRESS)
+            or "default" in text.lower()
+        ):
+            return text
+        return f"{text} (default: %(default)s)".lstrip()
+
+
+def use_help_formatter(parser: argparse.ArgumentParser) -> None:
+    """:class:`HelpFormatter` for ``parser`` and its sub-commands; an option without
+    a help text still gets a line with its default."""
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                use_help_formatter(sub)
+        elif action.help is None and action.default not in (None, False):
+            action.help = "default: %(default)s"
+
+
+def package_version() -> str:
+    try:
+        return version("scjepa")
+    except PackageNotFoundError:  # run from a checkout without `pip install -e .`
+        return "unknown (not installed)"
+
+
 def _top_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="scjepa",
@@ -64,6 +106,7 @@ def _top_parser() -> argparse.ArgumentParser:
         + "\n\nRun `scjepa <command> --help` for a command's options.",
     )
     p.add_argument("command", choices=sorted(COMMANDS), metavar="command")
+    p.add_argument("--version", action="version", version=package_version())
     return p
 
 
@@ -73,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         top.print_help()
         return 0
+    if argv[0] == "--version":
+        print(f"scjepa {package_version()}")
+        return 0
     name = argv[0]
     if name not in COMMANDS:
         top.error(f"unknown command {name!r} (choose from {', '.join(COMMANDS)})")
@@ -80,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"scjepa {name}", description=help_line)
     module.add_arguments(parser)
+    use_help_formatter(parser)
     args = parser.parse_args(argv[1:])
+    if not sys.stderr.isatty():
+        os.environ.setdefault("TQDM_MININTERVAL", "30")
     try:
         return int(module.run(args) or 0)
     except UserError as e:

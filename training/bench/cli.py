@@ -23,13 +23,6 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from model import SCJEPA
-from training.pretrain.config import load_config
-from training.pretrain.ema import make_target
-from training.pretrain.train import make_optimizer, resolve_device, train_step
-
 
 def bench_train(
     config: str,
@@ -41,6 +34,13 @@ def bench_train(
 ) -> dict[str, Any]:
     """Time ``steps`` training steps after ``warmup``; pairs/s from the median step
     (robust to other jobs on a shared machine) and from the mean."""
+    import torch
+
+    from model import SCJEPA
+    from training.pretrain.config import load_config
+    from training.pretrain.ema import make_target
+    from training.pretrain.train import make_optimizer, resolve_device, train_step
+
     cfg = load_config(config, [f"run.amp={str(amp).lower()}"])
     if threads:
         torch.set_num_threads(threads)
@@ -133,6 +133,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
+    import torch
+
     configs = args.config or ["configs/paper.yaml", "configs/fast.yaml"]
     devices = [args.device]
     if args.device == "auto":

@@ -20,27 +20,28 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
-from model.config import ModelConfig
-from model.export import ServedModel
-from model.layers import Block
-from model.patching import revin
-from model.scjepa import SCJEPA
-from training.evaluate.probe import build_probe_net
+if TYPE_CHECKING:  # imported where they run: `scjepa bench --help` loads no torch
+    import torch
+    from torch import nn
+
+    from model.config import ModelConfig
+    from model.export import ServedModel
 
 
-def time_fn(fn: Callable[[], Any], seconds: float, warmup: int = 2) -> np.ndarray:
-    """Per-call latencies (s) of ``fn`` over about ``seconds`` of repeated calls."""
+def time_fn(
+    fn: Callable[[], Any], seconds: float, warmup: int = 2, min_calls: int = 5
+) -> np.ndarray:
+    """Per-call latencies (s) of ``fn`` over about ``seconds`` of repeated calls (at
+    least ``min_calls``)."""
     for _ in range(warmup):
         fn()
     lat: list[float] = []
     start = time.perf_counter()
-    while time.perf_counter() - start < seconds or len(lat) < 5:
+    while time.perf_counter() - start < seconds or len(lat) < min_calls:
         t = time.perf_counter()
         fn()
         lat.append(time.perf_counter() - t)
@@ -50,23 +51,30 @@ def time_fn(fn: Callable[[], Any], seconds: float, warmup: int = 2) -> np.ndarra
 def time_interleaved(
     fns: dict[str, Callable[[], Any]], seconds: float, rounds: int = 5
 ) -> dict[str, np.ndarray]:
-    """Per-call latencies of each fn, timed in alternation: ``rounds`` turns each.
+    """Per-call latencies of each fn, timed in alternation: up to ``rounds`` turns
+    each, all of them together within about ``seconds`` (warm-up included).
 
     On a shared machine the load changes by the second; alternating short turns gives
     every runtime (and the peak-matmul reference) the same conditions, so their ratios
-    hold even when the absolute figures move.
+    hold even when the absolute figures move. Every fn runs at least once per turn and
+    at least one round runs: when single calls are slower than the budget allows, the
+    rounds stop early, so the overshoot is at most one round of single calls.
     """
+    deadline = time.perf_counter() + seconds
     for fn in fns.values():
         fn()
+    turn = max(deadline - time.perf_counter(), 0.0) / (rounds * len(fns))
     lat: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(rounds):
+    for r in range(rounds):
+        if r and time.perf_counter() >= deadline:
+            break
         for name, fn in fns.items():
             start = time.perf_counter()
             while True:
                 t = time.perf_counter()
                 fn()
                 lat[name].append(time.perf_counter() - t)
-                if t - start >= seconds / rounds:
+                if t - start >= turn:
                     break
     return {name: np.asarray(v) for name, v in lat.items()}
 
@@ -81,6 +89,7 @@ def summary(lat: np.ndarray, batch: int) -> dict[str, float]:
 
 def flops_per_window(model: nn.Module, n_channels: int, seq_len: int) -> float:
     """FLOPs of one window through ``model`` (PyTorch's counter: matmuls, convs, SDPA)."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -89,13 +98,16 @@ def flops_per_window(model: nn.Module, n_channels: int, seq_len: int) -> float:
 
 
 def sgemm(
-    device: str = "cpu", dtype: torch.dtype = torch.float32, n: int = 2048
+    device: str = "cpu", dtype: torch.dtype | None = None, n: int = 2048
 ) -> tuple[Callable[[], Any], float]:
     """The machine's practical matmul peak as a timed call: (fn, FLOPs per call).
 
     Timed beside the model (CPU: same intra-op threads; CUDA: TF32 off for fp32), so
     "share of peak" compares like with like on a shared machine.
     """
+    import torch
+
+    dtype = dtype or torch.float32
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     cuda = device == "cuda"
@@ -109,36 +121,45 @@ def sgemm(
     return mm, 2.0 * n**3
 
 
-class PatchTSTStyle(nn.Module):
-    """Channel-independent Transformer over overlapping patches (len 16, stride 8)."""
+def patchtst_style(
+    d_model: int,
+    n_layers: int,
+    n_heads: int,
+    seq_len: int,
+    patch: int = 16,
+    stride: int = 8,
+) -> nn.Module:
+    """A channel-independent Transformer over overlapping patches (len 16, stride 8),
+    with random weights, in eval mode."""
+    import torch
+    from torch import nn
 
-    def __init__(
-        self,
-        d_model: int,
-        n_layers: int,
-        n_heads: int,
-        seq_len: int,
-        patch: int = 16,
-        stride: int = 8,
-    ) -> None:
-        super().__init__()
-        self.patch, self.stride = patch, stride
-        n = (seq_len - patch) // stride + 1
-        self.embed = nn.Linear(patch, d_model)
-        self.pos = nn.Parameter(0.02 * torch.randn(n, d_model))
-        self.blocks = nn.ModuleList(Block(d_model, n_heads) for _ in range(n_layers))
-        self.ln = nn.LayerNorm(d_model)
-        self.head = nn.Linear(n * d_model, 1)
+    from model.layers import Block
+    from model.patching import revin
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, V = x.shape
-        xn, _, _ = revin(x.transpose(1, 2).reshape(B * V, T))  # (B*V, T)
-        p = xn.unfold(1, self.patch, self.stride)  # (B*V, n, patch)
-        h = self.embed(p) + self.pos  # (B*V, n, D)
-        for blk in self.blocks:
-            h = blk(h)
-        out = self.head(self.ln(h).flatten(1)).view(B, V)  # (B, V)
-        return torch.sigmoid(out.max(1).values)  # (B,)
+    class PatchTSTStyle(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            n = (seq_len - patch) // stride + 1
+            self.embed = nn.Linear(patch, d_model)
+            self.pos = nn.Parameter(0.02 * torch.randn(n, d_model))
+            self.blocks = nn.ModuleList(
+                Block(d_model, n_heads) for _ in range(n_layers)
+            )
+            self.ln = nn.LayerNorm(d_model)
+            self.head = nn.Linear(n * d_model, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            B, T, V = x.shape
+            xn, _, _ = revin(x.transpose(1, 2).reshape(B * V, T))  # (B*V, T)
+            p = xn.unfold(1, patch, stride)  # (B*V, n, patch)
+            h = self.embed(p) + self.pos  # (B*V, n, D)
+            for blk in self.blocks:
+                h = blk(h)
+            out = self.head(self.ln(h).flatten(1)).view(B, V)  # (B, V)
+            return torch.sigmoid(out.max(1).values)  # (B,)
+
+    return PatchTSTStyle().eval()
 
 
 def cpu_info() -> dict[str, Any]:
@@ -169,6 +190,10 @@ def served_from_config(
     The mask matters: the graph encodes only the kept channels (33 of MSL's 55), so an
     eager model keeping all of them would do 55/33 of the work and flatter onnxruntime.
     """
+    from model.export import ServedModel
+    from model.scjepa import SCJEPA
+    from training.evaluate.probe import build_probe_net
+
     probe = build_probe_net(cfg.n_tokens * cfg.n_codes, hidden, 0.0)
     return ServedModel(SCJEPA(cfg), probe, list(mask), (1.0, 0.0)).eval()
 
@@ -205,6 +230,7 @@ def _runtimes(
     GPU (fp32), so each ratio is ours vs the framework on the same device.
     """
     import onnxruntime as ort
+    import torch
 
     from service.inference import load_model
     from service.manifest import FP16_FILE, INT8_FILE, MODEL_FILE
@@ -294,6 +320,9 @@ def bench_artifact(
     artifact: Path, batch_sizes: list[int], seconds: float, threads: int
 ) -> dict[str, Any]:
     import onnxruntime as ort
+    import torch
+
+    from model.config import ModelConfig
 
     manifest = json.loads((artifact / "manifest.json").read_text())
     cfg = ModelConfig(**manifest["model_config"])
@@ -309,6 +338,13 @@ def bench_artifact(
     )
     for name, why in notes.items():
         print(f"skipped {name}: {why}", flush=True)
+    n_timed = len(runtimes) + len(peaks)
+    print(
+        f"timing {n_timed} runtimes x {len(batch_sizes)} batch sizes x {seconds:g} s "
+        f"= about {n_timed * len(batch_sizes) * seconds:.0f} s",
+        flush=True,
+    )
+    t_start = time.perf_counter()
     rows: list[dict[str, Any]] = []
     peak_rows: list[dict[str, Any]] = []
     rng = np.random.default_rng(0)
@@ -360,6 +396,8 @@ def bench_artifact(
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "skipped": notes,
+        "seconds_per_runtime_and_batch": seconds,
+        "timing_s": round(time.perf_counter() - t_start, 2),
         "rows": rows,
     }
 
@@ -372,11 +410,13 @@ def efficiency_figure(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import torch
 
     def latency(model: nn.Module, b: int, t: int) -> float:
         x = torch.randn(b, t, n_channels)
         with torch.inference_mode():
-            return 1e3 * float(np.median(time_fn(lambda: model(x), seconds)))
+            lat = time_fn(lambda: model(x), seconds, warmup=1, min_calls=3)
+            return 1e3 * float(np.median(lat))
 
     out: dict[str, Any] = {"batch": {}, "length": {}}
     batches, lengths = [1, 4, 16, 64], [100, 200, 400, 800]
@@ -389,7 +429,7 @@ def efficiency_figure(
         ),
         (
             "PatchTST-style",
-            lambda t: PatchTSTStyle(cfg.d_model, cfg.n_layers, cfg.n_heads, t).eval(),
+            lambda t: patchtst_style(cfg.d_model, cfg.n_layers, cfg.n_heads, t),
         ),
     ):
         at_window = make(cfg.seq_len)  # the batch sweep: the artifact's window
@@ -431,7 +471,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--seconds",
         type=float,
         default=2.0,
-        help="timing budget per runtime and batch size",
+        help="timing budget per runtime and batch size: the run times every runtime "
+        "(and the matmul peak) at every batch size, about runtimes x batch sizes x "
+        "SECONDS in all (printed at the start), plus set-up",
     )
     p.add_argument(
         "--threads", type=int, default=2, help="intra-op threads for both runtimes"
@@ -441,7 +483,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    sizes = [int(b) for b in args.batch_sizes.split(",")]
+    from model.config import ModelConfig
+    from training.errors import UserError
+
+    try:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        raise UserError(
+            f"--batch-sizes {args.batch_sizes!r}: integers, e.g. 1,8,64"
+        ) from None
+    if min(sizes) < 1 or args.seconds <= 0:
+        raise UserError("--batch-sizes must be >= 1 and --seconds > 0")
+    if not (args.artifact / "manifest.json").is_file():
+        raise UserError(f"{args.artifact}: no manifest.json (an exported artifact)")
     res = bench_artifact(args.artifact, sizes, args.seconds, args.threads)
     if args.figure:
         manifest = json.loads((args.artifact / "manifest.json").read_text())

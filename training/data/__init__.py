@@ -84,11 +84,12 @@ def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Da
         ds = loader(base, name, **kwargs)
     else:
         raise DataError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    ds.source = ds.source or str(root if root is not None else default_root())
     for e in ds.entities:
         # split by entity, a run may have no train part (e.g. a fault from its start)
         no_train = len(e.train) == 0 and not ds.folds
         if no_train or (e.test is not None and len(e.test) == 0):
-            raise DataError(f"{ds.name}/{e.name}: empty entity")
+            raise DataError(f"{ds.name}/{e.name}: empty entity", file=ds.source)
     fit_channel_mask(ds)
     return ds
 

@@ -2,7 +2,7 @@
 
 scjepa data stats --dataset msl --root ~/.cache/scjepa/datasets
 scjepa data stats --dataset smd --root DIR --json stats.json
-scjepa data stats --dataset csv --root my.csv --label-col fault
+scjepa data stats --dataset csv --root my.csv --label-col fault --entity-col pump
 """
 
 from __future__ import annotations
@@ -15,6 +15,57 @@ from typing import Any
 
 from training.data import DATASETS, WINDOW, load_dataset
 from training.data.stats import dataset_stats
+from training.usercsv import TIMESTAMP_NAMES
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse prints the refusal, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def add_table_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``--dataset csv`` (a user's CSV/Parquet), for every command that
+    loads data; :func:`table_options` turns them into the loader's keywords."""
+    g = p.add_argument_group("--dataset csv options (your own CSV or Parquet)")
+    g.add_argument(
+        "--timestamp-col",
+        default=None,
+        help="timestamp column, seconds or ISO 8601 (default: the first column named "
+        + ", ".join(TIMESTAMP_NAMES)
+        + ", any case)",
+    )
+    g.add_argument(
+        "--label-col", default="label", help="0/1 per row; without it, no test split"
+    )
+    g.add_argument(
+        "--entity-col",
+        default=None,
+        help="column that tells series apart (one per pump, machine, ...)",
+    )
+    g.add_argument(
+        "--train-frac",
+        type=float,
+        default=0.5,
+        help="for a single file: leading fraction (in time) used as train",
+    )
+
+
+def table_options(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
+    """The loader keywords of :func:`add_table_arguments`' options for ``dataset``."""
+    if dataset.split("@")[0].lower() != "csv":
+        return {}
+    return {
+        "timestamp_col": args.timestamp_col,
+        "label_col": args.label_col,
+        "entity_col": args.entity_col,
+        "train_frac": args.train_frac,
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="data folder (default $SCJEPA_DATA or ~/.cache/scjepa/datasets); for csv a file or folder",
     )
-    s.add_argument("--window", type=int, default=WINDOW)
+    s.add_argument("--window", type=positive_int, default=WINDOW, help="steps")
     s.add_argument(
         "--json",
         nargs="?",
@@ -39,16 +90,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--per-entity", action="store_true", help="print the per-entity table too"
     )
-    g = s.add_argument_group("csv/parquet options")
-    g.add_argument("--timestamp-col", default="timestamp")
-    g.add_argument("--label-col", default="label")
-    g.add_argument("--entity-col", default=None)
-    g.add_argument(
-        "--train-frac",
-        type=float,
-        default=0.5,
-        help="for a single file: leading fraction used as train",
-    )
+    add_table_arguments(s)
     g2 = s.add_argument_group("synthetic options")
     g2.add_argument("--seed", type=int, default=0)
 
@@ -117,15 +159,8 @@ def print_stats(st: dict[str, Any], per_entity: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    kwargs: dict[str, Any] = {}
-    if args.dataset == "csv":
-        kwargs = {
-            "timestamp_col": args.timestamp_col,
-            "label_col": args.label_col,
-            "entity_col": args.entity_col,
-            "train_frac": args.train_frac,
-        }
-    elif args.dataset == "synthetic":
+    kwargs = table_options(args, args.dataset)
+    if args.dataset == "synthetic":
         kwargs = {"seed": args.seed}
     ds = load_dataset(args.dataset, args.root, **kwargs)
     st = dataset_stats(ds, args.window)

@@ -76,13 +76,22 @@ def load_npy(path: Path) -> np.ndarray:
     return arr.astype(np.float32)
 
 
-def fill_nans(x: np.ndarray, path: Path) -> tuple[np.ndarray, int]:
-    """Apply the NaN policy to a (T, V) array; returns (filled copy, cells filled)."""
+def fill_nans(
+    x: np.ndarray, path: Path, channels: list[str] | None = None
+) -> tuple[np.ndarray, int]:
+    """Apply the NaN policy to a (T, V) array; returns (filled copy, cells filled).
+    ``channels`` names the columns in an error (else their 1-based position)."""
     if len(x) == 0:
-        raise DataError(f"{path}: empty series (0 steps)")
+        raise DataError("empty series (0 steps)", file=path)
     if np.isinf(x).any():
         row, col = np.argwhere(np.isinf(x))[0]
-        raise DataError(f"{path}: infinite value at row {row + 1}, column {col + 1}")
+        raise DataError(
+            "infinite value",
+            file=path,
+            row=int(row) + 1,
+            column=channels[col] if channels else int(col) + 1,
+            hint="leave the cell empty (or NaN) if the reading is missing",
+        )
     nan = np.isnan(x)
     n = int(nan.sum())
     if n == 0:

@@ -66,7 +66,7 @@ def load_skab(root: Path, name: str = "skab") -> Dataset:
     channels = [c for c in free.columns if c != "datetime"]
     if not channels:
         raise DataError(f"{free_path}: no sensor columns")
-    x_free, n_free = fill_nans(numeric(free[channels], free_path), free_path)
+    x_free, n_free = fill_nans(numeric(free[channels], free_path), free_path, channels)
     entities = [Entity(FREE, x_free, imputed=n_free, group=FREE)]
     order: list[int] = []  # labelled entities in dealing order
     for group in GROUPS:
@@ -79,7 +79,7 @@ def load_skab(root: Path, name: str = "skab") -> Dataset:
             missing = {*channels, "anomaly", "changepoint"} - set(df.columns)
             if missing:
                 raise DataError(f"{path}: missing columns {sorted(missing)}")
-            x, n_nan = fill_nans(numeric(df[channels], path), path)
+            x, n_nan = fill_nans(numeric(df[channels], path), path, channels)
             labels = check_labels(df["anomaly"].to_numpy(), len(x), path)
             cp = check_labels(df["changepoint"].to_numpy(), len(x), path)
             if not labels.any():

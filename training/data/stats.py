@@ -114,7 +114,8 @@ def dataset_stats(
         }
         if ds.folds:  # every labelled entity is tested once: "test" pools the folds
             folds = [
-                downstream_splits(ds, window, fold=k) for k in range(len(ds.folds))
+                downstream_splits(ds, window, fold=k, need_classes=False)
+                for k in range(len(ds.folds))
             ]
             test = Samples.concat([f["test"] for f in folds])
             out["splits"] = {"test": _rates(test.y, test.cur)}
@@ -123,7 +124,7 @@ def dataset_stats(
                     f"fold {k} {n}": _rates(v.y, v.cur) for n, v in f.items()
                 }
         else:
-            splits = downstream_splits(ds, window)
+            splits = downstream_splits(ds, window, need_classes=False)
             out["splits"] = {k: _rates(v.y, v.cur) for k, v in splits.items()}
     out["per_entity"] = rows
     return out

@@ -60,6 +60,7 @@ class Dataset:
     folds: list[dict[str, list[int]]] = field(default_factory=list)
     fold: int | None = None  # set on a fold's pre-training view (windows.fold_view)
     steps_per_day: float | None = None  # sampling rate, where the source states it
+    source: str = ""  # the file or folder it was read from, for messages
 
     def __post_init__(self) -> None:
         if self.mask.size == 0:

@@ -49,6 +49,33 @@ ZERO_VARIANCE = 1e-8
 SPLITS = ("train", "val", "test")
 
 
+def check_window(window: int) -> None:
+    if window < 1:
+        raise DataError(
+            f"window {window}: must be at least 1 step",
+            hint=f"the model's windows are {WINDOW} steps",
+        )
+
+
+def min_pretrain_steps(window: int = WINDOW, val_frac: float = 0.1) -> int:
+    """The shortest train series that gives pre-training a pair to train on and one
+    to validate on: n windows with at least 2 in each part of the 9:1 cut."""
+    check_window(window)
+    n = 4
+    while round(n * val_frac) < 2 or n - round(n * val_frac) < 2:
+        n += 1
+    return n * window
+
+
+def min_split_steps(window: int = WINDOW) -> int:
+    """The shortest labelled test series whose 6:2:2 split has a sample in each part."""
+    check_window(window)
+    n = 1
+    while any(lo >= hi for lo, hi in split_bounds(n).values()):
+        n += 1
+    return (n + 1) * window
+
+
 def fit_channel_mask(ds: Dataset, threshold: float = ZERO_VARIANCE) -> np.ndarray:
     """Train-only zero-variance mask (True = keep); stored on ``ds.mask`` and returned."""
     # (sum T, V): every entity's train series, concatenated
@@ -185,6 +212,25 @@ def split_segments(
         return out
     if fold != 0:
         raise DataError(f"{ds.name}: split per entity in time, it has one fold only")
+    check_window(window)
+    labelled = [e for e in ds.entities if e.test is not None]
+    if not labelled:
+        raise DataError(
+            f"no labelled test data to evaluate on ({ds.name})",
+            file=ds.source or None,
+            hint="give the test rows a 0/1 'label' column (--label-col names another): "
+            "in test.csv beside train.csv, or in the single file's rows",
+        )
+    need = min_split_steps(window)
+    if all(len(e.test) < need for e in labelled if e.test is not None):
+        longest = max(len(e.test) for e in labelled if e.test is not None)
+        raise DataError(
+            f"the longest labelled test series has {longest} rows, too "
+            f"short for the 6:2:2 split of {window}-step windows",
+            file=ds.source or None,
+            hint=f"at least {need} labelled test rows per series (a single file is cut "
+            "by --train-frac: the test part is the rest)",
+        )
     for i, e in enumerate(ds.entities):
         if e.test is None:
             continue
@@ -194,22 +240,43 @@ def split_segments(
 
 
 def downstream_splits(
-    ds: Dataset, window: int = WINDOW, stride: int | None = None, fold: int = 0
+    ds: Dataset,
+    window: int = WINDOW,
+    stride: int | None = None,
+    fold: int = 0,
+    need_classes: bool = True,
 ) -> dict[str, Samples]:
     """The downstream train / val / test samples of ``fold``, pooled over entities:
-    per entity 6:2:2 in time, or whole entities for data sets split by entity."""
+    per entity 6:2:2 in time, or whole entities for data sets split by entity.
+    ``need_classes``: refuse a train split without both classes (the probes fit on
+    it), naming the source; statistics pass False."""
     segs = split_segments(ds, window, fold)
     empty = Samples(
         np.zeros((0, window, ds.n_channels), np.float32),
         *(np.zeros(0, dt) for dt in (np.int8, np.int8, np.int32, np.int32, np.int64)),
     )
-    return {
+    out = {
         name: Samples.concat(
             [entity_samples(ds, i, window, stride, lo, hi) for i, lo, hi in parts]
             or [empty]
         )
         for name, parts in segs.items()
     }
+    y = out["train"].y
+    if need_classes and (y.all() or not y.any()):
+        which = "normal" if y.all() else "anomalous"
+        raise DataError(
+            f"the downstream train split has no {which} next window ({int(y.sum())} "
+            f"of {len(y)} positive; {ds.name}"
+            + (f", fold {fold}" if ds.folds else "")
+            + "): the probes need both classes",
+            file=ds.source or None,
+            hint="the split is 6:2:2 in time per series: anomalies (label 1) must "
+            "occur in the first 60 % of the labelled rows too"
+            if not ds.folds
+            else "each fold's train entities must hold both classes",
+        )
+    return out
 
 
 def fit_entities(ds: Dataset, fold: int | None = None) -> list[int]:
@@ -260,11 +327,17 @@ def _pairs(w: np.ndarray) -> np.ndarray:
 
 
 def pretrain_pairs(
-    datasets: Dataset | Sequence[Dataset], window: int = WINDOW, val_frac: float = 0.1
+    datasets: Dataset | Sequence[Dataset],
+    window: int = WINDOW,
+    val_frac: float = 0.1,
+    min_train: int = 1,
 ) -> Pairs:
-    """Pairs from every entity's train series; several data sets pool (cross-domain)."""
+    """Pairs from every entity's train series; several data sets pool (cross-domain).
+    Refuses, naming the source and the rows needed, fewer than ``min_train`` train
+    pairs (pre-training passes its batch size) or no validation pair; 0 checks nothing."""
     if isinstance(datasets, Dataset):
         datasets = [datasets]
+    check_window(window)
     train, val = [], []
     for ds in datasets:
         if ds.folds and ds.fold is None:
@@ -279,4 +352,18 @@ def pretrain_pairs(
             n_val = round(len(w) * val_frac)
             train.append(_pairs(w[: len(w) - n_val]))
             val.append(_pairs(w[len(w) - n_val :]))
-    return Pairs(np.concatenate(train), np.concatenate(val))
+    pairs = Pairs(np.concatenate(train), np.concatenate(val))
+    if min_train and (len(pairs.train) < min_train or len(pairs.val) == 0):
+        longest = max(len(e.train) for ds in datasets for e in ds.entities)
+        names = ", ".join(ds.name for ds in datasets)
+        raise DataError(
+            f"{len(pairs.train)} train and {len(pairs.val)} validation pre-training "
+            f"pairs from {names} (at least {min_train} and 1 needed); the longest "
+            f"train series has {longest} rows",
+            file=", ".join(ds.source for ds in datasets if ds.source) or None,
+            hint=f"a series needs at least {min_pretrain_steps(window, val_frac)} train "
+            f"rows for windows of {window} (pairs of consecutive windows, the last "
+            f"{val_frac:.0%} for validation)"
+            + (f", and {min_train} pairs fill one batch" if min_train > 1 else ""),
+        )
+    return pairs

@@ -52,6 +52,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAST = REPO / "configs" / "fast.yaml"
 SPARK = "▁▂▃▄▅▆▇█"
 MAX_BATCH = WINDOW  # readings per stream and request: at most one window per response
+WAIT_S = 30.0  # POST /ingest?wait=: how long a request waits for its windows' scores
 
 
 def _say(line: str) -> None:
@@ -103,7 +104,12 @@ def build_artifact(
     # an older model stays unusable until the new one is complete (manifest last)
     (artifact / "manifest.json").unlink(missing_ok=True)
     cfg = load_config(FAST, ["loss.diversity=1.0", *overrides])
-    pairs = pretrain_pairs(ds, window=cfg.data.window, val_frac=cfg.data.val_frac)
+    pairs = pretrain_pairs(
+        ds,
+        window=cfg.data.window,
+        val_frac=cfg.data.val_frac,
+        min_train=cfg.optim.batch_size,
+    )
     epochs = cfg.optim.epochs
     _say(
         f"[1/3] pre-training SC-JEPA (fast preset, {epochs} epochs) on "
@@ -371,7 +377,8 @@ def replay(
                 for i in range(lo, hi)
             ]
             body.append({"stream": s.name, "readings": readings})
-        r = client.post("/ingest", json={"streams": body})
+        # ?wait: the response carries the scores of the windows it completes
+        r = client.post("/ingest", json={"streams": body}, params={"wait": WAIT_S})
         if r.status_code != 200:
             raise UserError(f"POST /ingest -> {r.status_code}: {r.text[:300]}")
         by_name = {s.name: s for s in streams}
@@ -442,7 +449,7 @@ def _outcome_row(name: str, o: Outcome, lead: str) -> str:
     return _summary_row(name, *cells)
 
 
-def summary(streams: list[Stream], url: str) -> str:
+def summary(streams: list[Stream]) -> str:
     lines = [
         "",
         "Summary (an anomaly is caught when the window before its onset was in alert;"
@@ -459,7 +466,6 @@ def summary(streams: list[Stream], url: str) -> str:
         _outcome_row("all", tot, med),
         f"Caught {tot.caught} of {tot.anomalies} anomalies before they started, with "
         f"{tot.false_alerts} false alerts in {tot.windows} windows.",
-        f"Live page: {url}/ui   API: {url}/docs",
     ]
     return "\n".join(lines)
 
@@ -582,15 +588,20 @@ def run(args: argparse.Namespace) -> int:
             print(LEGEND_TTY if tty else LEGEND_PLAIN)
             live = Live(streams, float(manifest["threshold"]), tty)
             replay(client, streams, args.rate, live)
-            print(summary(streams, url), flush=True)
+            print(summary(streams), flush=True)
         if args.keep_serving:
-            print(f"\nStill serving at {url}/ui — press Ctrl-C to stop.", flush=True)
+            print(
+                f"\nStill serving: live page {url}/ui, API {url}/docs — press Ctrl-C "
+                "to stop.",
+                flush=True,
+            )
             try:
                 while proc.poll() is None:
                     time.sleep(0.5)
             except KeyboardInterrupt:
                 print("\nstopping the service", flush=True)
             return 0
+        print("Stopping the service (--keep-serving keeps it and /ui up).")
         return 0
     finally:
         stop_service(proc)

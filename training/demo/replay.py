@@ -4,9 +4,13 @@ at a chosen rate, printing each new risk (with the true next-window label when k
     scjepa replay --file pump.csv --url http://localhost:8000 --rate 200
     scjepa replay --dataset msl --root ~/.cache/scjepa/datasets --entity C-1 --rate 0
 
-A CSV has a header; a ``timestamp``/``ts`` column (seconds) and a ``label`` column (0/1)
-are optional, every other column is a channel in the model's order; empty cells are
-missing values (the service forward-fills them).
+A CSV follows :mod:`training.usercsv` (header, delimiter, a timestamp column in seconds
+or ISO 8601, optional ``label`` 0/1; empty cells are missing values, which the service
+forward-fills). Its channel columns are matched BY NAME to the served model's channels
+(``GET /models``) and sent in the model's order; a column the model does not know, or a
+model channel the file lacks, is refused (``--by-position`` sends the columns in file
+order instead, for a file whose names differ from the training data's). Each request
+waits (``?wait=S``) for the scores of the windows it completes.
 """
 
 from __future__ import annotations
@@ -24,6 +28,17 @@ from typing import Any
 import httpx
 import numpy as np
 
+from training.errors import DataError, UserError
+from training.usercsv import (
+    TIMESTAMP_HINT,
+    find_column,
+    parse_time,
+    read_header,
+    timestamp_column,
+)
+
+MISSING = ("", "nan", "na", "n/a", "null", "none")
+
 
 @dataclass
 class Series:
@@ -34,33 +49,100 @@ class Series:
     labels: np.ndarray | None  # (T,) 0/1 per step
 
 
-def read_csv(path: Path) -> Series:
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    if len(rows) < 2:
-        raise ValueError(f"{path}: needs a header and at least one data row")
-    header = [h.strip() for h in rows[0]]
-    lower = [h.lower() for h in header]
-    ts_col = next((i for i, h in enumerate(lower) if h in ("timestamp", "ts")), None)
-    label_col = lower.index("label") if "label" in lower else None
+def read_csv(path: Path, timestamp_col: str | None = None) -> Series:
+    """A user's CSV, checked cell by cell: DataError names the row and the column."""
+    header, delimiter = read_header(path)
+    ts_name = timestamp_column(header, timestamp_col, path)
+    label_name = find_column(header, "label")
+    ts_col = header.index(ts_name) if ts_name else None
+    label_col = header.index(label_name) if label_name else None
     chans = [i for i in range(len(header)) if i not in (ts_col, label_col)]
+    if not chans:
+        raise DataError("no channel columns besides the timestamp and label", file=path)
+    with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
+        rows = list(csv.reader(f, delimiter=delimiter))[1:]
+    rows = [r for r in rows if any(c.strip() for c in r)]  # blank lines
+    if not rows:
+        raise DataError("no data rows after the header", file=path)
+
+    def where(r: int, c: int) -> dict[str, Any]:
+        return {"file": path, "row": r + 1, "line": r + 2, "column": header[c]}
 
     def num(cell: str, r: int, c: int) -> float:
+        if cell.strip().lower() in MISSING:
+            return math.nan
         try:
-            return float(cell) if cell.strip() else math.nan
+            v = float(cell)
         except ValueError:
-            raise ValueError(
-                f"{path}: non-numeric value {cell!r} in column {header[c]!r}, data row {r + 1}"
+            raise DataError(
+                f"non-numeric value {cell!r}",
+                **where(r, c),
+                hint="a channel cell holds a number or nothing (missing)",
             ) from None
+        if math.isinf(v):
+            raise DataError(
+                f"infinite value {cell!r}",
+                **where(r, c),
+                hint="leave the cell empty if the reading is missing",
+            )
+        return v
 
-    data = [
-        [num(row[c], r, c) for c in range(len(header))]
-        for r, row in enumerate(rows[1:])
-    ]
-    arr = np.array(data, dtype=np.float64)
-    ts = arr[:, ts_col] if ts_col is not None else np.arange(len(arr), dtype=np.float64)
-    labels = arr[:, label_col].astype(np.int8) if label_col is not None else None
-    return Series(path.stem, [header[c] for c in chans], arr[:, chans], ts, labels)
+    values = np.empty((len(rows), len(chans)), dtype=np.float64)
+    ts = np.arange(len(rows), dtype=np.float64)
+    labels = np.zeros(len(rows), dtype=np.int8) if label_col is not None else None
+    for r, row in enumerate(rows):
+        if len(row) != len(header):
+            raise DataError(
+                f"{len(row)} cells, the header has {len(header)}",
+                file=path,
+                row=r + 1,
+                line=r + 2,
+            )
+        values[r] = [num(row[c], r, c) for c in chans]
+        if ts_col is not None:
+            try:
+                ts[r] = parse_time(row[ts_col])
+            except ValueError:
+                raise DataError(
+                    f"{row[ts_col]!r} is not a time",
+                    **where(r, ts_col),
+                    hint=TIMESTAMP_HINT,
+                ) from None
+        if labels is not None and label_col is not None:
+            if row[label_col].strip() not in ("0", "1", "0.0", "1.0"):
+                raise DataError(
+                    f"label {row[label_col]!r}: labels must be 0 or 1",
+                    **where(r, label_col),
+                )
+            labels[r] = int(float(row[label_col]))
+    if np.any(np.diff(ts) < 0):  # sent in time order, as training reads the file
+        order = np.argsort(ts, kind="stable")
+        values, ts = values[order], ts[order]
+        labels = labels[order] if labels is not None else None
+    return Series(path.stem, [header[c] for c in chans], values, ts, labels)
+
+
+def match_channels(series: Series, model: list[str], source: str) -> Series:
+    """The series with its columns in the model's channel order, matched by name;
+    refuses names that do not match, saying which."""
+    if series.channels == model:
+        return series
+    unknown = [c for c in series.channels if c not in model]
+    missing = [c for c in model if c not in series.channels]
+    if unknown or missing:
+        parts = []
+        if missing:
+            parts.append(f"lacks the model's channels {missing[:8]}")
+        if unknown:
+            parts.append(f"has columns the model does not know {unknown[:8]}")
+        raise UserError(
+            f"{source}: {' and '.join(parts)} (the model's channels, in order: "
+            f"{model[:8]}{' ...' if len(model) > 8 else ''}); hint: rename the columns, "
+            "or pass --by-position to send them in file order"
+        )
+    order = [series.channels.index(c) for c in model]
+    series.values, series.channels = series.values[:, order], list(model)
+    return series
 
 
 def read_dataset(name: str, root: Path | None, entity: str | None) -> Series:
@@ -75,6 +157,8 @@ def read_dataset(name: str, root: Path | None, entity: str | None) -> Series:
         if not ents:
             names = ", ".join(e.name for e in ds.entities[:10])
             raise ValueError(f"{name}: no entity {entity!r} (e.g. {names})")
+    if not ents:
+        raise ValueError(f"{name}: no entity with a labelled test series to replay")
     e = ents[0]
     assert e.test is not None
     now = float(int(time.time()))
@@ -96,11 +180,13 @@ def replay(
     batch: int = 10,
     rate: float = 0.0,
     headers: dict[str, str] | None = None,
+    wait: float = 30.0,
     out: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """POST the series in requests of ``batch`` readings at ``rate`` readings/s (0 = as
-    fast as the service answers); returns one dict per new risk. ``window``: the
-    model's window (its manifest's), for the next-window label printed beside a risk."""
+    fast as the service answers), each waiting up to ``wait`` s for its windows'
+    scores; returns one dict per new risk. ``window``: the model's window (its
+    manifest's), for the next-window label printed beside a risk."""
     seen: list[dict[str, Any]] = []
     start = time.monotonic()
     for lo in range(0, len(series.values), batch):
@@ -114,7 +200,7 @@ def replay(
                 for i in range(lo, hi)
             ],
         }
-        r = client.post("/ingest", json=body, headers=headers)
+        r = client.post("/ingest", json=body, headers=headers, params={"wait": wait})
         if r.status_code != 200:
             raise RuntimeError(f"POST /ingest -> {r.status_code}: {r.text[:500]}")
         res = r.json()["results"][0]
@@ -143,6 +229,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--root", type=Path, help="data folder for --dataset")
     p.add_argument("--entity", help="entity of --dataset (default: the first)")
+    p.add_argument(
+        "--timestamp-col",
+        help="the file's timestamp column (default: the first named timestamp, time, "
+        "ts, datetime or date)",
+    )
     p.add_argument("--url", default="http://127.0.0.1:8000", help="service base URL")
     p.add_argument("--stream", help="stream id (default: derived from the source)")
     p.add_argument(
@@ -150,43 +241,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--batch", type=int, default=10, help="readings per request")
     p.add_argument("--limit", type=int, help="replay only the first N readings")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=30.0,
+        help="seconds each request waits for its windows' scores (?wait=)",
+    )
+    p.add_argument(
+        "--by-position",
+        action="store_true",
+        help="send the columns in file order, ignoring their names",
+    )
     p.add_argument("--api-key", help="sent as X-API-Key")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.batch < 1 or args.wait < 0 or (args.limit is not None and args.limit < 1):
+        raise UserError("--batch and --limit must be >= 1, --wait >= 0")
     try:
         series = (
-            read_csv(args.file)
+            read_csv(args.file, args.timestamp_col)
             if args.file
             else read_dataset(args.dataset, args.root, args.entity)
         )
     except (OSError, ValueError) as e:
-        print(f"scjepa replay: error: {e}", file=sys.stderr)
-        return 2
+        raise UserError(str(e)) from None
     if args.limit:
         series.values, series.ts = series.values[: args.limit], series.ts[: args.limit]
     headers = {"X-API-Key": args.api_key} if args.api_key else None
     stream = args.stream or "".join(
         c if c.isalnum() or c in "._:-" else "-" for c in series.name
     )
-    with httpx.Client(base_url=args.url, timeout=30.0) as client:
+    source = str(args.file or f"{args.dataset}/{series.name}")
+    with httpx.Client(base_url=args.url, timeout=30.0 + args.wait) as client:
         try:
-            models = client.get("/models", headers=headers).json()["models"]
-        except (httpx.HTTPError, KeyError, ValueError) as e:
-            print(
-                f"scjepa replay: error: cannot read {args.url}/models ({e})",
-                file=sys.stderr,
-            )
-            return 2
-        m = models[0]["manifest"]
+            r = client.get("/models", headers=headers)
+            r.raise_for_status()
+            m = r.json()["models"][0]["manifest"]
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as e:
+            raise UserError(f"cannot read {args.url}/models ({e})") from None
         model, n_source = f"{m['name']} {m['version']}", series.values.shape[1]
-        if m["n_channels"] != n_source:
-            print(
-                f"scjepa replay: error: the source has {n_source} channels, "
-                f"the model {m['name']} expects {m['n_channels']}",
-                file=sys.stderr,
-            )
-            return 2
+        if args.by_position:
+            if m["n_channels"] != n_source:
+                raise UserError(
+                    f"{source}: {n_source} channels, the model {m['name']} expects "
+                    f"{m['n_channels']}"
+                )
+        else:
+            series = match_channels(series, list(m["channels"]), source)
         print(
             f"replaying {len(series.values)} readings of {series.name} as stream "
             f"{stream!r} into {model} at {args.rate or 'max'} readings/s"
@@ -200,6 +302,7 @@ def run(args: argparse.Namespace) -> int:
                 batch=args.batch,
                 rate=args.rate,
                 headers=headers,
+                wait=args.wait,
             )
         except (httpx.HTTPError, RuntimeError) as e:
             print(f"scjepa replay: error: {e}", file=sys.stderr)

@@ -181,7 +181,7 @@ def test_infinite_value(psm_root: Path) -> None:
     df.iloc[9, 2] = np.inf
     df.to_csv(path, index=False)
     with pytest.raises(
-        DataError, match=r"test\.csv: infinite value at row 10, column 2"
+        DataError, match=r"test\.csv, row 10, column 'feature_1': infinite value"
     ):
         load_dataset("psm", psm_root)
 

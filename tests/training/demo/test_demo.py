@@ -70,8 +70,12 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     rows = re.findall(r"^  (unit-\d) +26 +(\d+) +(\d+) ", out, re.M)
     assert [r[0] for r in rows] == ["unit-1", "unit-2", "unit-3", "unit-4"]
     assert sum(int(r[1]) for r in rows) == 7  # the anomaly onsets in the replay
-    url = re.search(r"Live page: (http://127\.0\.0\.1:\d+)/ui", out)
+    url = re.search(r"Service up at (http://127\.0\.0\.1:\d+)", out)
     assert url is not None
+    # stopped: no URL after the summary, and it says so
+    assert (
+        "http://" not in out[out.index("Summary") :] and "Stopping the service" in out
+    )
     with pytest.raises(OSError):  # the server was stopped
         urllib.request.urlopen(url.group(1) + "/healthz", timeout=2)
 

@@ -1,18 +1,23 @@
-"""`scjepa replay` and the load generator, driven in process (no sockets)."""
+"""`scjepa replay` and the load generator: in process, and the CLI against a live service."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from support.service_helpers import free_port
 
 from service.config import Settings
 from training.bench.loadtest import run_load_in_process
 from training.cli import main as scjepa
-from training.demo.replay import read_csv, read_dataset, replay
+from training.demo import demo
+from training.demo.replay import match_channels, read_csv, read_dataset, replay
+from training.errors import DataError, UserError
 
 
 def write_csv(path: Path, n: int) -> np.ndarray:
@@ -37,7 +42,8 @@ def test_read_csv(tmp_path: Path) -> None:
     np.testing.assert_allclose(s.values[8], x[8])
     (tmp_path / "bad.csv").write_text("a,b\n1,x\n")
     with pytest.raises(
-        ValueError, match="non-numeric value 'x' in column 'b', data row 1"
+        DataError,
+        match=r"bad\.csv, row 1 \(line 2\), column 'b': non-numeric value 'x'",
     ):
         read_csv(tmp_path / "bad.csv")
 
@@ -94,3 +100,74 @@ def test_read_dataset_entity() -> None:
     assert len(s.labels) == len(s.values) == len(s.ts) and np.all(np.diff(s.ts) > 0)
     with pytest.raises(ValueError, match="no entity 'nope'"):
         read_dataset("synthetic", None, "nope")
+
+
+# -- channels matched by name, checked files, against a live service ------------------
+
+
+def test_match_channels_reorders_by_name_and_refuses_a_mismatch(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "p.csv"
+    # ';'-delimited, newest first: read in time order, columns in the model's order
+    path.write_text("ts;flat;c;a;b\n2;40;30;10;20\n1;4;3;1;2\n")
+    s = match_channels(read_csv(path), ["a", "b", "c", "flat"], str(path))
+    assert s.channels == ["a", "b", "c", "flat"] and list(s.ts) == [1.0, 2.0]
+    np.testing.assert_array_equal(s.values, [[1, 2, 3, 4], [10, 20, 30, 40]])
+    with pytest.raises(UserError) as e:
+        match_channels(read_csv(path), ["a", "b", "c", "d"], str(path))
+    msg = str(e.value)
+    assert "lacks the model's channels ['d']" in msg
+    assert "columns the model does not know ['flat']" in msg
+    assert "--by-position" in msg
+
+
+@pytest.fixture
+def service_url(artifact_dir: Path, tmp_path: Path) -> Iterator[str]:
+    """The service (memory store) on a loopback port, serving the tiny artifact
+    (channels a, b, c, flat)."""
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = demo.start_service(
+        artifact_dir, int(url.rsplit(":", 1)[1]), tmp_path / "log"
+    )
+    try:
+        import httpx
+
+        with httpx.Client(base_url=url) as c:
+            demo.wait_ready(c, proc, tmp_path / "log", timeout=60)
+        yield url
+    finally:
+        demo.stop_service(proc)
+
+
+def test_replay_cli_by_name_iso_times_and_refusals(
+    service_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import httpx
+
+    rng = np.random.default_rng(1)
+    t0 = datetime(2024, 5, 1, tzinfo=UTC).timestamp()
+    good = tmp_path / "pump.csv"
+    lines = ["time,flat,c,b,a,label"]  # another order than the model's a, b, c, flat
+    for i in range(120):
+        stamp = datetime.fromtimestamp(t0 + i, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        lines.append(",".join([stamp, *map(str, np.round(rng.normal(size=4), 3)), "0"]))
+    good.write_text("\n".join(lines) + "\n")
+    argv = ["replay", "--url", service_url, "--rate", "0", "--batch", "50"]
+    assert scjepa([*argv, "--file", str(good)]) == 0
+    out = capsys.readouterr().out
+    assert f"{t0 + 99:.3f}  n=    100" in out  # ISO times sent as epoch seconds
+    risk = httpx.get(f"{service_url}/risk/pump").json()
+    assert risk["window_end"] == t0 + 99 and risk["risk"] is not None
+
+    # a column the model does not know: refused before anything is sent
+    bad = tmp_path / "other.csv"
+    bad.write_text(good.read_text().replace("time,flat,", "time,temp,", 1))
+    assert scjepa([*argv, "--file", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks the model's channels ['flat']" in err and "['temp']" in err
+    assert "Traceback" not in err
+    assert httpx.get(f"{service_url}/risk/other").status_code == 404
+    # ... which --by-position sends in file order (four columns, four channels)
+    assert scjepa([*argv, "--file", str(bad), "--by-position"]) == 0
+    assert httpx.get(f"{service_url}/risk/other").json()["window_end"] == t0 + 99
