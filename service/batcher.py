@@ -39,8 +39,12 @@ def inference_executor(nice: int = 0) -> ThreadPoolExecutor:
 
     def init() -> None:
         if nice and sys.platform == "linux":
+            # relative: the thread starts at its creator's niceness (a niced parent
+            # process included) and goes ``nice`` steps below it, 19 at most
+            tid = threading.get_native_id()
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+                now = os.getpriority(os.PRIO_PROCESS, tid)
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, now + nice))
         sched.set_slice_us(0)
 
     return ThreadPoolExecutor(1, thread_name_prefix="scjepa-infer", initializer=init)

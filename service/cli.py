@@ -10,11 +10,9 @@ Redis prefer one worker per container and more replicas (metrics are per process
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from service.manifest import ArtifactError, load_manifest
 
@@ -28,6 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)"
     )
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--role",
+        choices=["api", "scorer", "all"],
+        help="api: HTTP, ingest queues windows; scorer: scores queued windows (needs "
+        "--redis-url; HTTP /healthz, /readyz, /metrics only); all: both in this "
+        "process (default; SCJEPA_ROLE)",
+    )
     p.add_argument(
         "--hop", type=int, help="readings between scored windows (default: manifest)"
     )
@@ -47,21 +52,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def log_config(level: str) -> dict[str, Any]:
-    """uvicorn's logging configuration plus the service's own loggers (``service.*``:
-    model loaded and on which provider, CPU slices, store errors) on the same stderr
-    handler and format; uvicorn alone leaves them without a handler below WARNING."""
-    from uvicorn.config import LOGGING_CONFIG
-
-    cfg = copy.deepcopy(LOGGING_CONFIG)
-    cfg["loggers"]["service"] = {
-        "handlers": ["default"],
-        "level": "DEBUG" if level == "trace" else level.upper(),
-        "propagate": False,
-    }
-    return cfg
-
-
 def run(args: argparse.Namespace) -> int:
     overrides = {
         "SCJEPA_ARTIFACT": args.artifact,
@@ -69,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         "SCJEPA_HOP": args.hop,
         "SCJEPA_PROVIDER": args.provider,
         "SCJEPA_PRECISION": args.precision,
+        "SCJEPA_ROLE": args.role,
     }
     for key, value in overrides.items():
         if value is not None:
@@ -89,9 +80,17 @@ def run(args: argparse.Namespace) -> int:
     if args.workers > 1 and not settings.redis_url:
         print("scjepa serve: error: --workers > 1 needs --redis-url", file=sys.stderr)
         return 2
+    if settings.role != "all" and not settings.redis_url:
+        print(
+            f"scjepa serve: error: --role {settings.role} needs --redis-url (the work "
+            "queue between API and scorer processes lives in Redis)",
+            file=sys.stderr,
+        )
+        return 2
 
     import uvicorn
 
+    from service import logs
     from service.http import GuardedHttpToolsProtocol
 
     uvicorn.run(
@@ -101,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
         port=args.port,
         workers=args.workers,
         log_level=args.log_level,
-        log_config=log_config(args.log_level),
+        log_config=logs.config(settings.log_format, args.log_level),
+        access_log=False,  # the middleware writes the access line (service/logs.py)
         http=GuardedHttpToolsProtocol,  # deadlines for slow clients (service/http.py)
     )
     return 0

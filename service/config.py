@@ -36,8 +36,9 @@ class Settings(BaseSettings):
     # thread each (a one-chunk batch uses intra-op threads); 0 = onnxruntime's choice
     intra_op_threads: Annotated[int, Field(ge=0)] = 1
     inter_op_threads: Annotated[int, Field(ge=0)] = 1
-    # nice steps of the inference thread below the event loop (Linux): reads and
-    # ingest are not queued behind a batch on a small machine; 0 = same priority
+    # nice steps of the inference thread below the event loop's own niceness (Linux;
+    # relative, so under `nice -n 10 scjepa serve` 5 means 15; capped at 19): reads
+    # and ingest are not queued behind a batch on a small machine; 0 = same priority
     infer_nice: Annotated[int, Field(ge=0, le=19)] = 0
     # CPU time slice the event loop's thread asks for (Linux 6.12+, service/sched.py):
     # a request preempts a running batch on arrival; 0 = the kernel's default
@@ -52,8 +53,43 @@ class Settings(BaseSettings):
     cpu_chunk_tokens: Annotated[int, Field(ge=0)] = CPU_CHUNK_TOKENS
     # 0: a batch takes what queued while the previous one ran, adding no delay
     max_wait_ms: Annotated[float, Field(ge=0)] = 0.0
-    # windows scored per stream and call; when more complete, the latest are kept
-    max_windows_per_ingest: Annotated[int, Field(ge=1)] = 32
+    # --- the scorer tier (service/worker.py)
+    # what `scjepa serve` runs: api (HTTP: ingest queues windows, reads), scorer
+    # (scores queued windows; HTTP /healthz, /readyz, /metrics only), all (both)
+    role: Literal["api", "scorer", "all"] = "all"
+    # the work queue's partitions (Redis: one stream key each, hash-tagged with the
+    # streams they serve; spreads a Redis Cluster). Changing it orphans stored state.
+    work_partitions: Annotated[int, Field(ge=1, le=1024)] = 16
+    # back-pressure: past this many queued windows an ingest call queues only its
+    # newest window per stream; the others are shed (counted, readings kept)
+    max_queued_windows: Annotated[int, Field(ge=1)] = 100_000
+    # a window delivered to a scorer and not acknowledged this long is claimed by
+    # another (the first scorer died or hangs)
+    claim_timeout_s: Annotated[float, Field(gt=0)] = 30.0
+    # queue readers per scorer process (one reads while the other's batch scores)
+    scorer_concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    # POST /ingest?wait=S waits at most S seconds for its windows' scores; the bound
+    max_ingest_wait_s: Annotated[float, Field(ge=0)] = 60.0
+    # out-of-order arrival: readings up to this many seconds older than the stream's
+    # newest are held and merged in timestamp order before windows are cut (windows
+    # then complete this much later); older ones are rejected as late. 0 = none
+    allowed_lateness_s: Annotated[float, Field(ge=0)] = 0.0
+    # --- alerting (service/alerting.py): per-stream risk alerts to Alertmanager
+    # Alertmanager's base URL, e.g. http://alertmanager:9093; None = no stream alerts
+    alertmanager_url: str | None = None
+    # consecutive scored windows at/above the threshold that put a stream in alert
+    alert_windows: Annotated[int, Field(ge=1)] = 3
+    # a firing stream's alert is posted again this often (on its next window) ...
+    alert_resend_s: Annotated[float, Field(gt=0)] = 60.0
+    # ... with endsAt this far ahead (must exceed alert_resend_s): a stream that stops
+    # sending while in alert is resolved by Alertmanager after it
+    alert_hold_s: Annotated[float, Field(gt=0)] = 600.0
+    alert_timeout_s: Annotated[float, Field(gt=0)] = 2.0  # one POST to Alertmanager
+    # --- logs (service/logs.py): text lines or JSON lines (one object per line)
+    log_format: Literal["text", "json"] = "text"
+    # a stream stored for another model layout (window, channels): fresh = it starts
+    # over (its readings and risk history are dropped), refuse = its ingest is 409
+    layout_change: Literal["fresh", "refuse"] = "fresh"
     # --- state
     redis_url: str | None = None  # None: in-memory store (single process)
     key_prefix: str = "scjepa"

@@ -75,7 +75,9 @@ class FastPaths:
 
             scope["route"] = INGEST
             meta = Meta.of(scope["headers"])
-            reply = await handlers.ingest(meta, read_body, scorer, door)
+            query = scope.get("query_string", b"")
+            reply = await handlers.ingest(meta, read_body, scorer, door, query)
+            scope.setdefault("state", {})["streams"] = reply.streams
             if not left:
                 await _send(send, reply)
         else:

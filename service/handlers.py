@@ -16,6 +16,7 @@ import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NamedTuple
+from urllib.parse import parse_qs
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
@@ -24,10 +25,10 @@ from starlette.responses import Response
 from service import auth, metrics
 from service.config import Settings
 from service.inference import WindowError
-from service.ingest_body import parse_ingest
+from service.ingest_body import StreamBody, parse_ingest
 from service.schemas import STREAM_PATTERN, IngestResponse, StreamName
 from service.scoring import Scorer, StreamQuotaExceeded
-from service.store import Store, StoreUnavailable
+from service.store import LayoutChanged, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class Reply(NamedTuple):
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+    streams: int | None = None  # POST /ingest: streams in the body (the access line)
 
     def response(self) -> Response:
         return Response(self.body, self.status, dict(self.headers), media_type=JSON)
@@ -235,15 +237,44 @@ def stream_errors(stream: str) -> list[dict[str, Any]]:
     return []
 
 
+def wait_of(query: bytes, limit: float) -> float | Reply:
+    """The ``wait`` query parameter of POST /ingest: seconds in [0, limit], 0 absent;
+    else the 422 naming it."""
+    values = parse_qs(query.decode("latin-1")).get("wait")
+    if not values:
+        return 0.0
+    try:
+        wait = float(values[0])
+    except ValueError:
+        wait = math.nan
+    if not 0 <= wait <= limit:  # NaN fails too
+        return invalid(
+            [
+                {
+                    "loc": ["query", "wait"],
+                    "msg": f"wait = {values[0]!r}: seconds from 0 to {limit:g} "
+                    "(SCJEPA_MAX_INGEST_WAIT_S)",
+                    "type": "wait_range",
+                }
+            ]
+        )
+    return wait
+
+
 async def ingest(
-    meta: Meta, read_body: Callable[[], Awaitable[bytes]], scorer: Scorer, door: Door
+    meta: Meta,
+    read_body: Callable[[], Awaitable[bytes]],
+    scorer: Scorer,
+    door: Door,
+    query: bytes = b"",
 ) -> Reply:
-    """Store readings, score every window they complete, report counts per stream.
+    """Store readings, queue every window they complete for scoring, report counts per
+    stream; with ``?wait=S``, wait up to S seconds for those windows' risks.
 
     Checked in this order, nothing stored before the last: key (401), rate (429),
-    media type (415), body size (413, while reading), body (422), reading count (413),
-    values and timestamps against the model and the clock (422), the tenant's stream
-    quota (403). The body is read only once the key is known.
+    media type (415), wait (422), body size (413, while reading), body (422), reading
+    count (413), values and timestamps against the model and the clock (422), the
+    tenant's stream quota (403). The body is read only once the key is known.
     """
     settings = scorer.settings
     tenant = await door.tenant(meta.api_key)
@@ -251,11 +282,27 @@ async def ingest(
         return tenant
     if (refused := media_refused(meta)) is not None:
         return refused
+    wait = wait_of(query, settings.max_ingest_wait_s) if query else 0.0
+    if isinstance(wait, Reply):
+        return wait
     raw = await read_body()  # BodyTooLarge past the limit: the middleware's 413
     try:
         items, batch_form = parse_ingest(raw)
     except RequestValidationError as e:
         return invalid(e.errors())
+    reply = await _ingest_parsed(items, batch_form, tenant, wait, scorer)
+    return reply._replace(streams=len(items))
+
+
+async def _ingest_parsed(
+    items: list[StreamBody],
+    batch_form: bool,
+    tenant: str,
+    wait: float,
+    scorer: Scorer,
+) -> Reply:
+    """:func:`ingest` once the body is parsed."""
+    settings = scorer.settings
     n = sum(len(item.ts) for item in items)
     limit = settings.max_readings_per_request
     if n > limit:
@@ -268,9 +315,13 @@ async def ingest(
     if problems:
         return invalid(problems)
     try:
-        results = await scorer.ingest(tenant, [item.stream for item in items], arrays)
+        results = await scorer.ingest(
+            tenant, [item.stream for item in items], arrays, wait
+        )
     except StreamQuotaExceeded as e:
         return detail(403, str(e))
+    except LayoutChanged as e:
+        return detail(409, str(e))
     except StoreUnavailable as e:
         return store_unavailable(e)
     except WindowError as e:

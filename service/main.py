@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -28,7 +29,8 @@ from service.reload import ModelSlot, load_checked
 from service.routes import docs, health, ingest, models, risk, ui
 from service.schemas import IngestRequest
 from service.scoring import FLOAT32_MAX, Scorer
-from service.store import make_store
+from service.store import layout_of, make_store
+from service.worker import Listener, ScoredBus, ScoringWorker
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             }
         )
         log.info("loaded %s %s on %s", m.name, m.version, model.provider)
+        role = settings.role
         store = make_store(
             settings.redis_url,
             prefix=settings.key_prefix,
@@ -70,26 +73,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             dedupe_horizon=settings.dedupe_horizon,
             timeout_s=settings.redis_timeout_s,
             max_connections=settings.redis_max_connections,
+            partitions=settings.work_partitions,
+            layout=layout_of(m.channels, m.window),
+            on_layout_change=settings.layout_change,
+            lateness_s=settings.allowed_lateness_s,
         )
 
         def swapped(new: Model) -> None:
             app.state.model = new
 
         slot = ModelSlot(model, settings, executor, on_swap=swapped)
-        batcher = Batcher(
-            slot.score,  # reads the current model once per micro-batch
-            max_batch=settings.max_batch,
-            max_wait_s=settings.max_wait_ms / 1000,
-            executor=executor,
-        )
-        batcher.start()
+        bus = ScoredBus()  # this process's ?wait= calls, woken by scored windows
+        batcher: Batcher | None = None
+        worker: ScoringWorker | None = None
+        if role != "api":  # this process scores the queued windows
+            batcher = Batcher(
+                slot.score,  # reads the current model once per micro-batch
+                max_batch=settings.max_batch,
+                max_wait_s=settings.max_wait_ms / 1000,
+                executor=executor,
+            )
+            batcher.start()
+            worker = ScoringWorker(lambda: slot.current, store, batcher, settings, bus)
+            worker.listeners.extend(_listeners(settings))
+            worker.start()
         app.state.settings = settings
+        app.state.role = role
         app.state.model = model
         app.state.slot = slot
         app.state.store = store
+        app.state.worker = worker
         app.state.door = Door(keys, store, settings)
-        app.state.scorer = Scorer(slot, store, batcher, settings)
+        app.state.scorer = Scorer(slot, store, settings, batcher, bus)
         tasks = [asyncio.create_task(keys.watch(), name="scjepa-keys")]
+        if role != "scorer":  # news of windows scored by any process
+            tasks.append(
+                asyncio.create_task(store.listen_scored(bus.deliver), name="scored")
+            )
 
         def hangup() -> None:  # SIGHUP: keys and model, as POST /admin/reload
             log.info("SIGHUP: reloading the API keys and the model")
@@ -109,7 +129,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 loop.remove_signal_handler(signal.SIGHUP)
             for t in tasks:
                 t.cancel()
-            await batcher.stop()
+            if tasks:
+                await asyncio.wait(tasks, timeout=2.0)
+            if worker is not None:
+                await worker.stop()
+            if batcher is not None:
+                await batcher.stop()
             slot.close()
             await store.close()
 
@@ -121,11 +146,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # routes/docs.py serves it from the package (offline)
         redoc_url=None,
     )
-    docs.install(app)
+    api = settings.role != "scorer"  # a scorer serves /healthz, /readyz, /metrics
+    if api:
+        docs.install(app)
     middleware.install(
-        app, max_body_bytes=settings.max_body_bytes, fast_paths=settings.fast_paths
+        app,
+        max_body_bytes=settings.max_body_bytes,
+        fast_paths=settings.fast_paths and api,
     )
-    for r in (ingest.router, risk.router, models.router, health.router, ui.router):
+    routers = (ingest.router, risk.router, models.router, health.router, ui.router)
+    for r in routers if api else (health.router,):
         app.include_router(r)
     _document_bodies(app)
     return app
@@ -138,6 +168,17 @@ def _document_values(reading: dict[str, Any], n_channels: int) -> None:
     for option in values["items"]["anyOf"]:
         if option.get("type") == "number":
             option["minimum"], option["maximum"] = -FLOAT32_MAX, FLOAT32_MAX
+
+
+def _listeners(settings: Settings) -> list[Listener]:
+    """The scored-window listeners service/alerting.py provides (its ``listeners``
+    function), none when it provides none."""
+    try:
+        alerting = importlib.import_module("service.alerting")
+    except ModuleNotFoundError:
+        return []
+    make = getattr(alerting, "listeners", None)
+    return list(make(settings)) if callable(make) else []
 
 
 async def _reload_quietly(slot: ModelSlot) -> None:

@@ -7,7 +7,12 @@ run one uvicorn worker per container and scale with replicas.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import Counter, Gauge, Histogram, Info
+
+if TYPE_CHECKING:
+    from service.store import QueueStats
 
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -31,6 +36,12 @@ BATCH_SIZE = Histogram(
     "Windows per onnxruntime call.",
     buckets=BATCH_BUCKETS,
 )
+STORE_ERRORS = Counter(
+    "scjepa_store_errors",
+    "Store operations that failed (connection, timeout, refused: OOM at maxmemory), "
+    "by op.",
+    ["op"],
+)
 STORE_LATENCY = Histogram(
     "scjepa_store_duration_seconds",
     "Latency of one store operation.",
@@ -42,10 +53,38 @@ READINGS = Counter(
     "Readings received, by outcome (accepted, duplicate, rejected: late).",
     ["outcome"],
 )
-WINDOWS_SCORED = Counter("scjepa_windows_scored", "Windows scored.")
-WINDOWS_SKIPPED = Counter(
-    "scjepa_windows_skipped",
-    "Completed windows not scored (more than max_windows_per_ingest in one call).",
+WINDOWS_SCORED = Counter("scjepa_windows_scored", "Windows scored by this process.")
+WINDOWS_SHED = Counter(
+    "scjepa_windows_shed",
+    "Completed windows never scored, by reason: backpressure (the work queue was past "
+    "SCJEPA_MAX_QUEUED_WINDOWS: the call's newest window was queued, these not; the "
+    "readings are kept), layout (queued for another model's window shape).",
+    ["reason"],
+)
+WINDOWS_CLAIMED = Counter(
+    "scjepa_windows_claimed",
+    "Windows this scorer took over from one that left them pending past "
+    "SCJEPA_CLAIM_TIMEOUT_S (a scorer died or hangs).",
+)
+SCORER_BATCH = Histogram(
+    "scjepa_scorer_batch_seconds",
+    "One scorer batch: from the windows read off the work queue to their risk records "
+    "written and acknowledged (inference included).",
+    buckets=LATENCY_BUCKETS,
+)
+LISTENER_ERRORS = Counter(
+    "scjepa_listener_errors",
+    "Scored-window listeners (e.g. alerting) that raised; scoring went on.",
+    ["listener"],
+)
+# The work queue, store-wide (any process reports the same; aggregate with max).
+QUEUE_DEPTH = Gauge(
+    "scjepa_work_queue_depth",
+    "Windows queued for scoring or delivered to a scorer and not yet acknowledged.",
+)
+QUEUE_AGE = Gauge(
+    "scjepa_work_queue_oldest_age_seconds",
+    "Age of the oldest window in the work queue (0 when empty): the scoring lag.",
 )
 RELOADS = Counter(
     "scjepa_reloads",
@@ -77,8 +116,17 @@ def set_summary(streams: int, in_alert: int, max_risk: float) -> None:
     MAX_RISK.set(max_risk)
 
 
+def set_queue(stats: QueueStats) -> None:
+    """The work-queue gauges (a scorer refreshes them every second; call on a scrape
+    to have them in an API-only process too)."""
+    QUEUE_DEPTH.set(stats.depth)
+    QUEUE_AGE.set(stats.oldest_age_s)
+
+
 for outcome in ("accepted", "duplicate", "rejected"):
     READINGS.labels(outcome=outcome)  # export zeros from the start
+for reason in ("backpressure", "layout", "invalid"):
+    WINDOWS_SHED.labels(reason=reason)
 for what in ("keys", "model"):
     for outcome in ("ok", "failed"):
         RELOADS.labels(what=what, outcome=outcome)

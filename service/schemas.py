@@ -148,12 +148,24 @@ class StreamIngestResult(BaseModel):
     stream: str
     accepted: int
     duplicates: int  # timestamps already accepted: ignored
-    rejected: int  # older than the newest accepted reading (late): not stored
+    # late: older than the stream's newest accepted reading by more than
+    # SCJEPA_ALLOWED_LATENESS_S (0: older at all): not stored; rejected_reason says so
+    rejected: int
+    rejected_reason: str | None = None
+    # accepted readings the stream holds until the watermark passes them (allowed
+    # lateness > 0), then merged in timestamp order into its windows
+    held: int = 0
     readings_total: int  # accepted by this stream so far
     windows_completed: int
-    windows_scored: int  # the latest max_windows_per_ingest of the completed ones
-    # the latest window scored by this call: its risk, and the reading count and
-    # timestamp that completed it
+    # completed windows queued for the scorers (all of them, unless the queue is
+    # past SCJEPA_MAX_QUEUED_WINDOWS: then the newest only, and the rest are shed)
+    windows_queued: int
+    windows_shed: int = 0  # completed, kept as readings, not queued (back-pressure)
+    # queued windows whose risk was written before this answer (?wait=S waits for
+    # them up to S seconds; without it usually 0: read GET /risk later)
+    windows_scored: int
+    # the latest of this call's windows scored by then: its risk, and the reading
+    # count and timestamp that completed it
     risk: float | None = None
     alert: bool | None = None
     window_n: int | None = None

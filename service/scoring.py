@@ -1,5 +1,7 @@
-"""What an ingest call does: store readings, cut completed windows, score them in the
-shared micro-batch, keep the risk records. Knows the store, batcher and model; no HTTP.
+"""What an ingest call does: store readings and queue the windows they complete (one
+atomic store step), optionally wait for those windows' scores; and what GET /risk reads.
+Knows the store and the model's layout; no HTTP. Scoring itself is the scorer tier's
+(service/worker.py), in this process (role all) or another (role scorer).
 """
 
 from __future__ import annotations
@@ -13,22 +15,22 @@ from pydantic_core import from_json, to_json
 from service import metrics
 from service.batcher import Batcher
 from service.config import Settings
-from service.inference import Model, Scores
+from service.inference import Model
 from service.ingest_body import StreamBody
-from service.manifest import now_utc
 from service.schemas import (
-    ChannelShare,
     ModelRef,
     RiskHistory,
     RiskRecord,
     StreamIngestResult,
 )
-from service.store import AppendResult, Store, Window, fill_leading
+from service.store import AppendResult, Store, StoreUnavailable
+from service.worker import ScoredBus
 
 if TYPE_CHECKING:
     from service.reload import ModelSlot
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+RECHECK_S = 0.5  # a waiting ingest call re-reads the store at least this often
 # what GET /risk copies from the newest risk record, in RiskResponse's field order
 RISK_FIELDS = (
     "risk",
@@ -71,13 +73,15 @@ class Scorer:
         self,
         slot: ModelSlot,
         store: Store,
-        batcher: Batcher,
         settings: Settings,
+        batcher: Batcher | None = None,
+        bus: ScoredBus | None = None,
     ) -> None:
         self.slot = slot
         self.store = store
-        self.batcher = batcher
         self.settings = settings
+        self.batcher = batcher  # this process's scorer's (None: role api)
+        self.bus = bus or ScoredBus()  # wakes ?wait= calls when windows are scored
 
     @property
     def model(self) -> Model:
@@ -160,10 +164,13 @@ class Scorer:
 
     # -- ingest
     async def ingest(
-        self, tenant: str, streams: list[str], arrays: list[Readings]
+        self, tenant: str, streams: list[str], arrays: list[Readings], wait: float = 0.0
     ) -> list[StreamIngestResult]:
-        """Raises :class:`StreamQuotaExceeded` (nothing stored) when a new stream
-        would take the tenant past its quota."""
+        """Store the readings and queue the windows they complete; with ``wait`` > 0,
+        wait up to that many seconds for those windows' risk records. Raises
+        :class:`StreamQuotaExceeded` (nothing stored) when a new stream would take the
+        tenant past its quota, LayoutChanged (nothing stored for that stream) when a
+        stream was built for another model layout and the policy refuses."""
         limit = self.settings.max_streams_per_tenant
         refused = await self.store.register(tenant, streams, limit)
         if refused:
@@ -174,80 +181,89 @@ class Scorer:
             [(s, x.ts, x.values) for s, x in zip(streams, arrays, strict=True)],
             window=self.window,
             hop=self.hop,
-            max_windows=self.settings.max_windows_per_ingest,
+            max_queued=self.settings.max_queued_windows,
         )
         for res in appended:
             self._count(res)
-        windows = [
-            (s, w)
-            for s, res in zip(streams, appended, strict=True)
-            for w in res.windows
-        ]
-        records: dict[str, list[RiskRecord]] = {}
-        if windows:
-            x = np.stack([fill_leading(w.values) for _, w in windows])
-            scores = await self.batcher.score(x)
-            for j, (stream, w) in enumerate(windows):
-                records.setdefault(stream, []).append(self._record(w, scores, j))
-            await self.store.put_risks_many(
-                tenant,
-                [
-                    (s, [(r.n, r.model_dump_json()) for r in recs], recs[-1].risk)
-                    for s, recs in records.items()
-                ],
+        records: dict[str, dict[int, str]] = {}
+        if wait > 0:
+            due = {s: r.queued for s, r in zip(streams, appended, strict=True)}
+            records = await self._wait(
+                tenant, {s: q for s, q in due.items() if q}, wait
             )
         results = []
         for stream, res in zip(streams, appended, strict=True):
-            recs = records.get(stream, [])
+            recs = records.get(stream, {})
+            newest = from_json(recs[max(recs)]) if recs else None
             results.append(
                 StreamIngestResult(
                     stream=stream,
                     accepted=res.accepted,
                     duplicates=res.duplicates,
                     rejected=res.late,
+                    rejected_reason=self._late_reason() if res.late else None,
+                    held=res.held,
                     readings_total=res.total,
                     windows_completed=res.completed,
+                    windows_queued=len(res.queued),
+                    windows_shed=res.shed,
                     windows_scored=len(recs),
-                    risk=recs[-1].risk if recs else None,
-                    alert=recs[-1].alert if recs else None,
-                    window_n=recs[-1].n if recs else None,
-                    window_end=recs[-1].window_end if recs else None,
-                    model=recs[-1].model if recs else None,
+                    risk=newest["risk"] if newest else None,
+                    alert=newest["alert"] if newest else None,
+                    window_n=newest["n"] if newest else None,
+                    window_end=newest["window_end"] if newest else None,
+                    model=ModelRef(**newest["model"]) if newest else None,
                 )
             )
         return results
+
+    async def _wait(
+        self, tenant: str, due: dict[str, list[int]], wait: float
+    ) -> dict[str, dict[int, str]]:
+        """The risk records of the ``due`` windows (stream -> numbers) that exist when
+        all do, or when ``wait`` seconds have passed (or the store fails: the readings
+        are stored and the windows queued, so the answer stands). Woken by news of
+        scored windows (this process's scorer, or any through the store), and re-reads
+        the store every RECHECK_S in case news was lost."""
+        got: dict[str, dict[int, str]] = {s: {} for s in due}
+        left = {s: set(ns) for s, ns in due.items()}
+        deadline = time.monotonic() + wait
+        w = self.bus.register(tenant, {s: set(ns) for s, ns in due.items()})
+        try:
+            while left:
+                try:
+                    found = await self.store.scored(
+                        tenant, [(s, sorted(ns)) for s, ns in left.items()]
+                    )
+                except StoreUnavailable:
+                    break
+                for (stream, ns), recs in zip(list(left.items()), found, strict=True):
+                    got[stream].update(recs)
+                    ns.difference_update(recs)
+                    if not ns:
+                        del left[stream]
+                remaining = deadline - time.monotonic()
+                if not left or remaining <= 0:
+                    break
+                await w.wait(min(remaining, RECHECK_S))
+                w.done.clear()
+                w.left = {s: set(ns) for s, ns in left.items()}
+        finally:
+            self.bus.unregister(w)
+        return got
+
+    def _late_reason(self) -> str:
+        lateness = self.settings.allowed_lateness_s
+        return (
+            f"late: older than the stream's newest reading by more than {lateness:g} s "
+            "(SCJEPA_ALLOWED_LATENESS_S), and not a duplicate"
+        )
 
     def _count(self, res: AppendResult) -> None:
         metrics.READINGS.labels(outcome="accepted").inc(res.accepted)
         metrics.READINGS.labels(outcome="duplicate").inc(res.duplicates)
         metrics.READINGS.labels(outcome="rejected").inc(res.late)
-        metrics.WINDOWS_SKIPPED.inc(res.completed - len(res.windows))
-
-    def _record(self, w: Window, scores: Scores, j: int) -> RiskRecord:
-        """The risk record of window ``w``, row ``j`` of the batch ``scores``, named
-        after the model that scored it."""
-        by = scores.by or self.model
-        m = by.manifest
-        risk, contrib = float(scores.risk[j]), scores.contrib[j]
-        order = np.argsort(-contrib, kind="stable")[: self.settings.top_channels]
-        top = [
-            ChannelShare(name=m.channels[i], share=round(float(contrib[i]), 6))
-            for i in order
-            if contrib[i] > 0
-        ]
-        metrics.WINDOWS_SCORED.inc()
-        return RiskRecord(
-            n=w.n,
-            risk=risk,
-            threshold=m.threshold,
-            alert=risk >= m.threshold,
-            window_start=w.start_ts,
-            window_end=w.end_ts,
-            top_channels=top,
-            codes=[int(c) for c in scores.codes[j]],
-            model=ModelRef(name=m.name, version=m.version),
-            computed_at=now_utc(),
-        )
+        metrics.WINDOWS_SHED.labels(reason="backpressure").inc(res.shed)
 
     # -- reads
     async def risk(self, tenant: str, stream: str) -> bytes | None:

@@ -26,7 +26,7 @@ from support.components import (
     require,
 )
 from support.service_artifact import build_artifact
-from support.service_helpers import ClientFactory, RedisServer
+from support.service_helpers import ClientFactory, RedisCluster, RedisServer
 
 from service.config import Settings
 from service.main import create_app
@@ -58,6 +58,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """A local 3-master Redis Cluster (redis-server --cluster-enabled, redis-cli
+    --cluster create) on free loopback ports."""
+    require("redis-server", "tests on a Redis Cluster")
+    cluster = RedisCluster(tmp_path_factory.mktemp("cluster")).start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="session")

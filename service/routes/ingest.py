@@ -15,6 +15,17 @@ router = APIRouter(prefix="/ingest", tags=["ingest"])
 # The handler reads the body raw (service.ingest_body: no pydantic object per reading),
 # so the body schema is named here; main.py puts IngestRequest into the components.
 BODY_DOC = {
+    # read raw by the handler, so that both adapters refuse a bad value alike
+    "parameters": [
+        {
+            "name": "wait",
+            "in": "query",
+            "required": False,
+            "schema": {"type": "number", "minimum": 0, "default": 0},
+            "description": "seconds to wait for the scores of the windows this call "
+            "queues (at most SCJEPA_MAX_INGEST_WAIT_S); 0: answer once stored",
+        }
+    ],
     "requestBody": {
         "required": True,
         "content": {
@@ -22,7 +33,7 @@ BODY_DOC = {
                 "schema": {"$ref": "#/components/schemas/IngestRequest"}
             }
         },
-    }
+    },
 }
 
 
@@ -30,17 +41,20 @@ BODY_DOC = {
     "",
     response_model=IngestResponse,
     openapi_extra=BODY_DOC,
-    responses=errors(401, 403, 413, 415, 422, 429, 503),
+    responses=errors(401, 403, 409, 413, 415, 422, 429, 503),
 )
 async def ingest(
     request: Request, scorer: ScorerDep, door: DoorDep, x_api_key: ApiKeyHeader = None
 ) -> Response:
-    """Store readings, score every window they complete, report counts per stream.
+    """Store readings and queue every window they complete for the scorers; report
+    counts per stream. `?wait=S`: wait up to S seconds for those windows' risks.
 
     Body: `IngestRequest`. Re-sending readings is safe: a timestamp already accepted
     counts as a duplicate. A reading older than the stream's newest is rejected (late).
     A request that fails validation (4xx) stores nothing.
     """
     meta = Meta.of(request.scope["headers"])
-    reply = await handlers.ingest(meta, request.body, scorer, door)
+    query = request.scope.get("query_string", b"")
+    reply = await handlers.ingest(meta, request.body, scorer, door, query)
+    request.state.streams = reply.streams
     return reply.response()

@@ -5,14 +5,25 @@ can answer) and :class:`MemoryStore` (the embedded default, one process). Both a
 same rules, once per ingest call and stream, atomically:
 
 - a reading whose timestamp was already accepted is a *duplicate*: counted, not stored;
-- a reading older than the newest accepted one is *late*: counted, not stored;
+- a reading older than the newest accepted one is *late*: counted, not stored; with an
+  allowed lateness L > 0, readings wait until the watermark (the newest timestamp
+  seen, minus L) passes them and are then merged in timestamp order, so only a
+  reading at or below the watermark is late;
 - a missing value (None/NaN) is forward-filled from the stream's last accepted value of
   that channel (:func:`forward_fill`); a channel never observed stays missing, filled
   when the window is cut (:func:`fill_leading`);
 - the stream's N-th accepted reading completes a window of the last ``window`` readings
-  when ``N >= window`` and ``(N - window) % hop == 0`` (:func:`completed_ends`); if one
-  call completes several, the latest ``max_windows`` are returned (oldest first) and
-  the others only counted.
+  when ``N >= window`` and ``(N - window) % hop == 0`` (:func:`completed_ends`); every
+  completed window is queued as a :class:`WorkItem` for the scorers in the same atomic
+  step (its readings travel in the item), unless the work queue's partition already
+  holds ``max_queued`` items: then only the call's newest window is queued and the
+  others are *shed* (counted; the readings are kept) - the back-pressure policy.
+
+The work queue gives at-least-once delivery: a scorer reads items (:meth:`Store.
+read_work`), writes their risk records (:meth:`Store.put_scored`, keyed by the window
+number, so a window scored twice is recorded once) and acknowledges them
+(:meth:`Store.ack_work`); items a dead scorer left unacknowledged are claimed by
+another after a timeout (:meth:`Store.claim_work`).
 
 The fill rule is defined here, in numpy, and the memory store calls it. The Redis
 append script applies the same forward fill itself: the previous row it fills from must
@@ -24,7 +35,9 @@ head, to keep the carry-over. So the script is rendered from this package's row 
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +45,26 @@ import numpy as np
 
 class StoreUnavailable(RuntimeError):
     """The backing store cannot be reached; requests get 503 and nothing is lost."""
+
+
+class LayoutChanged(Exception):
+    """A stream's state was built for another model layout and the policy
+    (SCJEPA_LAYOUT_CHANGE=refuse) keeps it: the request is refused (409)."""
+
+    def __init__(self, stream: str, built: str, layout: str) -> None:
+        super().__init__(
+            f"stream {stream!r} holds readings for another model layout ({built}; "
+            f"the model in service reads {layout}); SCJEPA_LAYOUT_CHANGE=refuse keeps "
+            "them: set it to 'fresh' to start such streams over"
+        )
+        self.stream = stream
+
+
+def layout_of(channels: list[str], window: int) -> str:
+    """What a stream's stored readings are laid out for: window length, channel count
+    and a digest of the channel names (in order). Recorded in the stream's state."""
+    digest = hashlib.sha256("\x1f".join(channels).encode()).hexdigest()[:12]
+    return f"w{window}/v{len(channels)}/{digest}"
 
 
 @dataclass(frozen=True)
@@ -48,8 +81,31 @@ class AppendResult:
     duplicates: int
     late: int
     total: int  # readings accepted by the stream so far
-    completed: int  # windows completed by this call (>= len(windows))
-    windows: list[Window]
+    completed: int  # windows completed by this call (= len(queued) + shed)
+    queued: list[int]  # numbers (n) of the windows queued for scoring, ascending
+    shed: int = 0  # completed windows not queued (back-pressure)
+    held: int = 0  # the stream's readings waiting for the watermark (lateness > 0)
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One completed window waiting for a scorer. ``id`` is the store's handle for
+    :meth:`Store.ack_work`; the same window may be delivered again (a claim after a
+    scorer died), never with other values."""
+
+    id: str
+    tenant: str
+    stream: str
+    window: Window
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """The work queue over every partition: items queued or delivered and not yet
+    acknowledged, and the age of the oldest (0.0 when empty)."""
+
+    depth: int
+    oldest_age_s: float
 
 
 @dataclass(frozen=True)
@@ -133,7 +189,7 @@ class Store(ABC):
         *,
         window: int,
         hop: int,
-        max_windows: int,
+        max_queued: int,
     ) -> AppendResult:
         """Apply the rules above to readings with strictly increasing ``ts`` (R,)
         float64; ``values`` (R, V) float32, NaN for a missing value."""
@@ -145,24 +201,75 @@ class Store(ABC):
         *,
         window: int,
         hop: int,
-        max_windows: int,
+        max_queued: int,
     ) -> list[AppendResult]:
         """:meth:`append` for several streams (stream, ts, values), in order. Stores
         with round trips override it to make one, whatever the number of streams
         (one request's streams must not take every pooled connection)."""
         return [
             await self.append(
-                tenant, s, ts, v, window=window, hop=hop, max_windows=max_windows
+                tenant, s, ts, v, window=window, hop=hop, max_queued=max_queued
             )
             for s, ts, v in items
         ]
 
-    async def put_risks_many(
-        self, tenant: str, items: list[tuple[str, list[tuple[int, str]], float]]
+    @abstractmethod
+    async def put_scored(
+        self, items: list[tuple[str, str, list[tuple[int, str, float]]]]
+    ) -> list[list[bool]]:
+        """Write risk records: per (tenant, stream, [(n, JSON record, risk)]), add each
+        record unless the stream already has one for window ``n`` (the first write
+        wins: a window scored twice is recorded once), cap the history, and note the
+        risk of the stream's newest record for :meth:`summary`. Returns, per item and
+        record, whether it was written now."""
+
+    @abstractmethod
+    async def scored(
+        self, tenant: str, items: list[tuple[str, list[int]]]
+    ) -> list[dict[int, str]]:
+        """Per (stream, window numbers): the risk records (JSON) of those windows that
+        exist, by n. One round trip."""
+
+    # -- the work queue
+    async def ensure_groups(self) -> None:  # noqa: B027 - optional hook
+        """Make the work queue readable (Redis: the consumer group on every
+        partition); the append script also creates a partition's when it is missing."""
+
+    @abstractmethod
+    async def read_work(
+        self, consumer: str, count: int, block_s: float
+    ) -> list[WorkItem]:
+        """Up to ``count`` items never delivered before, waiting up to ``block_s`` for
+        one; each stays pending for ``consumer`` until :meth:`ack_work`."""
+
+    @abstractmethod
+    async def claim_work(
+        self, consumer: str, min_idle_s: float, count: int
+    ) -> list[WorkItem]:
+        """Up to ``count`` items delivered to some consumer more than ``min_idle_s``
+        ago and not acknowledged (a scorer died, or hangs): now ``consumer``'s."""
+
+    @abstractmethod
+    async def ack_work(self, ids: list[str]) -> None:
+        """Done with these items: they leave the queue."""
+
+    async def publish_scored(  # noqa: B027 - optional hook
+        self, scored: list[tuple[str, str, list[int]]]
     ) -> None:
-        """:meth:`put_risks` for several streams (stream, records, latest risk)."""
-        for stream, records, latest_risk in items:
-            await self.put_risks(tenant, stream, records, latest_risk)
+        """Tell every process that these windows (tenant, stream, numbers) were just
+        scored (their waiting ingest calls wake); a store of one process has none."""
+
+    async def listen_scored(
+        self, deliver: Callable[[list[tuple[str, str, list[int]]]], None]
+    ) -> None:
+        """Hand news of :meth:`publish_scored` to ``deliver`` until cancelled (at
+        most once: a waiter also re-reads the records). Returns at once where there
+        is none (one process, or a Redis Cluster: waiters poll)."""
+        return None
+
+    @abstractmethod
+    async def queue_stats(self) -> QueueStats:
+        """Depth and oldest age of the work queue (cost bounded by the partitions)."""
 
     @abstractmethod
     async def register(
@@ -175,17 +282,6 @@ class Store(ABC):
     @abstractmethod
     async def state(self, tenant: str, stream: str) -> StreamState | None:
         """Reading counts of a known stream, None for an unknown (or expired) one."""
-
-    @abstractmethod
-    async def put_risks(
-        self,
-        tenant: str,
-        stream: str,
-        records: list[tuple[int, str]],
-        latest_risk: float,
-    ) -> None:
-        """Add (window count n, JSON record) pairs to the stream's capped history and
-        note ``latest_risk`` (of the newest record) for :meth:`summary`."""
 
     @abstractmethod
     async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:
@@ -242,8 +338,13 @@ def make_store(
     dedupe_horizon: int = 10_000,
     timeout_s: float = 1.0,
     max_connections: int = 64,
+    partitions: int = 16,
+    layout: str = "",
+    on_layout_change: str = "fresh",
+    lateness_s: float = 0.0,
 ) -> Store:
-    """RedisStore when a URL is given, else the in-process MemoryStore."""
+    """RedisStore when a URL is given (``redis+cluster://`` for a Redis Cluster), else
+    the in-process MemoryStore."""
     if redis_url:
         from service.store.redis_store import RedisStore
 
@@ -255,11 +356,20 @@ def make_store(
             dedupe_horizon=dedupe_horizon,
             timeout_s=timeout_s,
             max_connections=max_connections,
+            partitions=partitions,
+            layout=layout,
+            on_layout_change=on_layout_change,
+            lateness_s=lateness_s,
         )
     from service.store.memory import MemoryStore
 
     return MemoryStore(
-        ttl_s=ttl_s, history_len=history_len, dedupe_horizon=dedupe_horizon
+        ttl_s=ttl_s,
+        history_len=history_len,
+        dedupe_horizon=dedupe_horizon,
+        layout=layout,
+        on_layout_change=on_layout_change,
+        lateness_s=lateness_s,
     )
 
 
@@ -267,15 +377,19 @@ __all__ = [
     "TS",
     "VALUE",
     "AppendResult",
+    "LayoutChanged",
+    "QueueStats",
     "Store",
     "StoreUnavailable",
     "StreamState",
     "Summary",
     "Window",
+    "WorkItem",
     "completed_ends",
     "fill_leading",
     "forward_fill",
     "gcra",
+    "layout_of",
     "make_store",
     "row_dtype",
 ]

@@ -4,12 +4,15 @@ Each method runs without awaiting, so on one event loop it is atomic like the Re
 script. Rows are kept as numpy arrays, filled by :func:`service.store.forward_fill`.
 Streams are keyed by (tenant, stream); idle ones are dropped oldest first as calls come
 (the touch order is kept, so that costs nothing per live stream), and each tenant's
-names are kept sorted for paged listing.
+names are kept sorted for paged listing. The work queue is a deque plus a table of
+delivered, unacknowledged items: the same contract as the Redis consumer group.
 """
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import itertools
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -18,10 +21,13 @@ import numpy as np
 
 from service.store import (
     AppendResult,
+    LayoutChanged,
+    QueueStats,
     Store,
     StreamState,
     Summary,
     Window,
+    WorkItem,
     completed_ends,
     forward_fill,
     gcra,
@@ -40,18 +46,36 @@ class _Stream:
     risks: list[tuple[int, str]] = field(default_factory=list)  # ascending n
     latest_risk: float | None = None
     touched: float = field(default_factory=time.monotonic)
+    layout: str | None = None
+    pending: dict[float, np.ndarray] = field(default_factory=dict)  # held readings
+    max_ts: float | None = None  # newest timestamp seen (held ones included)
 
 
 class MemoryStore(Store):
     def __init__(
-        self, *, ttl_s: int, history_len: int, dedupe_horizon: int = 10_000
+        self,
+        *,
+        ttl_s: int,
+        history_len: int,
+        dedupe_horizon: int = 10_000,
+        layout: str = "",
+        on_layout_change: str = "fresh",
+        lateness_s: float = 0.0,
     ) -> None:
+        self.lateness_s = lateness_s
         self.ttl_s = ttl_s
         self.history_len = history_len
         self.dedupe_horizon = dedupe_horizon
+        self.layout = layout
+        self.on_layout_change = on_layout_change
         self._streams: OrderedDict[Key, _Stream] = OrderedDict()  # oldest touch first
         self._names: dict[str, list[str]] = {}  # tenant -> sorted stream names
         self._buckets: dict[str, float] = {}  # rate-limit bucket -> tat
+        # the work queue: (item, queued at); delivered: id -> (item, queued, delivered)
+        self._queue: deque[tuple[WorkItem, float]] = deque()
+        self._delivered: dict[str, tuple[WorkItem, float, float]] = {}
+        self._ids = itertools.count(1)
+        self._ready: asyncio.Event | None = None
 
     # -- bookkeeping
     def _expire(self, limit: int | None = None) -> None:
@@ -90,6 +114,11 @@ class MemoryStore(Store):
         self._streams.move_to_end(key)
         return s
 
+    def _event(self) -> asyncio.Event:
+        if self._ready is None:
+            self._ready = asyncio.Event()
+        return self._ready
+
     # -- the interface
     async def register(
         self, tenant: str, streams: list[str], max_streams: int
@@ -113,10 +142,18 @@ class MemoryStore(Store):
         *,
         window: int,
         hop: int,
-        max_windows: int,
+        max_queued: int,
     ) -> AppendResult:
         s = self._touch((tenant, stream))
+        if s.layout is not None and s.layout != self.layout:
+            if self.on_layout_change == "refuse":
+                raise LayoutChanged(stream, s.layout, self.layout)
+            s = self._streams[(tenant, stream)] = _Stream()  # 'fresh': start over
+        s.layout = self.layout
         n0, dup, late = s.total, 0, 0
+        taken = None
+        if self.lateness_s > 0:
+            ts, values, taken, dup, late = self._hold(s, ts, values)
         keep: list[int] = []
         for i, t in enumerate(ts.tolist()):
             if s.last_ts is not None and t <= s.last_ts:
@@ -135,37 +172,90 @@ class MemoryStore(Store):
         while len(s.seen_order) > self.dedupe_horizon:
             s.seen.discard(s.seen_order.popleft())
         ends = completed_ends(n0, s.total, window, hop)
+        # back-pressure: past max_queued, only the call's newest window is queued
+        depth = len(self._queue) + len(self._delivered)
+        n_keep = min(len(ends), max(1, max_queued - depth))
         held = list(s.buf) + rows  # global reading index of held[0] is s.total-len+1
         base = s.total - len(held) + 1
-        windows = []
-        for n in ends[-max_windows:]:
+        now = time.monotonic()
+        queued = ends[len(ends) - n_keep :]
+        for n in queued:
             part = held[n - window - base + 1 : n - base + 1]
-            windows.append(
-                Window(n, part[0][0], part[-1][0], np.stack([v for _, v in part]))
-            )
+            w = Window(n, part[0][0], part[-1][0], np.stack([v for _, v in part]))
+            self._queue.append((WorkItem(str(next(self._ids)), tenant, stream, w), now))
+        if queued:
+            self._event().set()
         s.buf = deque(held[-window:])
-        return AppendResult(len(rows), dup, late, s.total, len(ends), windows)
+        return AppendResult(
+            len(rows) if taken is None else taken, dup, late, s.total, len(ends),
+            queued, len(ends) - n_keep, len(s.pending),
+        )  # fmt: skip
+
+    def _hold(
+        self, s: _Stream, ts: np.ndarray, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, int, int, int]:
+        """Allowed lateness: hold the readings newer than the watermark (the newest
+        timestamp seen minus the lateness) and release, in timestamp order, those the
+        watermark has passed. Returns (released ts, values, taken, duplicates, late)."""
+        top = s.max_ts if s.max_ts is not None else s.last_ts
+        mark = None if top is None else top - self.lateness_s
+        taken = dup = late = 0
+        for i, t in enumerate(ts.tolist()):
+            if s.last_ts is not None and t <= s.last_ts:
+                dup, late = (dup + 1, late) if t in s.seen else (dup, late + 1)
+            elif mark is not None and t <= mark:
+                late += 1
+            elif t in s.pending:
+                dup += 1
+            else:
+                s.pending[t] = values[i]
+                taken += 1
+                top = t if top is None else max(top, t)
+        s.max_ts = top
+        cut = -np.inf if top is None else top - self.lateness_s
+        out = sorted(t for t in s.pending if t <= cut)
+        rel_v = [s.pending.pop(t) for t in out]
+        shape = (0, values.shape[1])
+        x = np.stack(rel_v) if rel_v else np.empty(shape, np.float32)
+        return np.array(out, dtype=np.float64), x, taken, dup, late
 
     async def state(self, tenant: str, stream: str) -> StreamState | None:
         s = self._get((tenant, stream))
-        if s is None or s.total == 0:
+        if s is None or (s.total == 0 and not s.pending):
             return None
         return StreamState(s.total, len(s.buf), s.last_ts)
 
-    async def put_risks(
-        self,
-        tenant: str,
-        stream: str,
-        records: list[tuple[int, str]],
-        latest_risk: float,
-    ) -> None:
-        s = self._get((tenant, stream))
-        if s is None:
-            return  # expired in between: nothing to attach the records to
-        s.latest_risk = latest_risk
-        for rec in records:
-            bisect.insort(s.risks, rec, key=lambda r: r[0])
-        del s.risks[: -self.history_len]
+    async def put_scored(
+        self, items: list[tuple[str, str, list[tuple[int, str, float]]]]
+    ) -> list[list[bool]]:
+        out = []
+        for tenant, stream, records in items:
+            s = self._get((tenant, stream))
+            if s is None:  # expired in between: nothing to attach the records to
+                out.append([False] * len(records))
+                continue
+            have = {n for n, _ in s.risks}
+            flags = []
+            for n, rec, _ in records:
+                flags.append(n not in have)
+                if n not in have:
+                    bisect.insort(s.risks, (n, rec), key=lambda r: r[0])
+                    have.add(n)
+            del s.risks[: -self.history_len]
+            newest = max(records, key=lambda r: r[0])
+            if s.risks and s.risks[-1][0] == newest[0]:
+                s.latest_risk = newest[2]
+            out.append(flags)
+        return out
+
+    async def scored(
+        self, tenant: str, items: list[tuple[str, list[int]]]
+    ) -> list[dict[int, str]]:
+        out = []
+        for stream, ns in items:
+            s, want = self._get((tenant, stream)), set(ns)
+            out.append({} if s is None else {n: r for n, r in s.risks if n in want})
+        return out
 
     async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:
         s = self._get((tenant, stream))
@@ -191,6 +281,48 @@ class MemoryStore(Store):
         tat, wait = gcra(self._buckets.get(bucket, now), now, rps, burst)
         self._buckets[bucket] = tat
         return wait
+
+    # -- the work queue
+    async def read_work(
+        self, consumer: str, count: int, block_s: float
+    ) -> list[WorkItem]:
+        ready = self._event()
+        if not self._queue and block_s > 0:
+            ready.clear()
+            try:
+                await asyncio.wait_for(ready.wait(), block_s)
+            except TimeoutError:
+                return []
+        out: list[WorkItem] = []
+        now = time.monotonic()
+        while self._queue and len(out) < count:
+            item, queued = self._queue.popleft()
+            self._delivered[item.id] = (item, queued, now)
+            out.append(item)
+        return out
+
+    async def claim_work(
+        self, consumer: str, min_idle_s: float, count: int
+    ) -> list[WorkItem]:
+        now = time.monotonic()
+        out: list[WorkItem] = []
+        for item_id, (item, queued, at) in list(self._delivered.items()):
+            if len(out) == count:
+                break
+            if now - at > min_idle_s:
+                self._delivered[item_id] = (item, queued, now)
+                out.append(item)
+        return out
+
+    async def ack_work(self, ids: list[str]) -> None:
+        for i in ids:
+            self._delivered.pop(i, None)
+
+    async def queue_stats(self) -> QueueStats:
+        times = [q for _, q in itertools.islice(self._queue, 1)]
+        times += [q for _, q, _ in self._delivered.values()]
+        age = time.monotonic() - min(times) if times else 0.0
+        return QueueStats(len(self._queue) + len(self._delivered), age)
 
     async def ping(self) -> None:
         return None

@@ -6,63 +6,149 @@ value as text; the script unpacks values only to fill a reading that has a missi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import time
-from collections.abc import Awaitable
+import zlib
+from collections.abc import Awaitable, Callable
 from string import Template
 from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError, RedisError
+from redis.retry import Retry
 
 from service import metrics
 from service.store import (
     TS,
     VALUE,
     AppendResult,
+    LayoutChanged,
+    QueueStats,
     Store,
     StoreUnavailable,
     StreamState,
     Summary,
     Window,
+    WorkItem,
     row_dtype,
 )
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
-# Keys; the {tenant/stream} hash tag keeps one stream's keys in one Redis Cluster slot,
-# so one script may touch them all (a tenant name has no '/', a stream name neither):
-#   scjepa:{acme/pump-7}:rows    list of the last `window` packed rows (row_dtype)
-#   scjepa:{acme/pump-7}:seen    zset of accepted timestamps (the dedupe horizon)
-#   scjepa:{acme/pump-7}:state   hash: n (readings accepted), last_ts
-#   scjepa:{acme/pump-7}:risk    zset of JSON risk records scored by window count n
-#   scjepa:{acme}:names          zset of the tenant's live streams, score 0 (by name:
-#                                GET /streams pages, the stream quota counts them)
-#   scjepa:{acme}:touched        zset stream -> last ingest time (the idle TTL)
-#   scjepa:{global}:streams      zset tenant/stream -> last ingest time (the gauges)
-#   scjepa:{global}:latest       zset tenant/stream -> latest risk (the gauges)
-#   scjepa:{rate:KEYID}          one API key's rate-limit bucket (GCRA: a timestamp)
+GROUP = "scorers"  # the work queue's consumer group
+CLUSTER_SCHEME = "redis+cluster://"  # SCJEPA_REDIS_URL naming a Redis Cluster node
+MAX_BLOCK_S = 0.5  # a blocking queue read, under the socket timeout
+CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
+CLUSTER_CONCURRENCY = 64  # script calls in flight at once on a Cluster
 
-# KEYS: rows, seen, state. ARGV: window, hop, ttl, horizon, max_windows, row size
+# Keys. A stream's keys and its work-queue partition share one hash tag, {pP} with
+# P = crc32("tenant/stream") % partitions, so they sit in one Redis Cluster slot and
+# the append script may touch them all (a tenant name has no '/', a stream name
+# neither); the partitions spread the streams over the Cluster's shards:
+#   scjepa:{p3}:acme/pump-7:rows   list of the last `window` packed rows (row_dtype)
+#   scjepa:{p3}:acme/pump-7:seen   string: accepted timestamps, packed TS, ascending
+#                                  (the dedupe horizon; 8 bytes each)
+#   scjepa:{p3}:acme/pump-7:state  hash: n (readings accepted), last_ts, layout
+#   scjepa:{p3}:acme/pump-7:risk   zset of JSON risk records scored by window number n
+#   scjepa:{p3}:acme/pump-7:pend   zset ts -> flag + packed row: readings held until the
+#                                  watermark passes them (SCJEPA_ALLOWED_LATENESS_S > 0)
+#   scjepa:{p3}:work               stream: completed windows waiting for a scorer
+#                                  (fields t, s, n, e, k, w: tenant, stream, window
+#                                  number, end ts, rows, the packed rows), consumer
+#                                  group "scorers"
+#   scjepa:{acme}:names            zset of the tenant's live streams, score 0 (by name:
+#                                  GET /streams pages, the stream quota counts them)
+#   scjepa:{acme}:touched          zset stream -> last ingest time (the idle TTL)
+#   scjepa:{global}:streams        zset tenant/stream -> last ingest time (the gauges)
+#   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges)
+#   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
+
+# KEYS: rows, seen, state, work, risk. ARGV: window, hop, ttl, horizon, max_queued, row size
 # (V values' bytes), then the readings as three packed strings: ts (one TS each),
-# flags (MISSING or COMPLETE each), values (V VALUEs each). Window arithmetic mirrors
-# completed_ends(); the fill mirrors forward_fill(). Pushes are variadic, in chunks
-# under Lua's unpack() limit.
+# flags (MISSING or COMPLETE each), values (V VALUEs each); then tenant, stream, the
+# consumer group, the layout the caller's model reads and what to do when the stream
+# was built for another (refuse | fresh), the allowed lateness (seconds; 0 = none). Window arithmetic mirrors completed_ends();
+# the fill mirrors forward_fill(). Pushes are variadic, in chunks under Lua's unpack()
+# limit. A timestamp at or before the newest is looked up in the packed seen string
+# (binary search): a duplicate if there, else late.
 _APPEND = Template("""
-local rows_k, seen, state = KEYS[1], KEYS[2], KEYS[3]
+local rows_k, seen, state, work, risk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local pend = KEYS[6]
 local W, hop, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local horizon, maxw, size = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local horizon, maxq, size = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ts_b, flags, vals_b = ARGV[7], ARGV[8], ARGV[9]
+local tenant, stream, group = ARGV[10], ARGV[11], ARGV[12]
+local layout, on_change, L = ARGV[13], ARGV[14], tonumber(ARGV[15])
+local built = redis.call('HGET', state, 'layout')
+if built and built ~= layout then
+  if on_change == 'refuse' then return {-1, built} end
+  redis.call('DEL', rows_k, seen, state, risk, pend)  -- 'fresh': the stream starts over
+end
 local n0 = tonumber(redis.call('HGET', state, 'n') or '0')
 local last_s = redis.call('HGET', state, 'last_ts')
 local last_ts = last_s and tonumber(last_s) or nil
 local total, dup, late, prev = n0, 0, 0, nil
-local new_rows, stamps = {}, {}
+local new_rows, stamps, seen_s = {}, {}, nil
+local function was_seen(ts)
+  if seen_s == nil then seen_s = redis.call('GET', seen) or '' end
+  local lo, hi = 0, #seen_s / $ts_size - 1
+  while lo <= hi do
+    local mid = math.floor((lo + hi) / 2)
+    local v = struct.unpack('$ts_format', seen_s, mid * $ts_size + 1)
+    if v == ts then return true elseif v < ts then lo = mid + 1 else hi = mid - 1 end
+  end
+  return false
+end
+local taken = nil  -- with a lateness: this call's readings held (or released)
+if L > 0 then
+  -- readings newer than the watermark (the newest ts - L) wait in pend; what the
+  -- watermark passes is released in timestamp order into the loop below
+  local max_s = redis.call('HGET', state, 'max_ts')
+  local max_ts = max_s and tonumber(max_s) or last_ts
+  local wm = max_ts and (max_ts - L) or nil
+  taken = 0
+  for i = 1, #flags do
+    local ts_raw = string.sub(ts_b, $ts_size * (i - 1) + 1, $ts_size * i)
+    local ts = struct.unpack('$ts_format', ts_raw)
+    if last_ts ~= nil and ts <= last_ts then
+      if was_seen(ts) then dup = dup + 1 else late = late + 1 end
+    elseif wm ~= nil and ts <= wm then late = late + 1
+    elseif redis.call('ZCOUNT', pend, ts, ts) > 0 then dup = dup + 1
+    else
+      redis.call('ZADD', pend, ts, string.sub(flags, i, i) .. ts_raw ..
+                 string.sub(vals_b, size * (i - 1) + 1, size * i))
+      taken = taken + 1
+      if max_ts == nil or ts > max_ts then max_ts = ts end
+    end
+  end
+  local out_ts, out_f, out_v = {}, {}, {}
+  if max_ts ~= nil then
+    local cut = string.format('%.17g', max_ts - L)
+    local rel = redis.call('ZRANGEBYSCORE', pend, '-inf', cut)
+    redis.call('ZREMRANGEBYSCORE', pend, '-inf', cut)
+    for k = 1, #rel do
+      local m = rel[k]
+      out_f[k] = string.sub(m, 1, 1)
+      out_ts[k] = string.sub(m, 2, 1 + $ts_size)
+      out_v[k] = string.sub(m, 2 + $ts_size)
+    end
+    redis.call('HSET', state, 'max_ts', string.format('%.17g', max_ts), 'layout', layout)
+    redis.call('HSETNX', state, 'n', 0)
+    redis.call('EXPIRE', pend, ttl)
+    redis.call('EXPIRE', state, ttl)
+  end
+  ts_b, flags, vals_b = table.concat(out_ts), table.concat(out_f), table.concat(out_v)
+end
 for i = 1, #flags do
   local ts_raw = string.sub(ts_b, $ts_size * (i - 1) + 1, $ts_size * i)
   local ts = struct.unpack('$ts_format', ts_raw)
   if last_ts ~= nil and ts <= last_ts then
-    if redis.call('ZCOUNT', seen, ts, ts) > 0 then dup = dup + 1 else late = late + 1 end
+    if was_seen(ts) then dup = dup + 1 else late = late + 1 end
   else
     local vals = string.sub(vals_b, size * (i - 1) + 1, size * i)
     if string.byte(flags, i) == $missing then  -- a value is missing
@@ -82,7 +168,6 @@ for i = 1, #flags do
     end
     prev = vals
     new_rows[#new_rows + 1] = ts_raw .. vals
-    stamps[#stamps + 1] = ts
     stamps[#stamps + 1] = ts_raw
     total, last_ts = total + 1, ts
   end
@@ -91,34 +176,49 @@ if total > n0 then last_s = string.format('%.17g', last_ts) end
 for s = 1, #new_rows, 4000 do
   redis.call('RPUSH', rows_k, unpack(new_rows, s, math.min(s + 3999, #new_rows)))
 end
-for s = 1, #stamps, 4000 do
-  redis.call('ZADD', seen, unpack(stamps, s, math.min(s + 3999, #stamps)))
-end
-local ends, rows = {}, {}
+local queued, shed = {}, 0
 local first = math.max(n0 + 1, W)
 first = W + math.ceil((first - W) / hop) * hop
 local count = 0
 for n = first, total, hop do count = count + 1 end
 if count > 0 then
+  local depth = 0
+  if redis.call('EXISTS', work) == 1 then depth = redis.call('XLEN', work)
+  else redis.call('XGROUP', 'CREATE', work, group, '0', 'MKSTREAM') end
+  -- back-pressure: past max_queued, only the call's newest window is queued
+  local keep = math.min(count, math.max(1, maxq - depth))
+  shed = count - keep
   local last_n = first + (count - 1) * hop
-  local keep = math.min(count, maxw)
   local first_n = last_n - (keep - 1) * hop
-  for k = 0, keep - 1 do ends[#ends + 1] = first_n + k * hop end
   local held = redis.call('LLEN', rows_k)
   local base = total - held + 1
-  rows = redis.call('LRANGE', rows_k, first_n - W + 1 - base, last_n - base)
+  local rows = redis.call('LRANGE', rows_k, first_n - W + 1 - base, last_n - base)
+  for k = 0, keep - 1 do
+    local n = first_n + k * hop
+    local i = n - W + 1 - (first_n - W + 1) + 1  -- rows[i] is the window's first row
+    local e = struct.unpack('$ts_format', rows[i + W - 1])
+    redis.call('XADD', work, '*', 't', tenant, 's', stream, 'n', n,
+               'e', string.format('%.17g', e), 'k', W,
+               'w', table.concat(rows, '', i, i + W - 1))
+    queued[#queued + 1] = n
+  end
 end
 if total > n0 then
   redis.call('LTRIM', rows_k, -W, -1)
-  redis.call('ZREMRANGEBYRANK', seen, 0, -horizon - 1)
-  redis.call('HSET', state, 'n', total, 'last_ts', last_s)
+  local len = redis.call('APPEND', seen, table.concat(stamps))
+  if len > $ts_size * (horizon + math.max(64, math.floor(horizon / 4))) then
+    redis.call('SET', seen, redis.call('GETRANGE', seen, len - $ts_size * horizon, -1))
+  end
+  redis.call('HSET', state, 'n', total, 'last_ts', last_s, 'layout', layout)
 end
 if total > 0 then
   redis.call('EXPIRE', rows_k, ttl)
   redis.call('EXPIRE', seen, ttl)
   redis.call('EXPIRE', state, ttl)
 end
-return {total - n0, dup, late, total, count, ends, rows}
+local held = 0
+if L > 0 then held = redis.call('ZCARD', pend) end
+return {taken or (total - n0), dup, late, total, count, queued, shed, held}
 """)
 _STRUCT = {"<f8": "<d", "<f4": "<f"}  # numpy's little-endian floats in Lua's struct
 MISSING, COMPLETE = b"1", b"0"  # a reading's flag: has a missing value or not
@@ -129,6 +229,26 @@ APPEND = _APPEND.substitute(
     value_size=VALUE.itemsize,
     value_format=_STRUCT[VALUE.str],
 )
+
+# KEYS: risk. ARGV: history length, ttl, then (n, JSON record) pairs. A record is added
+# only when the stream has none for its window n (the first write wins: a window scored
+# twice is recorded once). Returns one flag per record (1 = written now) and the
+# window number of the stream's newest record.
+PUT = """
+local key, out = KEYS[1], {}
+for i = 3, #ARGV, 2 do
+  if redis.call('ZCOUNT', key, ARGV[i], ARGV[i]) == 0 then
+    redis.call('ZADD', key, ARGV[i], ARGV[i + 1])
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+redis.call('ZREMRANGEBYRANK', key, 0, -tonumber(ARGV[1]) - 1)
+redis.call('EXPIRE', key, ARGV[2])
+local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+return {out, top[2] or false}
+"""
 
 # KEYS: state, rows, risk. GET /risk's reads in one call: n, last_ts, buffered rows,
 # the newest risk record (false -> nil when absent).
@@ -226,25 +346,40 @@ def _pack(values: np.ndarray, ts: np.ndarray) -> list[Any]:
     return [VALUE.itemsize * x.shape[1], ts.astype(TS).tobytes(), flags, x.tobytes()]
 
 
-def _unpack(raw: list[bytes], n_channels: int) -> np.ndarray:
-    """Rows as returned by the script -> structured array with fields ts and v."""
-    return np.frombuffer(b"".join(raw), dtype=row_dtype(n_channels))
+def _float(raw: bytes | None) -> float | None:
+    return None if raw is None else float(raw)
 
 
-def _appended(reply: Any, n_channels: int, window: int) -> AppendResult:
-    """The append script's reply -> AppendResult with its windows cut."""
-    accepted, dup, late, total, count, ends, raw = reply
-    windows = []
-    if ends:
-        rows = _unpack(raw, n_channels)
-        first = ends[0] - window + 1  # reading count of rows[0]
-        for n in ends:
-            part = rows[n - window + 1 - first : n - first + 1]
-            windows.append(
-                Window(int(n), float(part["ts"][0]), float(part["ts"][-1]), part["v"])
-            )
+def partition(tenant: str, stream: str, partitions: int) -> int:
+    """The work-queue partition (and hash tag) of a stream: stable across processes."""
+    return zlib.crc32(f"{tenant}/{stream}".encode()) % partitions
+
+
+def _appended(reply: Any, stream: str, layout: str) -> AppendResult:
+    if reply[0] == -1:
+        raise LayoutChanged(stream, cast(bytes, reply[1]).decode(), layout)
+    accepted, dup, late, total, count, queued, shed, held = reply
     return AppendResult(
-        int(accepted), int(dup), int(late), int(total), int(count), windows
+        int(accepted), int(dup), int(late), int(total), int(count),
+        [int(n) for n in queued], int(shed), int(held),
+    )  # fmt: skip
+
+
+def _item(pid: int, entry_id: bytes, fields: dict[bytes, bytes]) -> WorkItem | None:
+    """A work-queue entry -> WorkItem (None for one deleted under a pending claim)."""
+    if not fields:
+        return None
+    raw, k = fields[b"w"], int(fields[b"k"])
+    v = (len(raw) // k - TS.itemsize) // VALUE.itemsize  # a row: TS, then V VALUEs
+    rows = np.frombuffer(raw, dtype=row_dtype(v))
+    window = Window(
+        int(fields[b"n"]), float(rows["ts"][0]), float(rows["ts"][-1]), rows["v"]
+    )
+    return WorkItem(
+        f"{pid}-{entry_id.decode()}",
+        fields[b"t"].decode(),
+        fields[b"s"].decode(),
+        window,
     )
 
 
@@ -259,35 +394,72 @@ class RedisStore(Store):
         dedupe_horizon: int,
         timeout_s: float,
         max_connections: int = 64,
+        partitions: int = 16,
+        layout: str = "",
+        on_layout_change: str = "fresh",
+        lateness_s: float = 0.0,
     ) -> None:
         self.prefix = prefix
+        self.lateness_s = lateness_s
         self.ttl_s = ttl_s
         self.history_len = history_len
         self.dedupe_horizon = dedupe_horizon
-        # A blocking pool: under a burst, requests queue for a connection (up to
-        # timeout_s) instead of failing; redis-py's default pool raises past 100.
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=timeout_s,
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-            health_check_interval=30,
-        )
-        self.client = aioredis.Redis(connection_pool=pool)
+        self.partitions = partitions
+        self.layout = layout
+        self.on_layout_change = on_layout_change
+        self.cluster = url.startswith(CLUSTER_SCHEME)
+        self.client: Any
+        if self.cluster:
+            from redis.asyncio.cluster import RedisCluster
+
+            self.client = RedisCluster.from_url(
+                "redis://" + url[len(CLUSTER_SCHEME) :],
+                max_connections=max_connections,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+            )
+        else:
+            # A blocking pool: under a burst, requests queue for a connection (up to
+            # timeout_s) instead of failing; redis-py's default pool raises past 100.
+            pool = aioredis.BlockingConnectionPool.from_url(
+                url,
+                max_connections=max_connections,
+                timeout=timeout_s,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                health_check_interval=30,
+                retry_on_error=[ConnectionError],  # a stale pooled connection after
+                retry=Retry(NoBackoff(), 1),  # a restart: one retry on a fresh one
+            )
+            self.client = aioredis.Redis(connection_pool=pool)
+        # blocking queue reads hold a connection up to MAX_BLOCK_S: their own pool, so
+        # that a scorer in this process never takes the API's connections
+        self.reader: Any = self.client
+        if not self.cluster:
+            self.reader = aioredis.Redis.from_url(
+                url,
+                max_connections=16,
+                socket_timeout=timeout_s + MAX_BLOCK_S,
+                socket_connect_timeout=timeout_s,
+                health_check_interval=30,
+            )
         self._append = self.client.register_script(APPEND)
+        self._put = self.client.register_script(PUT)
         self._latest = self.client.register_script(LATEST)
         self._register = self.client.register_script(REGISTER)
         self._list = self.client.register_script(LIST)
         self._summary = self.client.register_script(SUMMARY)
         self._rate = self.client.register_script(RATE)
+        self.work_keys = [f"{prefix}:{{p{p}}}:work" for p in range(partitions)]
+        self._channel = f"{prefix}:scored"  # news of scored windows (pub/sub)
         # tenant/stream -> when this replica last registered it
         self._touched: dict[str, float] = {}
         self._touch_every = min(TOUCH_EVERY_S, ttl_s / 10)
         self._pruned = time.monotonic()
 
     def _key(self, tenant: str, stream: str, what: str) -> str:
-        return f"{self.prefix}:{{{tenant}/{stream}}}:{what}"
+        p = partition(tenant, stream, self.partitions)
+        return f"{self.prefix}:{{p{p}}}:{tenant}/{stream}:{what}"
 
     def _tenant(self, tenant: str, what: str) -> str:
         return f"{self.prefix}:{{{tenant}}}:{what}"
@@ -300,9 +472,33 @@ class RedisStore(Store):
         try:
             return await coro
         except (RedisError, OSError) as e:
+            metrics.STORE_ERRORS.labels(op=op).inc()
             raise StoreUnavailable(f"redis: {e}") from None
         finally:
             metrics.STORE_LATENCY.labels(op=op).observe(time.perf_counter() - start)
+
+    def _pipeline(self) -> Any:
+        return self.client.pipeline(transaction=False)
+
+    async def _scripts(
+        self, calls: list[tuple[Any, list[str], list[Any]]]
+    ) -> list[Any]:
+        """Run (script, keys, args) calls: one pipeline (one round trip) on one Redis;
+        on a Cluster, whose pipelines take no scripts, concurrent calls in groups."""
+        if not self.cluster:
+            pipe = self._pipeline()
+            for script, keys, args in calls:
+                await script(keys=keys, args=args, client=pipe)
+            return cast(list[Any], await pipe.execute())
+        out: list[Any] = []
+        for a in range(0, len(calls), CLUSTER_CONCURRENCY):
+            out += await asyncio.gather(
+                *(
+                    script(keys=k, args=v)
+                    for script, k, v in calls[a : a + CLUSTER_CONCURRENCY]
+                )
+            )
+        return out
 
     async def register(
         self, tenant: str, streams: list[str], max_streams: int
@@ -340,11 +536,11 @@ class RedisStore(Store):
         *,
         window: int,
         hop: int,
-        max_windows: int,
+        max_queued: int,
     ) -> AppendResult:
         (res,) = await self.append_many(
             tenant, [(stream, ts, values)], window=window, hop=hop,
-            max_windows=max_windows,
+            max_queued=max_queued,
         )  # fmt: skip
         return res
 
@@ -355,52 +551,76 @@ class RedisStore(Store):
         *,
         window: int,
         hop: int,
-        max_windows: int,
+        max_queued: int,
     ) -> list[AppendResult]:
         """One script call per stream, all in one pipeline: one round trip and one
-        pooled connection per request, whatever its number of streams."""
-        pipe = self.client.pipeline(transaction=False)
+        pooled connection per request, whatever its number of streams. Each script
+        stores its stream's readings and queues the windows they complete, atomically.
+        ``max_queued`` bounds the whole queue: each partition takes its share."""
+        per_partition = max(1, max_queued // self.partitions)
+        calls = []
         for stream, ts, values in items:
-            args = [window, hop, self.ttl_s, self.dedupe_horizon, max_windows]
-            args += _pack(values, ts)
+            args: list[Any] = [window, hop, self.ttl_s, self.dedupe_horizon]
+            args += [per_partition, *_pack(values, ts)]
+            args += [tenant, stream, GROUP, self.layout, self.on_layout_change]
+            args += [repr(self.lateness_s)]
             keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state")]
-            await self._append(keys=keys, args=args, client=pipe)
-        replies = await self._call("append", pipe.execute())
+            keys += [self.work_keys[partition(tenant, stream, self.partitions)]]
+            keys += [self._key(tenant, stream, k) for k in ("risk", "pend")]
+            calls.append((self._append, keys, args))
+        replies = await self._call("append", self._scripts(calls))
         return [
-            _appended(reply, values.shape[1], window)
-            for reply, (_, _, values) in zip(replies, items, strict=True)
+            _appended(reply, stream, self.layout)
+            for reply, (stream, _, _) in zip(replies, items, strict=True)
         ]
 
     async def state(self, tenant: str, stream: str) -> StreamState | None:
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self._pipeline()
         pipe.hmget(self._key(tenant, stream, "state"), ["n", "last_ts"])
         pipe.llen(self._key(tenant, stream, "rows"))
         (n, last_ts), buffered = await self._call("state", pipe.execute())
         if n is None:
             return None
-        return StreamState(int(n), int(buffered), float(last_ts))
+        return StreamState(int(n), int(buffered), _float(last_ts))
 
-    async def put_risks(
-        self,
-        tenant: str,
-        stream: str,
-        records: list[tuple[int, str]],
-        latest_risk: float,
-    ) -> None:
-        await self.put_risks_many(tenant, [(stream, records, latest_risk)])
+    async def put_scored(
+        self, items: list[tuple[str, str, list[tuple[int, str, float]]]]
+    ) -> list[list[bool]]:
+        calls = []
+        for tenant, stream, records in items:
+            args: list[Any] = [self.history_len, self.ttl_s]
+            for n, rec, _ in records:
+                args += [n, rec]
+            calls.append((self._put, [self._key(tenant, stream, "risk")], args))
+        replies = await self._call("put_risks", self._scripts(calls))
+        latest: dict[str, float] = {}
+        written = []
+        for (tenant, stream, records), (flags, top) in zip(items, replies, strict=True):
+            written.append([bool(f) for f in flags])
+            newest = max(records, key=lambda r: r[0])
+            if top is not None and int(float(top)) == newest[0]:
+                latest[f"{tenant}/{stream}"] = newest[2]
+        if latest:
+            await self._call(
+                "put_risks", self.client.zadd(self._global("latest"), latest)
+            )
+        return written
 
-    async def put_risks_many(
-        self, tenant: str, items: list[tuple[str, list[tuple[int, str]], float]]
-    ) -> None:
-        pipe = self.client.pipeline(transaction=False)  # keys in several Cluster slots
-        for stream, records, _ in items:
+    async def scored(
+        self, tenant: str, items: list[tuple[str, list[int]]]
+    ) -> list[dict[int, str]]:
+        pipe = self._pipeline()
+        for stream, ns in items:
             key = self._key(tenant, stream, "risk")
-            pipe.zadd(key, {rec: n for n, rec in records})
-            pipe.zremrangebyrank(key, 0, -self.history_len - 1)
-            pipe.expire(key, self.ttl_s)
-        latest = {f"{tenant}/{stream}": risk for stream, _, risk in items}
-        pipe.zadd(self._global("latest"), latest)
-        await self._call("put_risks", pipe.execute())
+            pipe.zrangebyscore(key, min(ns), max(ns), withscores=True)
+        replies = await self._call("scored", pipe.execute())
+        out = []
+        for (_, ns), raw in zip(items, replies, strict=True):
+            want = set(ns)
+            out.append(
+                {int(n): cast(bytes, r).decode() for r, n in raw if int(n) in want}
+            )
+        return out
 
     async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:
         key = self._key(tenant, stream, "risk")
@@ -416,7 +636,7 @@ class RedisStore(Store):
         keys = [self._key(tenant, stream, k) for k in ("state", "rows", "risk")]
         n, last_ts, buffered, rec = await self._call("latest", self._latest(keys=keys))
         state = (
-            None if n is None else StreamState(int(n), int(buffered), float(last_ts))
+            None if n is None else StreamState(int(n), int(buffered), _float(last_ts))
         )
         return state, None if rec is None else cast(bytes, rec).decode()
 
@@ -440,8 +660,151 @@ class RedisStore(Store):
         wait = await self._call("rate", self._rate(keys=[key], args=args))
         return int(wait) / 1e6
 
+    # -- the work queue
+    async def ensure_groups(self) -> None:
+        """Create the consumer group on every partition (an existing one is kept)."""
+        for key in self.work_keys:
+            try:
+                await self._call(
+                    "work", self.client.xgroup_create(key, GROUP, "0", mkstream=True)
+                )
+            except StoreUnavailable as e:
+                if "BUSYGROUP" not in str(e):
+                    raise
+
+    async def _read(self, coro: Awaitable[T]) -> T:
+        """A queue read; a missing group (a Redis that lost its data) is recreated."""
+        try:
+            return await self._call("work", coro)
+        except StoreUnavailable as e:
+            if "NOGROUP" not in str(e):
+                raise
+            await self.ensure_groups()
+            raise
+
+    async def read_work(
+        self, consumer: str, count: int, block_s: float
+    ) -> list[WorkItem]:
+        out: list[WorkItem] = []
+        if self.cluster:  # one slot per call: every partition, then a pause if idle
+            pipe = self._pipeline()
+            for key in self.work_keys:
+                pipe.xreadgroup(GROUP, consumer, {key: ">"}, count=count)
+            replies = await self._read(pipe.execute())
+            for reply in replies:
+                out += self._items(reply)
+            if not out and block_s > 0:
+                await asyncio.sleep(min(block_s, CLUSTER_POLL_S))
+            return out[:count] if len(out) > count else out
+        streams = dict.fromkeys(self.work_keys, ">")
+        block = int(min(block_s, MAX_BLOCK_S) * 1000) or None
+        reply = await self._read(
+            self.reader.xreadgroup(GROUP, consumer, streams, count=count, block=block)
+        )
+        return self._items(reply)
+
+    def _items(self, reply: Any) -> list[WorkItem]:
+        """XREADGROUP's reply ([[key, [(id, fields)]]] or a dict in RESP3)."""
+        pairs = reply.items() if isinstance(reply, dict) else (reply or [])
+        out = []
+        for key, entries in pairs:
+            pid = self._pid(key)
+            for entry in entries or ():
+                entry_id, fields = entry
+                item = _item(pid, entry_id, fields)
+                if item is not None:
+                    out.append(item)
+        return out
+
+    def _pid(self, key: bytes | str) -> int:
+        k = key.decode() if isinstance(key, bytes) else key
+        return int(k[k.index("{p") + 2 : k.index("}")])
+
+    async def claim_work(
+        self, consumer: str, min_idle_s: float, count: int
+    ) -> list[WorkItem]:
+        pipe = self._pipeline()
+        idle_ms = int(min_idle_s * 1000)
+        for key in self.work_keys:
+            pipe.xautoclaim(key, GROUP, consumer, idle_ms, "0-0", count=count)
+        replies = await self._read(pipe.execute())
+        out = []
+        for pid, reply in enumerate(replies):
+            for entry_id, fields in reply[1]:
+                item = _item(pid, entry_id, fields)
+                if item is not None:
+                    out.append(item)
+        return out
+
+    async def ack_work(self, ids: list[str]) -> None:
+        by_pid: dict[int, list[str]] = {}
+        for i in ids:
+            head, _, entry = i.partition("-")
+            by_pid.setdefault(int(head), []).append(entry)
+        pipe = self._pipeline()
+        for pid, entries in by_pid.items():
+            pipe.xack(self.work_keys[pid], GROUP, *entries)
+            pipe.xdel(self.work_keys[pid], *entries)
+        await self._call("work", pipe.execute())
+
+    async def publish_scored(self, scored: list[tuple[str, str, list[int]]]) -> None:
+        lines = (f"{t}/{s} {' '.join(map(str, ns))}" for t, s, ns in scored)
+        await self._call(
+            "publish", self.client.publish(self._channel, "\n".join(lines))
+        )
+
+    async def listen_scored(
+        self, deliver: Callable[[list[tuple[str, str, list[int]]]], None]
+    ) -> None:
+        if self.cluster:
+            return  # waiters poll
+        while True:
+            pubsub = self.reader.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self._channel)
+                async for msg in pubsub.listen():
+                    news = []
+                    for line in msg["data"].decode().split("\n"):
+                        name, _, ns = line.partition(" ")
+                        tenant, _, stream = name.partition("/")
+                        news.append((tenant, stream, [int(n) for n in ns.split()]))
+                    deliver(news)
+            except (RedisError, OSError) as e:  # Redis down: the waiters poll
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():  # redis-py may turn a
+                    raise asyncio.CancelledError from None  # cancellation into this
+                log.debug("scored-window news: %s", e)
+                await asyncio.sleep(1.0)
+            finally:
+                with contextlib.suppress(RedisError, OSError):
+                    await pubsub.aclose()
+
+    async def queue_stats(self) -> QueueStats:
+        pipe = self._pipeline()
+        for key in self.work_keys:
+            pipe.xlen(key)
+            pipe.xrange(key, "-", "+", count=1)
+        replies = await self._call("work", pipe.execute())
+        now = await self._call("work", self.client.time())
+        now_ms = now[0] * 1000 + now[1] // 1000
+        depth, oldest = 0, None
+        for length, first in zip(replies[::2], replies[1::2], strict=True):
+            depth += int(length)
+            if first:
+                ms = int(first[0][0].split(b"-")[0])
+                oldest = ms if oldest is None else min(oldest, ms)
+        age = 0.0 if oldest is None else max(0.0, (now_ms - oldest) / 1000)
+        return QueueStats(depth, age)
+
     async def ping(self) -> None:
-        await self._call("ping", self.client.ping())
+        # a tiny write, not PING: at maxmemory (noeviction) Redis still answers PING but
+        # refuses every write with OOM, and so every ingest; readiness must say so.
+        # One round trip as PING is (docs/reference/operations.md, Readiness).
+        await self._call(
+            "ping", self.client.set(self._global("ready"), b"1", px=10_000)
+        )
 
     async def close(self) -> None:
+        if self.reader is not self.client:
+            await self.reader.aclose()
         await self.client.aclose()

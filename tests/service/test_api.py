@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from support.service_helpers import ClientFactory, RedisServer
 
 from service.config import Settings
 from service.main import create_app
+from service.store.redis_store import partition
 
 V = 4  # the test artifact's channels: a, b, c, flat (masked)
 T0 = 1_700_000_000.0
@@ -42,10 +44,13 @@ def body(stream: str, x: np.ndarray, start: int = 0) -> dict[str, Any]:
     }
 
 
+WAIT = {"wait": 20}  # POST /ingest?wait=20: answer with the windows' scores
+
+
 def ingest(
-    client: TestClient, stream: str, x: np.ndarray, start: int = 0
+    client: TestClient, stream: str, x: np.ndarray, start: int = 0, wait: float = 20
 ) -> dict[str, Any]:
-    r = client.post("/ingest", json=body(stream, x, start))
+    r = client.post("/ingest", json=body(stream, x, start), params={"wait": wait})
     assert r.status_code == 200, r.text
     (result,) = r.json()["results"]
     return dict(result)
@@ -105,12 +110,65 @@ def test_hop_scores_every_completed_window(make_client: ClientFactory) -> None:
     assert client.get("/risk/s").json()["window_end"] == T0 + 139
 
 
-def test_max_windows_per_ingest_keeps_the_latest(make_client: ClientFactory) -> None:
-    client = make_client(hop=1, max_windows_per_ingest=3)
-    res = ingest(client, "s", series(110))
-    assert (res["windows_completed"], res["windows_scored"]) == (11, 3)
-    hist = client.get("/risk/s/history").json()["items"]
-    assert [h["n"] for h in hist] == [110, 109, 108]
+def test_ingest_answers_once_queued_and_scores_arrive_later(
+    client: TestClient,
+) -> None:
+    """Without ?wait= the answer comes once the readings are stored and the windows
+    queued; GET /risk shows the score when the scorer has written it."""
+    x = series(200)
+    res = ingest(client, "s", x, wait=0)
+    assert (res["windows_completed"], res["windows_queued"]) == (2, 2)
+    assert res["windows_shed"] == 0
+    for _ in range(200):
+        hist = client.get("/risk/s/history").json()["items"]
+        if len(hist) == 2:
+            break
+        time.sleep(0.02)
+    assert [h["n"] for h in hist] == [200, 100]
+    assert client.get("/risk/s").json()["window_end"] == T0 + 199
+
+
+def test_backfill_scores_every_window(client: TestClient) -> None:
+    """One 10,000-reading POST to a new stream (the request limit) queues and scores
+    all of its windows, not only the latest few."""
+    x = series(10_000)
+    res = ingest(client, "backfill", x, wait=30)
+    assert (res["accepted"], res["windows_completed"]) == (10_000, 100)
+    assert (res["windows_queued"], res["windows_scored"], res["windows_shed"]) == (
+        100, 100, 0,
+    )  # fmt: skip
+    hist = client.get("/risk/backfill/history", params={"limit": 500}).json()["items"]
+    assert sorted(h["n"] for h in hist) == list(range(100, 10_001, 100))
+    for h in hist[::33]:
+        n = h["n"]
+        assert h["risk"] == pytest.approx(direct_risk(client, x[n - 100 : n]), abs=1e-6)
+
+
+def test_backpressure_keeps_readings_and_scores_the_newest(
+    make_client: ClientFactory,
+) -> None:
+    """Past SCJEPA_MAX_QUEUED_WINDOWS an ingest queues only its newest window per
+    stream; the others are shed (counted, in the answer and the metric) and every
+    reading is kept."""
+    client = make_client(hop=10, max_queued_windows=3, work_partitions=1)
+    shed = metric("scjepa_windows_shed_total", {"reason": "backpressure"})
+    # stop the scorer, so that the queue fills
+    worker = client.app.state.worker  # type: ignore[attr-defined]
+    client.portal.call(worker.stop)  # type: ignore[union-attr]
+    res = ingest(client, "s", series(200), wait=0)  # 11 windows: 100, 110, ..., 200
+    assert (res["accepted"], res["windows_completed"]) == (200, 11)
+    assert (res["windows_queued"], res["windows_shed"]) == (3, 8)
+    res = ingest(client, "s", series(20, start=200), start=200, wait=0)  # 210, 220
+    assert (res["windows_queued"], res["windows_shed"]) == (1, 1)  # the newest: 220
+    assert metric("scjepa_windows_shed_total", {"reason": "backpressure"}) - shed == 9
+    assert client.get("/risk/s").json()["readings_total"] == 220
+    client.portal.call(worker.start)  # type: ignore[union-attr]
+    for _ in range(300):
+        hist = client.get("/risk/s/history").json()["items"]
+        if len(hist) == 4:
+            break
+        time.sleep(0.02)
+    assert sorted(h["n"] for h in hist) == [180, 190, 200, 220]
 
 
 def test_duplicates_and_late_readings(client: TestClient) -> None:
@@ -159,7 +217,7 @@ def test_missing_values_are_forward_filled(client: TestClient) -> None:
 def test_batch_form_and_streams(client: TestClient) -> None:
     x = series(100)
     req = {"streams": [body("a-1", x), body("b-2", x[:10])]}
-    r = client.post("/ingest", json=req)
+    r = client.post("/ingest", json=req, params=WAIT)
     assert r.status_code == 200
     res = {s["stream"]: s for s in r.json()["results"]}
     assert res["a-1"]["windows_scored"] == 1 and res["b-2"]["windows_scored"] == 0
@@ -275,6 +333,10 @@ def test_metrics(client: TestClient) -> None:
     for name in (
         "scjepa_http_request_duration_seconds_bucket",
         "scjepa_inference_duration_seconds_bucket",
+        "scjepa_scorer_batch_seconds_bucket",
+        "scjepa_work_queue_depth",
+        "scjepa_work_queue_oldest_age_seconds",
+        "scjepa_windows_shed_total",
         "scjepa_store_duration_seconds_bucket"
         if client.app.state.settings.redis_url
         else "",  # type: ignore[attr-defined]
@@ -318,8 +380,8 @@ def test_readyz(client: TestClient) -> None:
     assert checks["provider"] == "CPUExecutionProvider"
     assert checks["model"] is True and checks["store"] is True
     assert checks["batcher"] is True
-    scorer = client.app.state.scorer  # type: ignore[attr-defined]
-    client.portal.call(scorer.batcher.stop)  # type: ignore[union-attr]
+    worker = client.app.state.worker  # type: ignore[attr-defined]
+    client.portal.call(worker.stop)  # type: ignore[union-attr]
     r = client.get("/readyz")
     assert r.status_code == 503 and r.json()["checks"]["batcher"] is False
 
@@ -344,17 +406,23 @@ def test_redis_keys_hash_tag_trim_and_ttl(
     r = redis.Redis.from_url(redis_server.url)
     keys = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
     # every stream key carries the tenant (here the default one, no keys configured)
-    tagged = [f"{p}:{{default/pump-7}}:{k}" for k in ("risk", "rows", "seen", "state")]
+    # and its partition's hash tag, which its work queue's key shares
+    tag = f"{p}:{{p{partition('default', 'pump-7', 16)}}}"
+    tagged = [f"{tag}:default/pump-7:{k}" for k in ("risk", "rows", "seen", "state")]
     tenant = [f"{p}:{{default}}:{k}" for k in ("names", "touched")]
     shared = [f"{p}:{{global}}:{k}" for k in ("latest", "streams")]
-    assert keys == sorted([*shared, *tenant, *tagged])  # one Cluster slot per stream
-    assert r.llen(f"{p}:{{default/pump-7}}:rows") == 100  # trimmed to the window
+    work = [f"{p}:{{p{i}}}:work" for i in range(16)]  # the work queue's partitions
+    assert keys == sorted([*shared, *tenant, *tagged, *work])
+    assert r.llen(f"{tag}:default/pump-7:rows") == 100  # trimmed to the window
     # a row is packed little-endian: float64 ts, then the V values as float32
-    last = r.lindex(f"{p}:{{default/pump-7}}:rows", -1)
+    last = r.lindex(f"{tag}:default/pump-7:rows", -1)
     assert len(last) == 8 + 4 * x.shape[1]
     assert np.frombuffer(last[:8], "<f8")[0] == T0 + 129
     np.testing.assert_array_equal(np.frombuffer(last[8:], "<f4"), x[-1].astype("f4"))
-    assert r.zcard(f"{p}:{{default/pump-7}}:seen") == 130  # dedupe horizon (10 000)
+    # the dedupe horizon (10,000): accepted timestamps packed, 8 bytes each
+    seen = np.frombuffer(r.get(f"{tag}:default/pump-7:seen"), "<f8")
+    np.testing.assert_array_equal(seen, T0 + np.arange(130))
+    assert r.xlen(f"{tag}:work") == 0  # scored, acknowledged and deleted
     for k in tagged + tenant:
         assert 0 < r.ttl(k) <= 600  # idle streams expire
 
@@ -373,7 +441,7 @@ def test_concurrent_retries_store_each_reading_once(
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
                 rs = await asyncio.gather(
-                    *(c.post("/ingest", json=payload) for _ in range(5))
+                    *(c.post("/ingest", json=payload, params=WAIT) for _ in range(5))
                 )
                 hist = (await c.get("/risk/s/history")).json()["items"]
         assert all(r.status_code == 200 for r in rs)

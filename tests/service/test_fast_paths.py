@@ -135,7 +135,7 @@ def test_store_latest_is_state_and_newest_record(client: TestClient) -> None:
     store = client.app.state.store  # type: ignore[attr-defined]
     call = client.portal.call  # type: ignore[union-attr]
     assert call(store.latest, "default", "nope") == (None, None)
-    client.post("/ingest", json=body("s", series(250)))
+    client.post("/ingest?wait=20", json=body("s", series(250)))
     state, rec = call(store.latest, "default", "s")
     assert state == call(store.state, "default", "s")
     assert rec == call(store.risks, "default", "s", 1)[0]

@@ -44,8 +44,11 @@ def exchange(client: TestClient) -> list[Answer]:
     headers and its body (``computed_at`` masked: the two apps score at other times)."""
     out: list[Answer] = []
 
-    def post(content: bytes, headers: dict[str, str] | None = None) -> None:
-        keep(client.post("/ingest", content=content, headers=headers))
+    def post(
+        content: bytes, headers: dict[str, str] | None = None, wait: bool = False
+    ) -> None:  # wait: the answer (and the next GET /risk) has the window's score
+        path = "/ingest?wait=20" if wait else "/ingest"
+        keep(client.post(path, content=content, headers=headers))
 
     def get(path: str, headers: dict[str, str] | None = None) -> None:
         keep(client.get(path, headers=headers))
@@ -72,7 +75,7 @@ def exchange(client: TestClient) -> list[Answer]:
     post(b"{" + b" " * 300_000 + b"}", KEY)  # 413: bytes (before either adapter)
     get("/risk/s", KEY)  # 200: warming up
     get("/risk/t", KEY)  # 404: nothing refused was stored
-    post(raw(body("s", series(40, start=60), start=60)), KEY)  # 200: scored
+    post(raw(body("s", series(40, start=60), start=60)), KEY, wait=True)  # scored
     get("/risk/s", KEY)  # 200: ok
     get("/risk/nope", KEY)  # 404
     get("/risk/bad{name}", KEY)  # 422

@@ -65,7 +65,7 @@ def test_exported_model_serves(exported: tuple[Path, ServedModel]) -> None:
     body = {"stream": "m", "readings": [{"ts": float(i), "values": r.tolist()}
                                         for i, r in enumerate(x)]}  # fmt: skip
     with TestClient(create_app(Settings(artifact=d))) as client:
-        res = client.post("/ingest", json=body).json()["results"][0]
+        res = client.post("/ingest?wait=20", json=body).json()["results"][0]
         assert res["windows_scored"] == 1 and 0.0 < res["risk"] < 1.0
         top = client.get("/risk/m").json()["top_channels"]
         assert top and "c1" not in [c["name"] for c in top]

@@ -77,7 +77,9 @@ def test_swap_under_load(
     async def sender(c: httpx.AsyncClient, s: str) -> None:
         for k in range(12):
             chunk = x[100 * k : 100 * (k + 1)]
-            r = await c.post("/ingest", json=body(s, chunk, 100 * k), headers=TENANT)
+            r = await c.post(
+                "/ingest?wait=20", json=body(s, chunk, 100 * k), headers=TENANT
+            )
             codes.append(r.status_code)
             r2 = await c.get(f"/risk/{s}", headers=TENANT)
             codes.append(r2.status_code)
@@ -163,7 +165,7 @@ def test_a_bad_artifact_is_refused_and_the_old_model_serves(
             assert "tiny 0.0.1 still serves" in out["detail"]
             # the old model answers, and records name it
             x = series(100, start=100 * i)
-            res = client.post("/ingest", json=body("s", x, 100 * i),
+            res = client.post("/ingest?wait=20", json=body("s", x, 100 * i),
                               headers=TENANT).json()["results"][0]  # fmt: skip
             assert res["model"] == {"name": "tiny", "version": "0.0.1"}
             copy_artifact(artifact_dir, art)  # repaired for the next case
@@ -213,7 +215,8 @@ def test_one_reload_at_a_time(artifact_dir: Path, tmp_path: Path) -> None:
 
 
 def test_records_name_their_model(client: TestClient) -> None:
-    res = client.post("/ingest", json=body("s", series(100))).json()["results"][0]
+    res = client.post("/ingest?wait=20", json=body("s", series(100)))
+    res = res.json()["results"][0]
     assert res["model"] == {"name": "tiny", "version": "0.0.1"}
     rec = client.get("/risk/s/history").json()["items"][0]
     assert rec["model"] == res["model"]

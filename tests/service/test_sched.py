@@ -4,6 +4,7 @@ dropped by the inference thread), configured."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable
@@ -111,3 +112,23 @@ def test_the_thread_keeps_its_nice() -> None:
 
     want, applied, nice = in_thread(run)
     assert applied == 100 and nice == want
+
+
+def test_infer_nice_is_relative_to_a_niced_parent() -> None:
+    """SCJEPA_INFER_NICE is N steps below the process's niceness, not an absolute
+    value: under `nice -n 10`, N = 5 puts the inference thread at 15 (and N = 15 at the
+    ceiling, 19), always below the event loop."""
+    code = (
+        "import os, threading\n"
+        "from service.batcher import inference_executor\n"
+        "def nice(): return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())\n"
+        "for n in (5, 15):\n"
+        "    ex = inference_executor(n)\n"
+        "    print(nice(), ex.submit(nice).result())\n"
+        "    ex.shutdown()\n"
+    )
+    out = subprocess.run(
+        ["nice", "-n", "10", sys.executable, "-c", code],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert [int(x) for x in out] == [10, 15, 10, 19]

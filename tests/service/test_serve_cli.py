@@ -45,6 +45,8 @@ def test_serve_logs_model_provider_and_slices(
             proc.terminate()
             proc.wait(10)
     text = log.read_text()
-    assert "INFO:     loaded " in text and " on CPUExecutionProvider" in text, text
-    assert "INFO:     CPU slices: event loop " in text, text
+    # the service's own lines, timestamped (service/logs.py, SCJEPA_LOG_FORMAT=text)
+    assert " INFO service.main: loaded " in text, text
+    assert " on CPUExecutionProvider" in text, text
+    assert " INFO service.main: CPU slices: event loop " in text, text
     assert "Traceback" not in text, text

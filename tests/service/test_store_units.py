@@ -21,6 +21,7 @@ from service.inference import Scores
 from service.store import (
     AppendResult,
     Store,
+    WorkItem,
     completed_ends,
     fill_leading,
     forward_fill,
@@ -182,13 +183,14 @@ def test_forward_fill() -> None:
     assert forward_fill(x, None) is not x and np.isnan(x[1, 1])  # input untouched
 
 
-@pytest.mark.parametrize(("window", "hop", "max_windows"), [(20, 7, 50), (20, 20, 2)])
+@pytest.mark.parametrize(("window", "hop", "max_queued"), [(20, 7, 1000), (20, 20, 2)])
 def test_both_stores_cut_identical_windows(
-    redis_server: RedisServer, window: int, hop: int, max_windows: int
+    redis_server: RedisServer, window: int, hop: int, max_queued: int
 ) -> None:
     """Gaps at the start, across window and request boundaries, a channel never
-    observed, with duplicates and late readings mixed in: the same windows from both
-    stores, and the ones the rule defines."""
+    observed, with duplicates and late readings mixed in: the same windows queued by
+    both stores (the same ones shed past ``max_queued``), and the ones the rule
+    defines."""
     rng = np.random.default_rng(1)
     n, v = 160, 4
     ts = T0 + np.arange(n, dtype=np.float64)
@@ -206,41 +208,197 @@ def test_both_stores_cut_identical_windows(
             vals = np.concatenate([x[a - 3 : a - 1], np.full((1, v), 9.0), vals])
         calls.append((t, vals.astype(np.float32)))
 
-    async def feed(store: Store) -> list[AppendResult]:
+    async def feed(store: Store) -> tuple[list[AppendResult], list[WorkItem]]:
         out = []
         try:
+            await store.ensure_groups()
             for t, vals in calls:
                 res = await store.append(
                     "default", "s", t, vals, window=window, hop=hop,
-                    max_windows=max_windows,
+                    max_queued=max_queued,
                 )  # fmt: skip
                 out.append(res)
-            return out
+            return out, await store.read_work("c", 1000, 0)
         finally:
             await store.close()
 
-    memory = asyncio.run(feed(MemoryStore(ttl_s=600, history_len=10)))
+    memory, m_items = asyncio.run(feed(MemoryStore(ttl_s=600, history_len=10)))
     redis_store = RedisStore(redis_server.url, prefix=uuid.uuid4().hex, ttl_s=600,
-                             history_len=10, dedupe_horizon=10_000, timeout_s=5.0)  # fmt: skip
-    redis = asyncio.run(feed(redis_store))
+                             history_len=10, dedupe_horizon=10_000, timeout_s=5.0,
+                             partitions=1)  # fmt: skip
+    redis, r_items = asyncio.run(feed(redis_store))
     want = reference_windows(ts, x, window, hop)
-    got = 0
     for m, r in zip(memory, redis, strict=True):
         counts = (m.accepted, m.duplicates, m.late, m.total, m.completed)
         assert counts == (r.accepted, r.duplicates, r.late, r.total, r.completed)
-        assert [w.n for w in m.windows] == [w.n for w in r.windows]
-        for wm, wr in zip(m.windows, r.windows, strict=True):
-            start, end, values = want[wm.n]
-            assert (wm.start_ts, wm.end_ts) == (wr.start_ts, wr.end_ts) == (start, end)
-            np.testing.assert_array_equal(wm.values, values)
-            np.testing.assert_array_equal(wr.values, values)
-            np.testing.assert_array_equal(
-                fill_leading(wm.values), fill_leading(wr.values)
-            )
-            assert not np.isnan(fill_leading(wr.values)).any()
-            got += 1
+        assert (m.queued, m.shed) == (r.queued, r.shed)
+        assert m.completed == len(m.queued) + m.shed
+    assert [it.window.n for it in m_items] == [it.window.n for it in r_items]
+    assert [it.window.n for it in r_items] == [n for r in redis for n in r.queued]
+    for im, ir in zip(m_items, r_items, strict=True):
+        wm, wr = im.window, ir.window
+        assert (im.tenant, im.stream) == (ir.tenant, ir.stream) == ("default", "s")
+        start, end, values = want[wm.n]
+        assert (wm.start_ts, wm.end_ts) == (wr.start_ts, wr.end_ts) == (start, end)
+        np.testing.assert_array_equal(wm.values, values)
+        np.testing.assert_array_equal(wr.values, values)
+        np.testing.assert_array_equal(fill_leading(wm.values), fill_leading(wr.values))
+        assert not np.isnan(fill_leading(wr.values)).any()
     assert sum(r.late for r in redis) == sum(a >= 3 for a in [0, *cuts])
-    assert (
-        got >= 4
-        and np.isnan(np.stack([w.values for r in redis for w in r.windows])).any()
-    )
+    shed = sum(r.shed for r in redis)
+    assert sum(len(r.queued) for r in redis) + shed == len(want)
+    assert len(r_items) >= 4
+    assert np.isnan(np.stack([it.window.values for it in r_items])).any()
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_work_queue_claims_and_first_write_wins(
+    redis_server: RedisServer, kind: str
+) -> None:
+    """An item read and not acknowledged is claimed by another consumer after the
+    timeout (not before); a window's record written twice is kept once (the first);
+    acknowledged items leave the queue."""
+
+    async def main() -> None:
+        store: Store = (
+            MemoryStore(ttl_s=600, history_len=10)
+            if kind == "memory"
+            else RedisStore(
+                redis_server.url,
+                prefix=uuid.uuid4().hex,
+                ttl_s=600,
+                history_len=10,
+                dedupe_horizon=100,
+                timeout_s=5.0,
+                partitions=4,
+            )
+        )
+        try:
+            await store.ensure_groups()
+            await store.register("t", ["a", "b"], 10)
+            for s in ("a", "b"):
+                x = np.ones((30, 2), np.float32)
+                await store.append("t", s, T0 + np.arange(30.0), x, window=10, hop=10,
+                                   max_queued=100)  # fmt: skip
+            assert (await store.queue_stats()).depth == 6
+            first = await store.read_work("dies", 4, 0.1)
+            rest = await store.read_work("lives", 10, 0.1)
+            assert len(first) + len(rest) == 6
+            assert await store.read_work("lives", 10, 0) == []  # each delivered once
+            assert await store.claim_work("lives", 5.0, 10) == []  # not idle long yet
+            await asyncio.sleep(0.3)
+            claimed = await store.claim_work("lives", 0.2, 10)
+            assert {i.id for i in claimed} >= {i.id for i in first}
+            recs = [
+                (it.tenant, it.stream, [(it.window.n, f"first-{it.window.n}", 0.5)])
+                for it in first
+            ]
+            assert await store.put_scored(recs) == [[True]] * len(first)
+            again = [(t, s, [(n, "second", 0.9)]) for t, s, [(n, _, _)] in recs]
+            assert await store.put_scored(again) == [[False]] * len(first)
+            for t, s, [(n, rec, _)] in recs:
+                assert await store.scored(t, [(s, [n, 999])]) == [{n: rec}]
+            await store.ack_work([i.id for i in first + rest])
+            stats = await store.queue_stats()
+            assert (stats.depth, stats.oldest_age_s) == (0, 0.0)
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_dedupe_horizon_is_packed_and_bounded(redis_server: RedisServer) -> None:
+    """The accepted timestamps rest as 8 bytes each, trimmed to the horizon (with a
+    slack of a quarter); a retry inside the horizon counts as duplicates, older
+    readings as late."""
+    import redis as sync_redis
+
+    prefix = uuid.uuid4().hex
+
+    async def main() -> list[AppendResult]:
+        store = RedisStore(redis_server.url, prefix=prefix, ttl_s=600, history_len=10,
+                           dedupe_horizon=256, timeout_s=5.0, partitions=1)  # fmt: skip
+        out = []
+        try:
+            for k in range(10):
+                ts = T0 + np.arange(100 * k, 100 * (k + 1), dtype=np.float64)
+                out.append(await store.append(
+                    "t", "s", ts, np.zeros((100, 1), np.float32), window=10,
+                    hop=1000, max_queued=10,
+                ))  # fmt: skip
+            retry = T0 + np.arange(900, 1000, dtype=np.float64)  # inside the horizon
+            out.append(await store.append("t", "s", retry, np.zeros((100, 1),
+                       np.float32), window=10, hop=1000, max_queued=10))  # fmt: skip
+            old = T0 + np.arange(0, 100, dtype=np.float64)  # past it: late
+            out.append(await store.append("t", "s", old, np.zeros((100, 1),
+                       np.float32), window=10, hop=1000, max_queued=10))  # fmt: skip
+        finally:
+            await store.close()
+        return out
+
+    out = asyncio.run(main())
+    assert (out[-2].duplicates, out[-2].late) == (100, 0)
+    assert (out[-1].duplicates, out[-1].late) == (0, 100)
+    r = sync_redis.Redis.from_url(redis_server.url)
+    (key,) = list(r.scan_iter(f"{prefix}:*:seen"))
+    seen = np.frombuffer(r.get(key), "<f8")
+    assert 256 <= len(seen) <= 256 + 64 + 100
+    np.testing.assert_array_equal(seen, T0 + np.arange(1000 - len(seen), 1000))
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_allowed_lateness_merges_out_of_order_readings(
+    redis_server: RedisServer, kind: str
+) -> None:
+    """With SCJEPA_ALLOWED_LATENESS_S = 30, batches arriving out of order within 30 s
+    are merged in timestamp order: the windows equal those of in-order arrival; a
+    reading at or below the watermark (newest - 30 s) is late; a retry of a held
+    reading is a duplicate."""
+    rng = np.random.default_rng(3)
+    x = np.round(rng.normal(size=(200, 2)), 4).astype(np.float32)
+    ts = T0 + np.arange(200, dtype=np.float64)
+    # 10-reading batches, each pair swapped: 10-19 before 0-9, 30-39 before 20-29, ...
+    order = [b + d for b in range(0, 20, 2) for d in (1, 0)]
+
+    async def main() -> tuple[list[AppendResult], list[WorkItem]]:
+        store: Store = (
+            MemoryStore(ttl_s=600, history_len=10, lateness_s=30.0)
+            if kind == "memory"
+            else RedisStore(
+                redis_server.url,
+                prefix=uuid.uuid4().hex,
+                ttl_s=600,
+                history_len=10,
+                dedupe_horizon=1000,
+                timeout_s=5.0,
+                partitions=1,
+                lateness_s=30.0,
+            )
+        )
+        out = []
+        try:
+            await store.ensure_groups()
+            for b in order:
+                sl = slice(10 * b, 10 * b + 10)
+                out.append(await store.append("t", "s", ts[sl], x[sl], window=50,
+                                              hop=50, max_queued=100))  # fmt: skip
+            again = slice(185, 195)  # held readings sent again: duplicates
+            out.append(await store.append("t", "s", ts[again], x[again], window=50,
+                                          hop=50, max_queued=100))  # fmt: skip
+            old = np.array([T0 + 150.5])  # at or below the watermark (199 - 30): late
+            out.append(await store.append("t", "s", old, x[:1], window=50, hop=50,
+                                          max_queued=100))  # fmt: skip
+            return out, await store.read_work("c", 100, 0)
+        finally:
+            await store.close()
+
+    out, items = asyncio.run(main())
+    assert sum(r.accepted for r in out) == 200
+    assert sum(r.late for r in out[:-2]) == 0  # out of order, within the lateness
+    assert (out[-2].duplicates, out[-1].late) == (10, 1)
+    assert out[-1].total == 170 and out[-1].held == 30  # 170..199 wait for more
+    assert [it.window.n for it in items] == [50, 100, 150]
+    for it in items:
+        n = it.window.n
+        np.testing.assert_array_equal(it.window.values, x[n - 50 : n])
+        assert it.window.end_ts == ts[n - 1]

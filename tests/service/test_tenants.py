@@ -23,6 +23,7 @@ from test_api import body, series
 from service import auth
 from service.config import Settings
 from service.main import create_app
+from service.store.redis_store import partition
 
 A, B, ADMIN, OPS = "key-a-0123456789", "key-b-9876543210", "admin-key-xyz", "ops-key"
 HA, HB = {"X-API-Key": A}, {"X-API-Key": B}
@@ -287,14 +288,20 @@ def test_redis_keys_carry_the_tenant(
                         api_keys_file=keys)  # fmt: skip
     with TestClient(create_app(settings)) as client:
         for h in (HA, HB):
-            assert post(client, body("pump-7", series(120)), h).status_code == 200
+            r = client.post("/ingest?wait=20", json=body("pump-7", series(120)),
+                            headers=h)  # fmt: skip
+            assert r.status_code == 200
     r = redis.Redis.from_url(redis_server.url)
     found = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
+
+    def key(t: str, k: str) -> str:  # one Cluster slot per stream and its work queue
+        return f"{p}:{{p{partition(t, 'pump-7', 16)}}}:{t}/pump-7:{k}"
+
     for t in ("acme", "globex"):
         for k in ("risk", "rows", "seen", "state"):
-            assert f"{p}:{{{t}/pump-7}}:{k}" in found  # one Cluster slot per stream
+            assert key(t, k) in found
         assert {f"{p}:{{{t}}}:names", f"{p}:{{{t}}}:touched"} <= set(found)
-    assert not [k for k in found if "{pump-7}" in k]  # no tenant-less stream key
+    assert not [k for k in found if ":pump-7:" in k]  # no tenant-less stream key
     members = sorted(m.decode() for m in r.zrange(f"{p}:{{global}}:streams", 0, -1))
     assert members == ["acme/pump-7", "globex/pump-7"]
-    assert json.loads(r.zrange(f"{p}:{{acme/pump-7}}:risk", 0, 0)[0])["n"] == 100
+    assert json.loads(r.zrange(key("acme", "risk"), 0, 0)[0])["n"] == 100

@@ -78,7 +78,11 @@ def ingest(url: str, stream: str, x: np.ndarray) -> None:
     readings = [
         {"ts": 1000.0 + i, "values": [float(v) for v in row]} for i, row in enumerate(x)
     ]
-    r = httpx.post(f"{url}/ingest", json={"stream": stream, "readings": readings})
+    r = httpx.post(
+        f"{url}/ingest?wait=20",
+        json={"stream": stream, "readings": readings},
+        timeout=30,
+    )
     assert r.status_code == 200, r.text
 
 

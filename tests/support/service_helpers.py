@@ -22,11 +22,15 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """A throwaway redis-server on a loopback port (no persistence), restartable."""
+    """A throwaway redis-server on a loopback port (no persistence unless ``aof``),
+    restartable (``stop`` is a kill -9)."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self, workdir: Path, port: int | None = None, *, aof: bool = False
+    ) -> None:
         self.workdir = workdir
         self.port = port or free_port()
+        self.aof = aof  # append-only file, fsync'ed at every write (appendfsync always)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -37,7 +41,9 @@ class RedisServer:
         assert REDIS_BIN is not None
         self.proc = subprocess.Popen(
             [REDIS_BIN, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.workdir)],
+             "--save", "", "--dir", str(self.workdir),
+             *(["--appendonly", "yes", "--appendfsync", "always"] if self.aof
+               else ["--appendonly", "no"])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -58,3 +64,65 @@ class RedisServer:
 
 
 ClientFactory = Callable[..., TestClient]
+
+
+REDIS_CLI = shutil.which("redis-cli")
+
+
+class RedisCluster:
+    """A throwaway 3-master Redis Cluster on loopback ports (no replicas, no
+    persistence): ``url`` is what SCJEPA_REDIS_URL takes (``redis+cluster://``)."""
+
+    def __init__(self, workdir: Path, masters: int = 3) -> None:
+        ports: set[int] = set()
+        while len(ports) < masters:  # free_port may hand out one port twice
+            ports.add(free_port())
+        self.nodes = [
+            RedisServer(workdir / f"n{i}", port) for i, port in enumerate(sorted(ports))
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self) -> RedisCluster:
+        assert REDIS_BIN is not None and REDIS_CLI is not None
+        for node in self.nodes:
+            node.workdir.mkdir(parents=True, exist_ok=True)
+            node.proc = subprocess.Popen(
+                [REDIS_BIN, "--port", str(node.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(node.workdir),
+                 "--cluster-enabled", "yes",
+                 "--cluster-config-file", str(node.workdir / "nodes.conf")],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        for node in self.nodes:
+            client = redis.Redis(
+                port=node.port, socket_connect_timeout=0.2, socket_timeout=1.0
+            )
+            for _ in range(100):
+                try:
+                    client.ping()
+                    break
+                except (redis.ConnectionError, redis.TimeoutError):
+                    time.sleep(0.05)
+            else:
+                raise RuntimeError(f"cluster node on port {node.port} did not start")
+        subprocess.run(
+            [REDIS_CLI, "--cluster", "create",
+             *(f"127.0.0.1:{n.port}" for n in self.nodes),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        first = redis.Redis(port=self.nodes[0].port)
+        for _ in range(200):
+            info = first.execute_command("CLUSTER", "INFO").decode()
+            if "cluster_state:ok" in info:
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

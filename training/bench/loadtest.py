@@ -76,7 +76,9 @@ async def run_load(
             }
             start = time.perf_counter()
             try:
-                r = await client.post("/ingest", json=body, headers=headers)
+                r = await client.post(
+                    "/ingest", json=body, headers=headers, params={"wait": 30}
+                )
             except httpx.HTTPError:
                 counts["errors"] += 1
                 continue

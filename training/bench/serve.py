@@ -4,11 +4,16 @@
 
 Three measurements, each against its own ceiling measured in the same run:
 1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
-   doing the same appends (one pipelined RPUSH + LTRIM + EXPIRE per request);
-2. scoring: windows/s with hop = window and many streams vs the artifact's standalone
-   throughput in the service's own runtime (service/inference.py: same batch size,
-   threads and onnxruntime calls per batch), without HTTP or Redis;
-3. GET /risk latency p50/p99 at a fixed request rate while (2) runs.
+   doing the same writes (one pipeline per request);
+2. scoring: windows/s with hop = window and many streams (POST /ingest?wait=, so each
+   answer carries its window's score) vs the artifact's standalone throughput in the
+   service's own runtime (service/inference.py: same batch size, threads and
+   onnxruntime calls per batch), without HTTP or Redis;
+3. GET /risk latency p50/p99 at a fixed request rate while (2) runs, saturated and at
+   --scoring-fraction of it.
+With ``--roles split`` (the default) the service runs as the deployment does: an API
+process (``--role api``) and a scorer process (``--role scorer``, ``nice``d by
+--scorer-nice); ``--roles all`` runs both in one process (the embedded case).
 The load generator sends pre-serialised bodies, so its own JSON cost stays out of the
 service's numbers. Everything binds to 127.0.0.1.
 """
@@ -76,7 +81,29 @@ def redis_server() -> Any:
 
 
 @contextmanager
-def service(artifact: Path, redis_url: str, env: dict[str, str]) -> Any:
+def service(
+    artifact: Path,
+    redis_url: str,
+    env: dict[str, str],
+    roles: str = "all",
+    scorer_nice: int = 0,
+) -> Any:
+    """(API URL, scorer's URL: its /metrics); ``roles`` "split": an API process and a
+    scorer process (niced by ``scorer_nice``), "all": one process doing both."""
+    if roles == "all":
+        with _process(artifact, redis_url, env | {"SCJEPA_ROLE": "all"}) as url:
+            yield url, url
+        return
+    scorer_env = env | {"SCJEPA_ROLE": "scorer"}
+    with (
+        _process(artifact, redis_url, scorer_env, nice=scorer_nice) as scorer,
+        _process(artifact, redis_url, env | {"SCJEPA_ROLE": "api"}) as url,
+    ):
+        yield url, scorer
+
+
+@contextmanager
+def _process(artifact: Path, redis_url: str, env: dict[str, str], nice: int = 0) -> Any:
     port = free_port()
     full = (
         os.environ
@@ -84,6 +111,7 @@ def service(artifact: Path, redis_url: str, env: dict[str, str]) -> Any:
         | env
     )
     cmd = [
+        *(["nice", "-n", str(nice)] if nice else []),
         sys.executable,
         "-m",
         "uvicorn",
@@ -228,12 +256,19 @@ INGEST_COUNTS = (
 )
 
 
+SCORED = "/ingest?wait=30"  # the scoring runs: each answer waits for its window's score
+
+
 async def post_ingest(
-    conn: Conn, body: bytes, lat: list[float], counts: dict[str, int]
+    conn: Conn,
+    body: bytes,
+    lat: list[float],
+    counts: dict[str, int],
+    path: str = "/ingest",
 ) -> None:
     """POST one ingest body; its latency to ``lat``, its outcome to the keys of ``counts``."""
     t = time.perf_counter()
-    status, reply = await conn.request("POST", "/ingest", body)
+    status, reply = await conn.request("POST", path, body)
     lat.append(time.perf_counter() - t)
     if status != 200:
         counts["errors"] += 1
@@ -244,7 +279,9 @@ async def post_ingest(
             counts[key] += res[field]
 
 
-async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, float]:
+async def drive(
+    url: str, bodies: list[Body], concurrency: int, path: str = "/ingest"
+) -> dict[str, float]:
     """POST every body once with ``concurrency`` clients. Each stream belongs to one
     client, which sends its bodies in order (as a real sender does), so nothing is late.
     """
@@ -256,7 +293,7 @@ async def drive(url: str, bodies: list[Body], concurrency: int) -> dict[str, flo
 
     async def worker(conn: Conn, queue: list[bytes]) -> None:
         for body in queue:
-            await post_ingest(conn, body, lat, counts)
+            await post_ingest(conn, body, lat, counts, path)
 
     queues = [q for q in queues if q]  # fewer streams than clients: some stay idle
     t0 = time.perf_counter()
@@ -290,10 +327,11 @@ async def bare_redis(
     """The ceiling: the service's writes straight into Redis, one pipeline per request.
 
     ``same_writes`` (the default): every write the service's append script makes for a
-    request of new readings, as plain commands with no logic: RPUSH of the packed rows
-    + LTRIM to the window, ZADD of the timestamps to the dedupe set + its trim, HSET of
-    the stream state, EXPIRE of the three keys. Without it only the rows are written
-    (RPUSH + LTRIM + EXPIRE): a looser ceiling, recorded beside it.
+    request of new readings that completes no window, as plain commands with no logic:
+    RPUSH of the packed rows + LTRIM to the window, APPEND of the packed timestamps to
+    the dedupe string, HSET of the stream state, EXPIRE of the three keys. Without it
+    only the rows are written (RPUSH + LTRIM + EXPIRE): a looser ceiling, recorded
+    beside it.
     """
     import redis.asyncio as aioredis
 
@@ -312,12 +350,8 @@ async def bare_redis(
             pipe.ltrim(base + "rows", -window, -1)
             pipe.expire(base + "rows", 3600)
             if same_writes:
-                stamps = {
-                    np.float64(k + j).tobytes(): float(k + j)
-                    for j in range(per_request)
-                }
-                pipe.zadd(base + "seen", stamps)
-                pipe.zremrangebyrank(base + "seen", 0, -10_000 - 1)
+                stamps = np.arange(k, k + per_request, dtype="<f8").tobytes()
+                pipe.append(base + "seen", stamps)
                 pipe.hset(base + "state", mapping={"n": k + per_request, "last_ts": k})
                 pipe.expire(base + "seen", 3600)
                 pipe.expire(base + "state", 3600)
@@ -357,7 +391,7 @@ async def drive_at_rate(
             if (wait := due - time.perf_counter()) > 0:
                 await asyncio.sleep(wait)
             lag.append(time.perf_counter() - due)
-            await post_ingest(conn, body, lat, counts)
+            await post_ingest(conn, body, lat, counts, SCORED)
 
     await run_workers(url, queues, worker)
     dt = time.perf_counter() - t0
@@ -556,6 +590,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SCJEPA_X=VALUE",
         help="extra service setting (repeatable)",
     )
+    p.add_argument(
+        "--roles",
+        choices=["split", "all"],
+        default="split",
+        help="split: API and scorer as separate processes (as deployed); all: one "
+        "process doing both",
+    )
+    p.add_argument(
+        "--scorer-nice",
+        type=int,
+        default=10,
+        help="nice of the scorer process with --roles split (0: not niced)",
+    )
     p.add_argument("--json", type=Path)
 
 
@@ -569,6 +616,14 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
     return {"batches": batches, "mean_batch": size / batches}
 
 
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def run(args: argparse.Namespace) -> int:
     from service.inference import CPU_CHUNK_TOKENS
 
@@ -578,6 +633,8 @@ def run(args: argparse.Namespace) -> int:
         "artifact": str(args.artifact),
         "channels": v,
         "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "roles": args.roles,
         "load_before": os.getloadavg(),
         "args": {k: str(x) for k, x in vars(args).items()},
     }
@@ -595,11 +652,12 @@ def run(args: argparse.Namespace) -> int:
         #    completes is scored before the measurement.
         warm_n = args.streams * -(-w // per)
         bodies = make_bodies(args.streams, per, warm_n + n, v, seed=1)
-        with service(
+        split = partial(service, roles=args.roles, scorer_nice=args.scorer_nice)
+        with split(
             args.artifact,
             redis_url,
             base_env | {"SCJEPA_HOP": str(10**9), "SCJEPA_KEY_PREFIX": "ingest"},
-        ) as url:
+        ) as (url, _):
             asyncio.run(drive(url, bodies[:warm_n], args.concurrency))
             ing = asyncio.run(drive(url, bodies[warm_n:], args.concurrency))
         ing["readings_per_request"] = per
@@ -610,7 +668,7 @@ def run(args: argparse.Namespace) -> int:
         ing["vs_bare_redis_rows_only"] = ing["readings_per_s"] / rows["readings_per_s"]
         out["ingest"], out["bare_redis"], out["bare_redis_rows_only"] = ing, ceil, rows
         print(
-            f"ingest: {ing['readings_per_s']:,.0f} readings/s of {v} channels, {per} "
+            f"ingest ({args.roles}): {ing['readings_per_s']:,.0f} readings/s of {v} channels, {per} "
             f"a request ({ing['vs_bare_redis']:.0%} of bare Redis, same writes, "
             f"{ceil['readings_per_s']:,.0f}/s; {ing['vs_bare_redis_rows_only']:.0%} of "
             f"rows only, {rows['readings_per_s']:,.0f}/s), p99 {ing['p99_ms']:.1f} ms",
@@ -647,16 +705,18 @@ def run(args: argparse.Namespace) -> int:
 
             return asyncio.run(both())
 
-        with service(
+        with split(
             args.artifact,
             redis_url,
             base_env | {"SCJEPA_HOP": str(w), "SCJEPA_KEY_PREFIX": "score"},
-        ) as url:
+        ) as (url, metrics_url):
             # first window per stream
-            asyncio.run(drive(url, bodies[: args.streams], score_conc))
-            before = batch_stats(url)
-            scored, risk = with_risk(drive(url, bodies[args.streams :], score_conc))
-            after = batch_stats(url)
+            asyncio.run(drive(url, bodies[: args.streams], score_conc, SCORED))
+            before = batch_stats(metrics_url)
+            scored, risk = with_risk(
+                drive(url, bodies[args.streams :], score_conc, SCORED)
+            )
+            after = batch_stats(metrics_url)
             scored |= _delta(after, before)
             scored["inference_busy_s"] = after.get(
                 "inference_busy_s", 0.0
@@ -671,7 +731,7 @@ def run(args: argparse.Namespace) -> int:
             fixed, risk_fixed = with_risk(
                 drive_at_rate(url, fixed_bodies, rate, clients)
             )
-            fixed |= _delta(batch_stats(url), after)
+            fixed |= _delta(batch_stats(metrics_url), after)
             fixed["fraction_of_saturated"] = rate / max(scored["windows_per_s"], 1e-9)
             fixed["clients"] = clients
         after_alone, _ = standalone()

@@ -67,16 +67,75 @@ async def timed(url: str, method: str, paths: list[str], body: bytes = b"") -> f
     return median_ms(lat)
 
 
-def stream_key_bytes(redis_url: str, prefix: str = "scjepa") -> dict[str, int]:
+def stream_key_bytes(
+    redis_url: str, prefix: str = "scjepa", stream: str = "s-000000"
+) -> dict[str, int]:
+    """MEMORY USAGE of each key of one stream (tenant default)."""
     import redis
 
+    from service.store.redis_store import partition
+
     r = redis.Redis.from_url(redis_url)
+    tag = f"{prefix}:{{p{partition('default', stream, 16)}}}:default/{stream}"
     out = {
-        k: int(r.memory_usage(f"{prefix}:{{default/s-000000}}:{k}", samples=0) or 0)
+        k: int(r.memory_usage(f"{tag}:{k}", samples=0) or 0)
         for k in ("rows", "seen", "state", "risk")
     }
     r.close()
     return out
+
+
+def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
+    """Redis bytes of one long-lived stream, written through the service's store:
+    60,000 readings of ``channels`` values (past the default dedupe horizon), a full
+    risk history (500 records of 5 top channels, as the scorer writes them); and the
+    dedupe horizon as the sorted set it used to be (10,000 members), for comparison."""
+    import numpy as np
+    import redis
+
+    from service.store.redis_store import RedisStore
+
+    t0 = 1_700_000_000.0
+
+    async def fill() -> None:
+        store = RedisStore(redis_url, prefix="long", ttl_s=3600, history_len=500,
+                           dedupe_horizon=10_000, timeout_s=10.0, partitions=16)  # fmt: skip
+        rng = np.random.default_rng(0)
+        for k in range(60):
+            ts = t0 + np.arange(k * 1000, (k + 1) * 1000, dtype=np.float64)
+            x = rng.normal(size=(1000, channels)).astype(np.float32)
+            await store.append("default", "s-000000", ts, x, window=100, hop=100,
+                               max_queued=10**6)  # fmt: skip
+        rec: dict[str, Any] = {
+            "risk": 0.123456, "threshold": 0.5, "alert": False,
+            "window_start": t0, "window_end": t0 + 99,
+            "top_channels": [{"name": f"ch{i}", "share": 0.2} for i in range(5)],
+            "codes": [1, 2, 3, 4, 5], "model": {"name": "m", "version": "1"},
+            "computed_at": "2026-11-25T07:00:00.000000Z",
+        }  # fmt: skip
+        recs = [(n, json.dumps(rec | {"n": n}), 0.1) for n in range(100, 50_100, 100)]
+        await store.put_scored([("default", "s-000000", recs)])
+        await store.close()
+
+    asyncio.run(fill())
+    now = stream_key_bytes(redis_url, "long")
+    r = redis.Redis.from_url(redis_url)
+    ts = t0 + np.arange(10_000, dtype=np.float64)
+    for a in range(0, 10_000, 1000):
+        r.zadd("long:zset-seen", {t.tobytes(): float(t) for t in ts[a : a + 1000]})
+    zset = int(r.memory_usage("long:zset-seen", samples=0) or 0)
+    r.close()
+    total = sum(now.values())
+    before = total - now["seen"] + zset
+    return {
+        "channels": channels,
+        "bytes_by_key": now,
+        "bytes_per_stream": total,
+        "seen_as_sorted_set": zset,
+        "bytes_per_stream_with_sorted_set": before,
+        "streams_per_gib": round(2**30 / total),
+        "streams_per_gib_with_sorted_set": round(2**30 / before),
+    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,10 +144,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--readings", type=int, default=10, help="readings per stream")
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--ttl-s", type=int, default=60)
+    p.add_argument(
+        "--long-lived",
+        action="store_true",
+        help="only measure Redis bytes of one long-lived stream (60,000 readings, a "
+        "full risk history) and streams per GiB; no service",
+    )
     p.add_argument("--json", type=Path)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.long_lived:
+        with redis_server() as redis_url:
+            res = long_lived_bytes(redis_url)
+        print(json.dumps(res, indent=1))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(res, indent=1) + "\n")
+        return 0
     v = int(json.loads((args.artifact / "manifest.json").read_text())["n_channels"])
     env = {
         "SCJEPA_STREAM_TTL_S": str(args.ttl_s),

@@ -1,0 +1,314 @@
+"""The scorer tier: read completed windows from the store's work queue, score them in
+the shared micro-batch, write their risk records, acknowledge them, tell listeners.
+
+    worker = ScoringWorker(slot, store, batcher, settings)
+    worker.listeners.append(on_scored)   # async def on_scored(windows) -> None
+    worker.start()
+
+Delivery is at least once: items a scorer read and did not acknowledge (it died, or
+hangs) are claimed by any scorer after ``SCJEPA_CLAIM_TIMEOUT_S``. The effect is exactly
+once: a risk record is keyed by (stream, window number) and the first write wins
+(:meth:`service.store.Store.put_scored`), and listeners hear of a window only when its
+record was written by that call. Runs in ``scjepa serve --role scorer`` and ``--role
+all`` (the default); ``--role api`` has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service import metrics
+from service.batcher import Batcher
+from service.config import Settings
+from service.inference import Model, Scores, WindowError
+from service.manifest import now_utc
+from service.schemas import ChannelShare, ModelRef, RiskRecord
+from service.store import Store, StoreUnavailable, WorkItem, fill_leading
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScoredWindow:
+    """One window whose risk record was just written (the first write of that window:
+    a window scored again after a claim is not reported twice).
+
+    tenant, stream: whose window. window_n: the stream's reading count that completed
+    it (its number, unique per stream). window_end: the timestamp of its last reading.
+    risk: calibrated probability; threshold: the model's; alert: risk >= threshold.
+    top_channels: the largest contributors, largest first. model: what scored it.
+    """
+
+    tenant: str
+    stream: str
+    window_n: int
+    window_end: float
+    risk: float
+    threshold: float
+    alert: bool
+    top_channels: tuple[ChannelShare, ...]
+    model: ModelRef
+
+
+# Awaited with each batch's newly written windows (any tenants and streams, ascending
+# window_n per stream), after the records are durably written; one that raises is
+# logged and counted (scjepa_listener_errors_total) and scoring goes on.
+Listener = Callable[[Sequence[ScoredWindow]], Awaitable[None]]
+
+
+Scored = list[tuple[str, str, list[int]]]  # (tenant, stream, window numbers)
+
+
+class _Wait:
+    """One ingest call waiting (``?wait=``): its windows not yet known to be scored."""
+
+    def __init__(self, tenant: str, due: dict[str, set[int]]) -> None:
+        self.tenant = tenant
+        self.streams = list(due)
+        self.left = due  # stream -> window numbers; emptied as news comes
+        self.done = asyncio.Event()
+
+    async def wait(self, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.done.wait(), timeout)
+
+
+class ScoredBus:
+    """Who in this process waits for which windows, woken by news of scored windows:
+    from this process's scorer directly, and from any scorer through the store
+    (:meth:`service.store.Store.listen_scored`; Redis pub/sub, at most once, so the
+    waiters also re-read the store now and then)."""
+
+    def __init__(self) -> None:
+        self._waits: dict[tuple[str, str], list[_Wait]] = {}
+
+    def register(self, tenant: str, due: dict[str, set[int]]) -> _Wait:
+        w = _Wait(tenant, due)
+        for stream in due:
+            self._waits.setdefault((tenant, stream), []).append(w)
+        return w
+
+    def unregister(self, w: _Wait) -> None:
+        for stream in w.streams:
+            waits = self._waits.get((w.tenant, stream))
+            if waits and w in waits:
+                waits.remove(w)
+                if not waits:
+                    del self._waits[w.tenant, stream]
+
+    def deliver(self, scored: Scored) -> None:
+        for tenant, stream, ns in scored:
+            for w in self._waits.get((tenant, stream), ()):
+                left = w.left.get(stream)
+                if left is None:
+                    continue
+                left.difference_update(ns)
+                if not left:
+                    del w.left[stream]
+                if not w.left:
+                    w.done.set()
+
+
+def record_of(
+    model: Model,
+    top_k: int,
+    w_n: int,
+    w_start: float,
+    w_end: float,
+    scores: Scores,
+    j: int,
+) -> RiskRecord:
+    """The risk record of a window, row ``j`` of the batch ``scores``, named after the
+    model that scored it."""
+    by = scores.by or model
+    m = by.manifest
+    risk, contrib = float(scores.risk[j]), scores.contrib[j]
+    order = np.argsort(-contrib, kind="stable")[:top_k]
+    top = [
+        ChannelShare(name=m.channels[i], share=round(float(contrib[i]), 6))
+        for i in order
+        if contrib[i] > 0
+    ]
+    return RiskRecord(
+        n=w_n,
+        risk=risk,
+        threshold=m.threshold,
+        alert=risk >= m.threshold,
+        window_start=w_start,
+        window_end=w_end,
+        top_channels=top,
+        codes=[int(c) for c in scores.codes[j]],
+        model=ModelRef(name=m.name, version=m.version),
+        computed_at=now_utc(),
+    )
+
+
+class ScoringWorker:
+    def __init__(
+        self,
+        model: Callable[[], Model],
+        store: Store,
+        batcher: Batcher,
+        settings: Settings,
+        bus: ScoredBus | None = None,
+    ) -> None:
+        self.model = model  # the model in service now (a reload swaps it)
+        self.store = store
+        self.batcher = batcher
+        self.settings = settings
+        self.bus = bus  # this process's waiting ingest calls
+        self.listeners: list[Listener] = []
+        self.name = f"{socket.gethostname()}-{os.getpid()}"
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+
+    def start(self) -> None:
+        self._stopping = False
+        n = self.settings.scorer_concurrency
+        self._tasks = [
+            asyncio.create_task(self._read(f"{self.name}-{k}"), name=f"scorer-{k}")
+            for k in range(n)
+        ]
+        self._tasks.append(asyncio.create_task(self._claim(), name="scorer-claim"))
+        self._tasks.append(asyncio.create_task(self._gauges(), name="scorer-gauges"))
+
+    async def stop(self) -> None:
+        """Cancel the loops. redis-py may turn a cancellation in a socket read into an
+        error the loop survives, so the loops also watch ``_stopping``."""
+        self._stopping = True
+        tasks, self._tasks = self._tasks, []
+        for _ in range(3 if tasks else 0):
+            for t in tasks:
+                t.cancel()
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            if not pending:
+                break
+            tasks = list(pending)
+
+    @property
+    def running(self) -> bool:
+        tasks = self._tasks
+        return bool(tasks) and all(not t.done() for t in tasks) and self.batcher.running
+
+    async def _read(self, consumer: str) -> None:
+        pause = 0.05
+        with contextlib.suppress(StoreUnavailable):  # else: on the first NOGROUP
+            await self.store.ensure_groups()
+        while not self._stopping:
+            try:
+                items = await self.store.read_work(
+                    consumer, self.settings.max_batch, block_s=0.5
+                )
+                if items:
+                    await self.process(items)
+                pause = 0.05
+            except StoreUnavailable as e:  # Redis down: wait, the items stay pending
+                log.warning("scorer: store unavailable: %s", e)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    async def _claim(self) -> None:
+        """Take over what a dead scorer left pending, every half timeout."""
+        timeout = self.settings.claim_timeout_s
+        while not self._stopping:
+            await asyncio.sleep(max(timeout / 2, 0.05))
+            try:
+                while items := await self.store.claim_work(
+                    f"{self.name}-claim", timeout, self.settings.max_batch
+                ):
+                    metrics.WINDOWS_CLAIMED.inc(len(items))
+                    log.info("scorer: claimed %d windows left pending", len(items))
+                    await self.process(items)
+            except StoreUnavailable as e:
+                log.warning("scorer: store unavailable: %s", e)
+
+    async def _gauges(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(StoreUnavailable):
+                metrics.set_queue(await self.store.queue_stats())
+            await asyncio.sleep(1.0)
+
+    async def process(self, items: list[WorkItem]) -> None:
+        """Score ``items``, write their records, acknowledge them, tell listeners.
+        Raises StoreUnavailable with the items left pending (claimed later)."""
+        start = time.perf_counter()
+        model = self.model()
+        shape = (model.window, model.n_channels)
+        good = [it for it in items if it.window.values.shape == shape]
+        if len(good) < len(items):  # queued for another layout: cannot be scored
+            metrics.WINDOWS_SHED.labels(reason="layout").inc(len(items) - len(good))
+            log.warning(
+                "scorer: %d windows of another shape than %s dropped",
+                len(items) - len(good),
+                shape,
+            )
+        if good:
+            x = np.stack([fill_leading(it.window.values) for it in good])
+            try:
+                scores = await self.batcher.score(x)
+            except WindowError as e:  # validated on ingest: should not happen
+                metrics.WINDOWS_SHED.labels(reason="invalid").inc(len(good))
+                log.error("scorer: %d windows not scorable: %s", len(good), e)
+                good = []
+            else:
+                await self._write(model, good, scores)
+        await self.store.ack_work([it.id for it in items])
+        metrics.SCORER_BATCH.observe(time.perf_counter() - start)
+
+    async def _write(self, model: Model, items: list[WorkItem], scores: Scores) -> None:
+        top_k = self.settings.top_channels
+        by_stream: dict[tuple[str, str], list[tuple[RiskRecord, int]]] = {}
+        for j, it in enumerate(items):
+            w = it.window
+            rec = record_of(model, top_k, w.n, w.start_ts, w.end_ts, scores, j)
+            by_stream.setdefault((it.tenant, it.stream), []).append((rec, j))
+        keys = list(by_stream)
+        written = await self.store.put_scored(
+            [
+                (t, s, [(r.n, r.model_dump_json(), r.risk) for r, _ in by_stream[t, s]])
+                for t, s in keys
+            ]
+        )
+        metrics.WINDOWS_SCORED.inc(len(items))
+        scored = [(t, s, [r.n for r, _ in by_stream[t, s]]) for t, s in keys]
+        if self.bus is not None:
+            self.bus.deliver(scored)
+        with contextlib.suppress(StoreUnavailable):  # the waiters re-read anyway
+            await self.store.publish_scored(scored)
+        new = [
+            ScoredWindow(
+                t,
+                s,
+                r.n,
+                r.window_end,
+                r.risk,
+                r.threshold,
+                r.alert,
+                tuple(r.top_channels),
+                r.model,
+            )
+            for (t, s), flags in zip(keys, written, strict=True)
+            for (r, _), ok in zip(by_stream[t, s], flags, strict=True)
+            if ok
+        ]
+        new.sort(key=lambda w: (w.tenant, w.stream, w.window_n))
+        if new:
+            await self._tell(new)
+
+    async def _tell(self, windows: list[ScoredWindow]) -> None:
+        for listener in list(self.listeners):
+            try:
+                await listener(windows)
+            except Exception:
+                name = getattr(listener, "__qualname__", repr(listener))
+                metrics.LISTENER_ERRORS.labels(listener=name).inc()
+                log.exception("scorer: listener %s failed", name)

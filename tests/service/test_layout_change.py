@@ -1,0 +1,78 @@
+"""A roll-out with another channel layout over live state (issue 23): the stream's
+state records the layout it was built for; SCJEPA_LAYOUT_CHANGE says what a new model
+does with it (fresh: the stream starts over; refuse: 409 naming the stream). Never a
+500, on both stores."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from support.service_artifact import build_artifact
+
+from service.config import Settings
+from service.main import create_app
+
+T0 = 1_700_000_000.0
+
+
+def body(n: int, v: int, start: int = 0) -> dict[str, Any]:
+    x = np.round(np.random.default_rng(start).normal(size=(n, v)), 4)
+    return {"stream": "s", "readings": [{"ts": T0 + start + i, "values": r.tolist()}
+                                        for i, r in enumerate(x)]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("five")
+    build_artifact(d, channels=["a", "b", "c", "d", "flat"])
+    return d
+
+
+@pytest.mark.parametrize("policy", ["fresh", "refuse"])
+def test_another_channel_layout_over_live_state(
+    store_kind: str,
+    request: pytest.FixtureRequest,
+    artifact_dir: Path,
+    five: Path,
+    policy: str,
+) -> None:
+    url = request.getfixturevalue("redis_server").url if store_kind == "redis" else None
+    prefix = f"lay{uuid.uuid4().hex[:8]}"
+
+    def settings(artifact: Path) -> Settings:
+        return Settings(artifact=artifact, redis_url=url, key_prefix=prefix,
+                        layout_change=policy)  # fmt: skip
+
+    old = new = TestClient(create_app(settings(artifact_dir)))
+    old.__enter__()
+    try:
+        r = old.post("/ingest?wait=20", json=body(150, 4))
+        assert r.json()["results"][0]["windows_scored"] == 1
+        if url is None:  # one process: the new model takes over the same store
+            store = old.app.state.store  # type: ignore[attr-defined]
+            store.layout = "w100/v5/other"
+        else:  # a roll-out: the old process stops, the new one starts
+            old.__exit__(None, None, None)
+            new = TestClient(create_app(settings(five)))
+            new.__enter__()
+        r = new.post("/ingest?wait=20", json=body(120, 5 if url else 4, start=150))
+        if policy == "refuse":
+            assert r.status_code == 409, r.text
+            detail = r.json()["detail"]
+            assert "'s'" in detail and "SCJEPA_LAYOUT_CHANGE" in detail
+            assert new.get("/risk/s").json()["readings_total"] == 150  # kept
+        else:
+            assert r.status_code == 200, r.text
+            res = r.json()["results"][0]
+            # the stream started over: its old readings and risks are gone
+            assert (res["accepted"], res["readings_total"]) == (120, 120)
+            assert res["windows_scored"] == 1 and res["window_n"] == 100
+            hist = new.get("/risk/s/history").json()["items"]
+            assert [h["n"] for h in hist] == [100]
+    finally:
+        (new if url else old).__exit__(None, None, None)
