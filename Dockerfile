@@ -1,9 +1,9 @@
-# Targets (the last stage, `runtime`, is the default):
+# Targets (the last stage, `runtime-cpu`, is the default):
+#   runtime-cpu  the service on python:3.11-slim with onnxruntime (CPU). No PyTorch.
+#                                                docker build -t scjepa:cpu .
 #   runtime      the service on an NVIDIA CUDA runtime base with onnxruntime-gpu; uses the
 #                GPU when the container gets one (--gpus / compose profile `gpu`), CPU
-#                otherwise. No PyTorch.          docker build -t scjepa:runtime .
-#   runtime-cpu  the service on python:3.11-slim with onnxruntime (CPU). No PyTorch.
-#                                                docker build --target runtime-cpu -t scjepa:cpu .
+#                otherwise. No PyTorch.          docker build --target runtime -t scjepa:gpu .
 #   train        PyTorch (CPU wheels by default) for scjepa pretrain / evaluate / export;
 #                CUDA wheels: --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
 #                (any PyTorch index that carries TORCH_SPEC)
@@ -30,11 +30,14 @@
 # predefined HTTP_PROXY / HTTPS_PROXY / NO_PROXY build args.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-# The CUDA base and onnxruntime-gpu must agree on the CUDA major version: the PyPI
-# onnxruntime-gpu 1.31.1 wheel links CUDA 13 (libcublas.so.13, libcudart.so.13) and
-# cuDNN 9, so the host needs an NVIDIA driver >= 580. For CUDA 12 hosts build with
+# Both service images install with deploy/docker/constraints.txt: the same onnxruntime
+# version (onnxruntime on CPU, onnxruntime-gpu on CUDA) and the same versions of every
+# other package. The CUDA base and onnxruntime-gpu must agree on the CUDA major version:
+# the PyPI onnxruntime-gpu 1.31.1 wheel links CUDA 13 (libcublas.so.13,
+# libcudart.so.13) and cuDNN 9, so the host needs an NVIDIA driver >= 580. For CUDA 12
+# hosts pin both onnxruntime lines of constraints.txt to 1.23.2 and build with
 #   --build-arg CUDA_IMAGE=nvidia/cuda:12.6.3-cudnn-runtime-ubuntu24.04
-#   --build-arg ORT_GPU_SPEC=onnxruntime-gpu==1.23.2      (links CUDA 12)
+#   (onnxruntime-gpu==1.23.2 links CUDA 12)
 ARG CUDA_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 
 # ---------------------------------------------------------------- CPU service builder
@@ -43,15 +46,15 @@ ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY deploy/docker/constraints-cpu.txt pyproject.toml README.md ./
+COPY deploy/docker/constraints.txt pyproject.toml README.md ./
 COPY model ./model
 COPY training ./training
 COPY service ./service
 # Versions: pyproject.toml's ranges, pinned to the tested resolution by
-# constraints-cpu.txt. pip and setuptools only install: the runtime venv lacks them.
+# constraints.txt. pip and setuptools only install: the runtime venv lacks them.
 # hadolint ignore=DL3013
 RUN python -m venv /opt/venv \
-    && pip install -c constraints-cpu.txt ".[cpu]" \
+    && pip install -c constraints.txt ".[cpu]" \
     && pip uninstall --yes pip setuptools
 
 # ------------------------------------------------------------------------------ train
@@ -79,27 +82,9 @@ USER 10001:10001
 ENTRYPOINT ["scjepa"]
 CMD ["--help"]
 
-# ------------------------------------------------------------------------ runtime-cpu
-FROM ${PYTHON_IMAGE} AS runtime-cpu
-LABEL org.opencontainers.image.title="scjepa risk service (CPU)" \
-      org.opencontainers.image.description="SC-JEPA anomaly risk service: FastAPI + onnxruntime (CPU)"
-ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/opt/venv/bin:$PATH \
-    SCJEPA_ARTIFACT=/models/current SCJEPA_PROVIDER=cpu
-# (layers ordered small first: each one is a full copy on the vfs storage driver)
-RUN useradd --create-home --no-log-init --uid 10001 scjepa && mkdir -p /models
-WORKDIR /home/scjepa
-COPY deploy/docker/healthcheck.py /usr/local/bin/scjepa-healthcheck
-COPY --from=build-cpu /opt/venv /opt/venv
-USER 10001:10001
-EXPOSE 8000
-HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 \
-    CMD ["python", "/usr/local/bin/scjepa-healthcheck", "/readyz"]
-CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
-
 # ---------------------------------------------------------------- GPU service builder
 # Untested here (no CUDA base image or GPU in CI): kept as it is documented above.
 FROM ${CUDA_IMAGE} AS build-gpu
-ARG ORT_GPU_SPEC=onnxruntime-gpu==1.31.1
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 DEBIAN_FRONTEND=noninteractive
@@ -110,12 +95,13 @@ RUN apt-get update \
 WORKDIR /src
 RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
-COPY pyproject.toml README.md ./
+COPY deploy/docker/constraints.txt pyproject.toml README.md ./
 COPY model ./model
 COPY training ./training
 COPY service ./service
+# the CPU image's versions (constraints.txt), onnxruntime-gpu at onnxruntime's version
 # hadolint ignore=DL3013
-RUN pip install ".[gpu]" "${ORT_GPU_SPEC}"
+RUN pip install -c constraints.txt ".[gpu]"
 
 # ---------------------------------------------------------------------------- runtime
 # Untested here (no CUDA base image or GPU in CI).
@@ -135,5 +121,24 @@ WORKDIR /home/scjepa
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=5 \
+    CMD ["python", "/usr/local/bin/scjepa-healthcheck", "/readyz"]
+CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
+
+# ------------------------------------------------------------------------ runtime-cpu
+# The default target (last stage). The compose deployment runs it as `api`; its root
+# file system can be read-only (a tmpfs at /tmp): nothing is written at run time.
+FROM ${PYTHON_IMAGE} AS runtime-cpu
+LABEL org.opencontainers.image.title="scjepa risk service (CPU)" \
+      org.opencontainers.image.description="SC-JEPA anomaly risk service: FastAPI + onnxruntime (CPU)"
+ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PATH=/opt/venv/bin:$PATH \
+    SCJEPA_ARTIFACT=/models/current SCJEPA_PROVIDER=cpu
+# (layers ordered small first: each one is a full copy on the vfs storage driver)
+RUN useradd --create-home --no-log-init --uid 10001 scjepa && mkdir -p /models
+WORKDIR /home/scjepa
+COPY deploy/docker/healthcheck.py /usr/local/bin/scjepa-healthcheck
+COPY --from=build-cpu /opt/venv /opt/venv
+USER 10001:10001
+EXPOSE 8000
+HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=5 \
     CMD ["python", "/usr/local/bin/scjepa-healthcheck", "/readyz"]
 CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,5 +1,5 @@
-"""HTTP plumbing: request timing by route template, the body-size limit (declared or
-streamed), the hot routes' ASGI adapter when it is switched on, and error handlers that
+"""HTTP plumbing: request timing and the access log by route template, the body-size
+limit (declared or streamed), the hot routes' ASGI adapter when it is switched on, and error handlers that
 always answer JSON (never a stack trace), worded by service.handlers as the hot routes
 word them."""
 
@@ -12,9 +12,10 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import handlers, metrics
+from service import handlers, logs, metrics
 from service.deps import Refused
 from service.fastpaths import FastPaths
 from service.handlers import BodyTooLarge
@@ -41,6 +42,7 @@ class TimingAndLimits:
             return
         start = time.perf_counter()
         code = 500  # what an exception escaping the app becomes
+        root_path = scope.get("root_path", "")  # a mount moves it; route_of needs it
 
         async def send_status(message: Message) -> None:
             nonlocal code
@@ -70,10 +72,29 @@ class TimingAndLimits:
                 raise
             await handlers.too_large(limit).response()(scope, receive, send_status)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
+            took = time.perf_counter() - start
+            route = route_of(scope, root_path)
             metrics.REQUEST_LATENCY.labels(
                 method=scope["method"], route=route, status=str(code)
-            ).observe(time.perf_counter() - start)
+            ).observe(took)
+            state = scope.get("state") or {}
+            logs.access(scope["method"], route, code, took, state.get("streams"))
+
+
+def route_of(scope: Scope, root_path: str = "") -> str:
+    """The route template that served a request: FastAPI's routes (and the fast paths)
+    put themselves in ``scope["route"]``; Starlette's own (``/openapi.json``, a mount
+    such as /docs' assets) do not, and are looked up again with the request's own
+    ``root_path`` (a mount extends it); no match: ``unmatched``."""
+    route = scope.get("route")
+    if route is not None:
+        return str(getattr(route, "path", "unmatched"))
+    probe = {**scope, "root_path": root_path}
+    app = scope.get("app")
+    for r in getattr(getattr(app, "router", None), "routes", ()):
+        if r.matches(probe)[0] == Match.FULL:
+            return str(getattr(r, "path", "unmatched"))
+    return "unmatched"
 
 
 async def refused(request: Request, exc: Exception) -> Response:

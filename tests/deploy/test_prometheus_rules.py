@@ -1,10 +1,13 @@
 """Prometheus config and rules, validated by promtool: `check config` (which also checks
 the rule files it loads), `check rules`, and `test rules` (unit tests of the alerts in
 deploy/prometheus/tests/). Every metric the rules use must be one service/metrics.py
-exports, so a renamed metric cannot silently empty a rule."""
+exports, so a renamed metric cannot silently empty a rule. One alert engine: these
+rules (health) and the service's own per-stream alerts, both routed by Alertmanager;
+no store-wide risk alert, and no second copy of the rules in Grafana."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,12 +29,20 @@ from support.deploy_helpers import (
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
 REQUIRED_ALERTS = {
-    "AnomalyRiskHigh",
     "ScjepaApiDown",
-    "HighInferenceLatency",
+    "ScjepaHttp5xxRatio",
+    "ScjepaStoreErrors",
+    "ScjepaWindowsShed",
+    "ScjepaScoringLag",
+    "ScjepaScorerSlow",
+    "ScjepaRedisMemoryHigh",
+    "ScjepaRedisDown",
+    "ScjepaAlertPostsFailing",
     "ReadingsRejectedSpike",
     "NoReadingsIngested",
 }
+# what the health alerts read that the service does not export (redis_exporter's)
+EXPORTER_METRICS = {"redis_memory_used_bytes", "redis_memory_max_bytes", "redis_up"}
 
 
 def all_rules() -> list[dict[str, Any]]:
@@ -101,22 +112,26 @@ def test_promtool_check_rules_rejects_broken_rules(
     assert proc.returncode != 0, explain(proc)
 
 
-def _firing_at_10m() -> list[dict[str, Any]]:
-    """The expected AnomalyRiskHigh alert (labels and annotations) at 10m, taken from the
-    committed unit test (its first case: streams in alert from minute 5)."""
-    case = load_yaml(PROM_DIR / "tests" / "alerts_test.yml")["tests"][0]
+def _down_at_5m() -> list[dict[str, Any]]:
+    """The expected ScjepaApiDown alert at 5m, taken from the committed unit test (the
+    api's scrape fails from minute 4 on; `for: 1m`)."""
+    (case,) = [
+        c
+        for c in load_yaml(PROM_DIR / "tests" / "alerts_test.yml")["tests"]
+        if any(t["alertname"] == "ScjepaApiDown" for t in c.get("alert_rule_test", []))
+    ]
     (check,) = [
         t
         for t in case["alert_rule_test"]
-        if t["alertname"] == "AnomalyRiskHigh" and t["eval_time"] == "10m"
+        if t["alertname"] == "ScjepaApiDown" and t["eval_time"] == "5m"
     ]
-    assert check["exp_alerts"], "the committed test expects the alert at 10m"
+    assert check["exp_alerts"], "the committed test expects the alert at 5m"
     return check["exp_alerts"]
 
 
 def _unit_test(tmp_path: Path, eval_time: str, firing: bool) -> Any:
-    """A promtool unit test of AnomalyRiskHigh on the real rule files: streams in alert
-    from minute 5 on, asserted firing (or not) at ``eval_time``."""
+    """A promtool unit test of ScjepaApiDown on the real rule files: scrapes fail from
+    minute 4 on, asserted firing (or not) at ``eval_time``."""
     case = {
         "rule_files": [str(p) for p in RULE_FILES],
         "evaluation_interval": "1m",
@@ -125,15 +140,15 @@ def _unit_test(tmp_path: Path, eval_time: str, firing: bool) -> Any:
                 "interval": "1m",
                 "input_series": [
                     {
-                        "series": 'scjepa_streams_in_alert{job="scjepa-api", instance="api:8000"}',
-                        "values": "0x4 1x20",
+                        "series": 'up{job="scjepa-api", instance="api:8000"}',
+                        "values": "1x3 0x5",
                     }
                 ],
                 "alert_rule_test": [
                     {
                         "eval_time": eval_time,
-                        "alertname": "AnomalyRiskHigh",
-                        "exp_alerts": _firing_at_10m() if firing else [],
+                        "alertname": "ScjepaApiDown",
+                        "exp_alerts": _down_at_5m() if firing else [],
                     }
                 ],
             }
@@ -146,16 +161,16 @@ def _unit_test(tmp_path: Path, eval_time: str, firing: bool) -> Any:
 
 def test_promtool_test_rules_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
     """The unit-test machinery really evaluates the rule's timing: the same expectation
-    passes at 10m (control) but fails one minute early (9m, still pending), and
-    claiming silence at 10m fails too."""
-    control = _unit_test(tmp_path, "10m", firing=True)
+    passes at 5m (control) but fails one minute early (4m, still pending), and
+    claiming silence at 5m fails too."""
+    control = _unit_test(tmp_path, "5m", firing=True)
     assert control.returncode == 0, explain(control)
-    early = _unit_test(tmp_path, "9m", firing=True)
+    early = _unit_test(tmp_path, "4m", firing=True)
     assert early.returncode != 0, explain(early)
     assert "FAILED" in early.stdout + early.stderr
-    silent = _unit_test(tmp_path, "10m", firing=False)
+    silent = _unit_test(tmp_path, "5m", firing=False)
     assert silent.returncode != 0, explain(silent)
-    quiet_before = _unit_test(tmp_path, "9m", firing=False)
+    quiet_before = _unit_test(tmp_path, "4m", firing=False)
     assert quiet_before.returncode == 0, explain(quiet_before)
 
 
@@ -169,9 +184,16 @@ def test_required_alerts_exist_with_severity_and_summary() -> None:
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
         assert rule["annotations"]["summary"], name
         assert rule["annotations"]["description"], name
-    assert alerts["AnomalyRiskHigh"]["for"] == "5m"
-    assert "scjepa_streams_in_alert" in alerts["AnomalyRiskHigh"]["expr"]
     assert "up" in alerts["ScjepaApiDown"]["expr"]
+
+
+def test_no_store_wide_risk_alert() -> None:
+    """A stream's risk is alerted per stream by the service (service/alerting.py):
+    a rule on the store-wide gauges could not say which stream."""
+    for rule in all_rules():
+        if "alert" in rule:
+            assert "scjepa_streams_in_alert" not in rule["expr"], rule["alert"]
+            assert "scjepa_max_risk" not in rule["expr"], rule["alert"]
 
 
 def test_every_alert_rule_is_unit_tested() -> None:
@@ -187,12 +209,15 @@ def test_rules_use_only_exported_metrics_and_known_recordings() -> None:
     assert "scjepa_readings_total" in exported  # prometheus_client's counter suffix
     assert "scjepa_inference_info" in exported
     recorded = recorded_names()
+    exporter = set()
     for rule in all_rules():
         expr = rule["expr"]
+        exporter |= set(re.findall(r"\bredis_[a-z_]+", expr)) - {"redis_memory"}
         unknown = referenced_metrics(expr) - exported
         assert not unknown, f"{rule.get('alert') or rule.get('record')}: {unknown}"
         missing = referenced_recorded(expr) - recorded
         assert not missing, f"{rule.get('alert') or rule.get('record')}: {missing}"
+    assert exporter == EXPORTER_METRICS, exporter
 
 
 def test_the_metric_check_catches_a_renamed_metric() -> None:
@@ -212,3 +237,6 @@ def test_scrape_config_targets_the_compose_api() -> None:
     gpu = jobs["scjepa-api-gpu"]
     assert gpu["dns_sd_configs"][0]["names"] == ["api-gpu"]
     assert config["rule_files"] == ["rules/*.yml"]
+    (am,) = config["alerting"]["alertmanagers"]
+    assert am["static_configs"][0]["targets"] == ["alertmanager:9093"]
+    assert jobs["redis"]["static_configs"][0]["targets"] == ["redis-exporter:9121"]

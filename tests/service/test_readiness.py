@@ -1,4 +1,5 @@
-"""Readiness follows the store: 503 while Redis is down, 200 again once it is back."""
+"""Readiness follows the store: 503 while Redis is down or full (maxmemory reached,
+writes refused), 200 again once it is back or has room."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from support.service_helpers import REDIS_BIN, RedisServer
 
@@ -49,6 +51,57 @@ def test_readyz_fails_while_redis_is_down_and_recovers(
             assert r.status_code == 200
             assert r.json()["results"][0]["accepted"] == 1
     finally:
+        server.stop()
+
+
+@pytest.mark.skipif(REDIS_BIN is None, reason="redis-server not on PATH")
+def test_readyz_fails_while_redis_refuses_writes_at_maxmemory(
+    tmp_path: Path, artifact_dir: Path
+) -> None:
+    """A real redis-server with a small maxmemory and noeviction, filled until it
+    refuses writes (OOM): PING still answers there, so readiness must write."""
+    server = RedisServer(tmp_path).start()
+    admin = redis.Redis(port=server.port)
+    admin.config_set("maxmemory-policy", "noeviction")
+    settings = Settings(
+        artifact=artifact_dir, redis_url=server.url, redis_timeout_s=0.5
+    )
+    reading = {"stream": "s", "readings": [{"ts": 1.0, "values": [1, 2, 3, 4]}]}
+    try:
+        with TestClient(create_app(settings)) as client:
+            assert client.get("/readyz").status_code == 200
+            assert client.post("/ingest", json=reading).status_code == 200
+
+            # filled as ingest fills it: each write is checked against the limit on
+            # arrival and its data lands after, so the last accepted write carries
+            # Redis past maxmemory; from then on every write is refused (OOM)
+            used = int(admin.info("memory")["used_memory"])
+            admin.config_set("maxmemory", used + 512 * 1024)
+            grow = "redis.call('set', KEYS[1], string.rep('x', 131072))"
+            filled = 0
+            with pytest.raises(redis.ResponseError, match="maxmemory"):
+                for filled in range(64):  # 8 MB: far past the 512 kB of room
+                    admin.eval(grow, 1, f"fill:{filled}")
+            assert filled >= 2, "the fill stopped before using the room it had"
+            memory = admin.info("memory")
+            assert int(memory["used_memory"]) > int(memory["maxmemory"])
+            assert admin.ping()  # Redis is up and answers: only writes are refused
+
+            r = client.get("/readyz")
+            assert r.status_code == 503, r.json()
+            checks = r.json()["checks"]
+            assert checks["store"] is False and "maxmemory" in checks["store_error"]
+            assert checks["model"] is True and checks["batcher"] is True
+            later = {"stream": "s", "readings": [{"ts": 2.0, "values": [1, 2, 3, 4]}]}
+            r = client.post("/ingest", json=later)
+            assert r.status_code == 503 and "store unavailable" in r.json()["detail"]
+
+            admin.config_set("maxmemory", 0)  # room again (an operator's fix)
+            assert client.get("/readyz").status_code == 200
+            r = client.post("/ingest", json=later)
+            assert r.status_code == 200 and r.json()["results"][0]["accepted"] == 1
+    finally:
+        admin.close()
         server.stop()
 
 

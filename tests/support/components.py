@@ -121,6 +121,21 @@ _COMPONENTS = [
     ),
     Component("prometheus", "apt-get install prometheus", _tool("prometheus")),
     Component(
+        "alertmanager",
+        "apt-get install prometheus-alertmanager",
+        _tool("prometheus-alertmanager", "alertmanager"),
+    ),
+    Component(
+        "redis-exporter",
+        "apt-get install prometheus-redis-exporter",
+        _tool("prometheus-redis-exporter", "redis_exporter"),
+    ),
+    Component(
+        "amtool",
+        "apt-get install prometheus-alertmanager (Debian ships amtool in it)",
+        _tool("amtool"),
+    ),
+    Component(
         "docker-compose", "apt-get install docker-compose (v1)", _tool("docker-compose")
     ),
     Component("chromium", "apt-get install chromium", _tool("chromium")),

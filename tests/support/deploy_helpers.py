@@ -69,47 +69,53 @@ def check_promql(promtool: str, exprs: dict[str, str], tmp_path: Path) -> None:
 
 # --- metric names: what service/metrics.py exports, as scraped sample names
 
+# no `_created` samples: service/routes/health.py switches them off
 _SUFFIXES = {
-    "counter": ("_total", "_created"),
+    "counter": ("_total",),
     "gauge": ("",),
-    "histogram": ("_bucket", "_sum", "_count", "_created"),
-    "summary": ("", "_sum", "_count", "_created"),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("", "_sum", "_count"),
     "info": ("_info",),
 }
 
 
-def exported_metric_names() -> set[str]:
-    """Sample names the service's metrics module exports (prometheus_client naming)."""
+def _metric_objects() -> list[Any]:
+    """The metrics the service defines: service/metrics.py, and service/alerting.py's
+    alert counters."""
     from prometheus_client.metrics import MetricWrapperBase
 
-    from service import metrics
+    from service import alerting, metrics
 
+    return [
+        obj
+        for module in (metrics, alerting)
+        for obj in vars(module).values()
+        if isinstance(obj, MetricWrapperBase)
+    ]
+
+
+def exported_metric_names() -> set[str]:
+    """Sample names the service exports (prometheus_client naming)."""
     names: set[str] = set()
-    for obj in vars(metrics).values():
-        if isinstance(obj, MetricWrapperBase):
-            for family in obj.describe():
-                names.update(family.name + s for s in _SUFFIXES[family.type])
+    for obj in _metric_objects():
+        for family in obj.describe():
+            names.update(family.name + s for s in _SUFFIXES[family.type])
     return names
 
 
 def documented_metric_names() -> set[str]:
     """One name per metric, as an operator queries it: histograms by their base name,
     counters with ``_total``, info metrics with ``_info``."""
-    from prometheus_client.metrics import MetricWrapperBase
-
-    from service import metrics
-
     doc = {"counter": "_total", "info": "_info"}
     return {
         family.name + doc.get(family.type, "")
-        for obj in vars(metrics).values()
-        if isinstance(obj, MetricWrapperBase)
+        for obj in _metric_objects()
         for family in obj.describe()
     }
 
 
 METRIC_RE = re.compile(r"(?<![\w:])(scjepa_[a-z0-9_]+)")
-RECORDED_RE = re.compile(r"(?<![\w:])([a-z_]+:scjepa_[a-z0-9_]+:[a-z0-9_]+)")
+RECORDED_RE = re.compile(r"(?<![\w:])([a-z_]+:(?:scjepa|redis)_[a-z0-9_]+:[a-z0-9_]+)")
 
 
 def referenced_metrics(expr: str) -> set[str]:

@@ -1,0 +1,400 @@
+"""Per-stream risk alerts, posted to Alertmanager (its v2 API, ``POST /api/v2/alerts``).
+
+A stream ENTERS alert when ``windows`` consecutive scored windows are at or above the
+model's threshold (SCJEPA_ALERT_WINDOWS, default 3): one alert is posted, labelled with
+the tenant and the stream (Alertmanager deduplicates and groups by labels) and annotated
+with the model, the risk, the threshold and the top channels. While the stream stays in
+alert the alert is posted again every ``resend_s`` (on its next window) with ``endsAt``
+``hold_s`` ahead, so Alertmanager keeps it firing; the first window below the threshold
+posts it RESOLVED (``endsAt`` = now). A stream that stops sending while in alert is
+resolved by Alertmanager itself when ``endsAt`` passes.
+
+Several scorer processes: the per-stream state (last window number seen, the run of
+windows in alert, firing or not, when last posted) lives in Redis and is stepped by one
+Lua script per window, atomically, so two scorers never both open (or both resolve) a
+stream's alert, and a window older than the last one seen (another scorer's, claimed
+late) changes nothing. Without Redis (the in-memory store: one process) the same steps
+run on a dict. Streams neither in a run nor firing keep no state.
+
+Never in scoring's way: the scorer's listener only queues the batch (a bounded queue;
+a full one drops the batch, counted); a background task steps the state and hands the
+alerts to a second bounded queue, whose task posts them with a timeout. Posting
+failures are counted (``scjepa_alert_posts_total{outcome}``) and logged, not retried:
+a lost "firing" post is sent again on the stream's next window past ``resend_s``; a
+lost "resolved" one ends at its ``endsAt``.
+
+    worker.listeners.extend(alerting.listeners(settings))   # roles scorer and all
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from prometheus_client import Counter
+
+from service.worker import Listener, ScoredWindow
+
+log = logging.getLogger(__name__)
+
+ALERTNAME = "ScjepaStreamRisk"
+# actions of one step (the Lua script returns the same numbers)
+NONE, FIRE, REFRESH, RESOLVE = 0, 1, 2, 3
+EVENTS = {FIRE: "fire", REFRESH: "refresh", RESOLVE: "resolve"}
+
+ALERT_EVENTS = Counter(
+    "scjepa_stream_alerts",
+    "Per-stream risk alert events: fire (a stream entered alert), refresh (posted "
+    "again while firing), resolve (its risk fell below the threshold).",
+    ["event"],
+)
+ALERT_POSTS = Counter(
+    "scjepa_alert_posts",
+    "Alerts handed to Alertmanager, by outcome: ok, failed (error or timeout), "
+    "dropped (a queue was full: Alertmanager or the state store too slow).",
+    ["outcome"],
+)
+for _event in EVENTS.values():
+    ALERT_EVENTS.labels(event=_event)
+for _outcome in ("ok", "failed", "dropped"):
+    ALERT_POSTS.labels(outcome=_outcome)
+
+
+@dataclass(frozen=True)
+class Policy:
+    url: str  # Alertmanager's base URL, e.g. http://alertmanager:9093
+    windows: int = 3  # consecutive windows at/above threshold to enter alert
+    resend_s: float = 60.0  # a firing alert is posted again this often
+    hold_s: float = 600.0  # endsAt of a firing post: now + hold_s
+    timeout_s: float = 2.0  # one POST to Alertmanager
+    queue: int = 1000  # batches (and then alerts) waiting; past it: dropped
+    ttl_s: int = 7 * 24 * 3600  # a stream's alert state expires with the stream
+
+    def __post_init__(self) -> None:
+        if self.windows < 1 or self.hold_s <= self.resend_s or self.queue < 1:
+            raise ValueError(
+                "alerting: windows >= 1, hold_s > resend_s and queue >= 1 needed "
+                f"(got {self.windows}, {self.hold_s}, {self.resend_s}, {self.queue})"
+            )
+
+
+# --------------------------------------------------------------------- state steps
+
+
+@dataclass
+class State:
+    n: int  # the last window number seen
+    run: int  # consecutive windows at/above threshold, up to n
+    firing: bool
+    sent: float  # when last posted (time.time())
+
+
+def step(
+    state: State | None, n: int, alert: bool, now: float, policy: Policy
+) -> tuple[State | None, int]:
+    """One window's effect on a stream's alert state: (new state, action). The new
+    state is None when there is nothing to remember (no run, not firing)."""
+    if state is not None and n <= state.n:
+        return state, NONE  # older than what was seen: another scorer's, late
+    run = state.run if state is not None else 0
+    firing = state.firing if state is not None else False
+    sent = state.sent if state is not None else 0.0
+    action = NONE
+    if alert:
+        run += 1
+        if firing and now - sent >= policy.resend_s:
+            action, sent = REFRESH, now
+        elif not firing and run >= policy.windows:
+            action, firing, sent = FIRE, True, now
+    else:
+        run = 0
+        if firing:
+            action, firing = RESOLVE, False
+    if run == 0 and not firing:
+        return None, action
+    return State(n, run, firing, sent), action
+
+
+# the same step on a Redis hash, atomically (KEYS[1]: the stream's state;
+# ARGV: n, alert 0/1, windows, now, resend_s, ttl_s)
+STEP_LUA = """
+local s = redis.call('HMGET', KEYS[1], 'n', 'run', 'firing', 'sent')
+local n = tonumber(ARGV[1])
+if s[1] and n <= tonumber(s[1]) then return 0 end
+local run = tonumber(s[2]) or 0
+local firing = s[3] == '1'
+local sent = tonumber(s[4]) or 0
+local now = tonumber(ARGV[4])
+local action = 0
+if ARGV[2] == '1' then
+  run = run + 1
+  if firing and now - sent >= tonumber(ARGV[5]) then
+    action = 2; sent = now
+  elseif (not firing) and run >= tonumber(ARGV[3]) then
+    action = 1; firing = true; sent = now
+  end
+else
+  run = 0
+  if firing then action = 3; firing = false end
+end
+if run == 0 and not firing then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('HSET', KEYS[1], 'n', n, 'run', run, 'firing', firing and 1 or 0,
+             'sent', tostring(sent))
+  redis.call('EXPIRE', KEYS[1], ARGV[6])
+end
+return action
+"""
+
+Stepper = Callable[[Sequence[ScoredWindow], float], Awaitable[list[int]]]
+
+
+class MemoryStates:
+    """The per-stream states of one process (the in-memory store)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.states: dict[tuple[str, str], State] = {}
+
+    async def __call__(self, windows: Sequence[ScoredWindow], now: float) -> list[int]:
+        actions = []
+        for w in windows:
+            key = (w.tenant, w.stream)
+            new, action = step(self.states.get(key), w.window_n, w.alert, now,
+                               self.policy)  # fmt: skip
+            if new is None:
+                self.states.pop(key, None)
+            else:
+                self.states[key] = new
+            actions.append(action)
+        return actions
+
+
+class RedisStates:
+    """The per-stream states in Redis, shared by every scorer process: one script call
+    per window, one round trip per batch."""
+
+    def __init__(self, client: Any, prefix: str, policy: Policy) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.policy = policy
+        self.script = client.register_script(STEP_LUA)
+
+    def key(self, tenant: str, stream: str) -> str:
+        # one key per stream, no hash tag: a Redis Cluster spreads them (136 B each,
+        # only for streams in a run or firing)
+        return f"{self.prefix}:alert:{tenant}/{stream}"
+
+    async def __call__(self, windows: Sequence[ScoredWindow], now: float) -> list[int]:
+        p = self.policy
+        pipe = self.client.pipeline(transaction=False)
+        for w in windows:
+            args = [w.window_n, int(w.alert), p.windows, repr(now), p.resend_s, p.ttl_s]
+            await self.script(keys=[self.key(w.tenant, w.stream)], args=args,
+                              client=pipe)  # fmt: skip
+        return [int(a) for a in await pipe.execute()]
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
+# ------------------------------------------------------------------------ alerts
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[str, Any]:
+    """One alert of Alertmanager's v2 API for a window whose step fired, refreshed or
+    resolved its stream's alert."""
+    top = ", ".join(f"{c.name} {c.share:.0%}" for c in w.top_channels)
+    model = f"{w.model.name} {w.model.version}"
+    where = "back below" if action == RESOLVE else "at or above"
+    summary = (
+        f"stream {w.stream} (tenant {w.tenant}): risk {w.risk:.3f} {where} the "
+        f"threshold {w.threshold:.3f}"
+    )
+    return {
+        "labels": {
+            "alertname": ALERTNAME,
+            "severity": "warning",
+            "tenant": w.tenant,
+            "stream": w.stream,
+        },
+        "annotations": {
+            "summary": summary,
+            "description": (
+                f"{policy.windows} consecutive windows at or above the threshold "
+                f"opened this alert; latest window n={w.window_n} ending at ts "
+                f"{w.window_end}. Top channels: {top or 'none'}. Model {model}. "
+                f"GET /risk/{w.stream} for the latest risk."
+            ),
+            "risk": f"{w.risk:.4f}",
+            "threshold": f"{w.threshold:.4f}",
+            "model": model,
+            "top_channels": top,
+            "window_n": str(w.window_n),
+        },
+        "endsAt": _iso(now if action == RESOLVE else now + policy.hold_s),
+    }
+
+
+class Alerter:
+    """The scorer's listener: ``await alerter(windows)`` queues them and returns."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        states: Stepper,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.policy = policy
+        self.states = states
+        self.clock = clock
+        self.windows: asyncio.Queue[Sequence[ScoredWindow]] = asyncio.Queue(
+            policy.queue
+        )
+        self.alerts: asyncio.Queue[dict[str, Any]] = asyncio.Queue(policy.queue)
+        self.http = httpx.AsyncClient(timeout=policy.timeout_s)
+        self.endpoint = policy.url.rstrip("/") + "/api/v2/alerts"
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __call__(self, windows: Sequence[ScoredWindow]) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._step(), name="alerting-state"),
+                asyncio.create_task(self._post(), name="alerting-post"),
+            ]
+        try:
+            self.windows.put_nowait(windows)
+        except asyncio.QueueFull:
+            ALERT_POSTS.labels(outcome="dropped").inc(len(windows))
+            log.warning("alerting: queue full, %d windows not checked", len(windows))
+
+    async def _step(self) -> None:
+        while True:
+            windows = await self.windows.get()
+            now = self.clock()
+            try:
+                actions = await self.states(windows, now)
+            except Exception as e:  # the state store is down: these windows are lost
+                ALERT_POSTS.labels(outcome="failed").inc(len(windows))
+                log.warning("alerting: state not stepped (%d windows): %s",
+                            len(windows), e)  # fmt: skip
+                continue
+            for w, action in zip(windows, actions, strict=True):
+                if action == NONE:
+                    continue
+                ALERT_EVENTS.labels(event=EVENTS[action]).inc()
+                try:
+                    self.alerts.put_nowait(payload(w, action, now, self.policy))
+                except asyncio.QueueFull:
+                    ALERT_POSTS.labels(outcome="dropped").inc()
+
+    async def _post(self) -> None:
+        while True:
+            batch = [await self.alerts.get()]
+            while not self.alerts.empty() and len(batch) < 64:
+                batch.append(self.alerts.get_nowait())
+            try:
+                r = await self.http.post(self.endpoint, json=batch)
+                r.raise_for_status()
+            except httpx.HTTPError as e:
+                ALERT_POSTS.labels(outcome="failed").inc(len(batch))
+                log.warning("alerting: %d alerts not posted to %s: %s",
+                            len(batch), self.endpoint, e)  # fmt: skip
+            else:
+                ALERT_POSTS.labels(outcome="ok").inc(len(batch))
+
+    async def drain(self, timeout: float = 5.0) -> None:
+        """Wait until what is queued has been stepped and posted (tests, shutdown)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (
+            self.windows.qsize() or self.alerts.qsize()
+        ):
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the batch in hand
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.drain(1.0)
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+        self._tasks = []
+        await self.http.aclose()
+        closer = getattr(self.states, "close", None)
+        if closer is not None:
+            await closer()
+
+
+def redis_client(url: str, timeout_s: float) -> Any:
+    """A client for the alert states on the service's Redis (``redis+cluster://``: a
+    cluster; the state is one key per stream)."""
+    if url.startswith("redis+cluster://"):
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(
+            "redis://" + url.removeprefix("redis+cluster://"),
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+        )
+    import redis.asyncio as aioredis
+
+    return aioredis.from_url(
+        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+    )
+
+
+def build(
+    url: str | None,
+    *,
+    redis_url: str | None,
+    prefix: str = "scjepa",
+    windows: int = 3,
+    resend_s: float = 60.0,
+    hold_s: float = 600.0,
+    timeout_s: float = 2.0,
+    queue: int = 1000,
+    ttl_s: int = 7 * 24 * 3600,
+    redis_timeout_s: float = 1.0,
+) -> Alerter | None:
+    """The alerter, or None without an Alertmanager URL (no per-stream alerts)."""
+    if not url:
+        return None
+    policy = Policy(url, windows, resend_s, hold_s, timeout_s, queue, ttl_s)
+    states: Stepper = (
+        RedisStates(redis_client(redis_url, redis_timeout_s), prefix, policy)
+        if redis_url
+        else MemoryStates(policy)
+    )
+    return Alerter(policy, states)
+
+
+def listeners(settings: Any) -> list[Listener]:
+    """The scorer's listeners for these settings: the alerter when
+    SCJEPA_ALERTMANAGER_URL is set, else none."""
+    alerter = build(
+        getattr(settings, "alertmanager_url", None),
+        redis_url=settings.redis_url,
+        prefix=settings.key_prefix,
+        windows=getattr(settings, "alert_windows", 3),
+        resend_s=getattr(settings, "alert_resend_s", 60.0),
+        hold_s=getattr(settings, "alert_hold_s", 600.0),
+        timeout_s=getattr(settings, "alert_timeout_s", 2.0),
+        ttl_s=settings.stream_ttl_s,
+        redis_timeout_s=settings.redis_timeout_s,
+    )
+    return [alerter] if alerter is not None else []

@@ -1,0 +1,384 @@
+"""Per-stream risk alerts (service/alerting.py): the persistence rule, the Redis state
+shared by several scorers (its Lua step checked against the Python one), and a live run
+against a real Alertmanager (``prometheus-alertmanager``, Debian) on a loopback port
+that routes to a webhook served by this test: one stream entering alert gives exactly
+one alert carrying its name, resolved when its risk falls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+import yaml
+from support.components import require
+from support.service_helpers import RedisServer, free_port
+
+from service import alerting
+from service.alerting import FIRE, NONE, REFRESH, RESOLVE, Policy, State, step
+from service.schemas import ChannelShare, ModelRef
+from service.worker import ScoredWindow
+
+POLICY = Policy("http://127.0.0.1:9", windows=3, resend_s=60, hold_s=600)
+
+
+def window(n: int, risk: float, stream: str = "pump-1") -> ScoredWindow:
+    return ScoredWindow(
+        tenant="plant-a",
+        stream=stream,
+        window_n=n,
+        window_end=1_700_000_000.0 + n,
+        risk=risk,
+        threshold=0.8,
+        alert=risk >= 0.8,
+        top_channels=(
+            ChannelShare(name="bearing", share=0.6),
+            ChannelShare(name="temp", share=0.3),
+        ),
+        model=ModelRef(name="pumps", version="2026-11-01"),
+    )
+
+
+def walk(alerts: list[bool], times: list[float]) -> list[int]:
+    state: State | None = None
+    out = []
+    for n, (a, t) in enumerate(zip(alerts, times, strict=True), start=1):
+        state, action = step(state, n * 100, a, t, POLICY)
+        out.append(action)
+    return out
+
+
+# --- the persistence rule (pure steps)
+
+
+@pytest.mark.parametrize(
+    ("alerts", "times", "want"),
+    [
+        # 3 windows in a row: fire on the third, and only once
+        ([1, 1, 1, 1], [0, 1, 2, 3], [NONE, NONE, FIRE, NONE]),
+        # a window below breaks the run: no alert
+        ([1, 1, 0, 1, 1], [0, 1, 2, 3, 4], [NONE] * 5),
+        # firing, then below: resolved; then a fresh run is needed again
+        ([1, 1, 1, 0, 1, 1, 1], list(range(7)), [0, 0, FIRE, RESOLVE, 0, 0, FIRE]),
+        # firing on: posted again once resend_s (60 s) has passed since the last post
+        ([1, 1, 1, 1, 1, 1], [0, 1, 2, 30, 62, 70], [0, 0, FIRE, 0, REFRESH, 0]),
+    ],
+    ids=["fires-once", "run-broken", "resolves", "refreshes"],
+)
+def test_step_persistence_rule(
+    alerts: list[int], times: list[float], want: list[int]
+) -> None:
+    assert walk([bool(a) for a in alerts], times) == want
+
+
+def test_a_late_window_changes_nothing() -> None:
+    state, _ = step(None, 300, True, 0.0, POLICY)
+    assert state is not None
+    again, action = step(state, 200, False, 1.0, POLICY)  # older: another scorer's
+    assert (again, action) == (state, NONE)
+    assert step(None, 100, False, 0.0, POLICY) == (None, NONE)  # nothing kept
+
+
+def test_policy_refuses_a_hold_shorter_than_the_resend() -> None:
+    with pytest.raises(ValueError, match="hold_s > resend_s"):
+        Policy("http://x", resend_s=60, hold_s=30)
+
+
+# --- the Redis state: the Lua step is the Python step, shared by scorers
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
+
+
+def test_redis_step_matches_the_python_step(redis_url: str) -> None:
+    """Random windows of 20 streams through both: the same action for every one."""
+    rnd = random.Random(7)
+    windows, times = [], []
+    for n in range(1, 400):
+        stream = f"s{rnd.randrange(20)}"
+        windows.append(window(n, rnd.choice([0.1, 0.9, 0.95]), stream))
+        times.append(n * rnd.choice([1.0, 20.0]))
+
+    async def run() -> tuple[list[int], list[int]]:
+        client = aioredis.from_url(redis_url)
+        states = alerting.RedisStates(client, f"t{rnd.randrange(10**9)}", POLICY)
+        memory = alerting.MemoryStates(POLICY)
+        got, want = [], []
+        try:
+            for i in range(0, len(windows), 25):  # batches, as the scorer calls
+                for w, t in zip(windows[i : i + 25], times[i : i + 25], strict=True):
+                    got += await states([w], t)
+                    want += await memory([w], t)
+            left = await client.keys(f"{states.prefix}:*")
+        finally:
+            await client.aclose()
+        assert len(left) == len(memory.states)  # no state for quiet streams
+        return got, want
+
+    got, want = asyncio.run(run())
+    assert got == want
+    assert {FIRE, REFRESH, RESOLVE} <= set(got)
+
+
+def test_two_scorers_open_one_alert(redis_url: str) -> None:
+    """Two processes' clients stepping one stream's windows, some twice (a claimed
+    window scored again) and out of order: one FIRE, one RESOLVE in all."""
+
+    async def run() -> list[int]:
+        a, b = aioredis.from_url(redis_url), aioredis.from_url(redis_url)
+        prefix = f"t{time.monotonic_ns()}"
+        sa = alerting.RedisStates(a, prefix, POLICY)
+        sb = alerting.RedisStates(b, prefix, POLICY)
+        seq = [(sa, 1), (sb, 2), (sa, 2), (sb, 3), (sa, 3), (sb, 4), (sa, 1), (sb, 5)]
+        try:
+            got = []
+            for states, k in seq:
+                got += await states([window(k * 100, 0.9 if k < 5 else 0.2)], 10.0)
+            return got
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    got = asyncio.run(run())
+    assert got.count(FIRE) == 1 and got.count(RESOLVE) == 1, got
+    assert got.index(FIRE) < got.index(RESOLVE)
+
+
+# --- live: a real Alertmanager, routing to this test's webhook
+
+
+class Hook:
+    """A webhook receiver on a loopback port: what Alertmanager notifies."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                hook.received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path, hook: Hook) -> Iterator[str]:
+    """prometheus-alertmanager on a free loopback port, clustering off, routing every
+    alert (grouped by tenant and stream, as deploy/alertmanager does) to ``hook``."""
+    binary = require("alertmanager", "the live alerting test")
+    deployed = yaml.safe_load(
+        (Path(__file__).parents[2] / "deploy/alertmanager/alertmanager.yml").read_text()
+    )
+    config = {
+        "route": {
+            **deployed["route"],
+            "receiver": "hook",
+            "group_wait": "100ms",
+            "group_interval": "1s",
+            "routes": [],
+        },
+        "receivers": [
+            {"name": "hook", "webhook_configs": [
+                {"url": hook.url, "send_resolved": True}]},
+        ],
+    }  # fmt: skip
+    (tmp_path / "am.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, f"--config.file={tmp_path / 'am.yml'}",
+         f"--storage.path={tmp_path / 'am-data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "am.log").open("w"),
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None, (tmp_path / "am.log").read_text()
+            assert time.monotonic() < deadline, (tmp_path / "am.log").read_text()
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def active(am: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{am}/api/v2/alerts", timeout=5) as r:
+        alerts: list[dict[str, Any]] = json.load(r)
+    return alerts
+
+
+def wait_until(check: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return result
+
+
+def test_a_stream_entering_alert_gives_one_alertmanager_alert_then_resolves(
+    alertmanager: str, hook: Hook, redis_url: str
+) -> None:
+    prefix = f"t{time.monotonic_ns()}"
+
+    async def feed(risks: list[tuple[int, float]], stream: str = "pump-1") -> None:
+        alerter = alerting.build(alertmanager, redis_url=redis_url, prefix=prefix,
+                                 windows=3, resend_s=0.2, hold_s=60)  # fmt: skip
+        assert alerter is not None
+        try:
+            for n, risk in risks:  # one batch per window, as a busy scorer calls
+                await alerter([window(n, risk, stream)])
+                await asyncio.sleep(0.1)
+            await alerter.drain()
+        finally:
+            await alerter.close()
+
+    # a quiet stream and two windows in alert: nothing yet
+    asyncio.run(feed([(100, 0.9), (200, 0.95)]))
+    asyncio.run(feed([(100, 0.1)], stream="fan-2"))
+    assert active(alertmanager) == []
+    # the third window in a row opens it; more windows refresh the same alert (a
+    # second alerter: another scorer process, the state is in Redis)
+    asyncio.run(feed([(300, 0.91), (400, 0.97), (500, 0.99), (600, 0.93)]))
+    (alert,) = wait_until(lambda: active(alertmanager))
+    labels, notes = alert["labels"], alert["annotations"]
+    assert labels == {"alertname": "ScjepaStreamRisk", "severity": "warning",
+                      "tenant": "plant-a", "stream": "pump-1"}  # fmt: skip
+    assert notes["model"] == "pumps 2026-11-01"
+    assert notes["threshold"] == "0.8000" and float(notes["risk"]) >= 0.9
+    assert notes["top_channels"] == "bearing 60%, temp 30%"
+    assert "pump-1" in notes["summary"] and "plant-a" in notes["summary"]
+    assert alert["status"]["state"] == "active"
+    (note,) = wait_until(lambda: hook.received)  # one notification, firing
+    assert note["status"] == "firing"
+    assert [a["labels"]["stream"] for a in note["alerts"]] == ["pump-1"]
+    posted = alerting.ALERT_POSTS.labels(outcome="ok")._value.get()
+    assert posted >= 2  # the first post and at least one refresh
+
+    # its risk falls: resolved, in Alertmanager and in a resolved notification
+    asyncio.run(feed([(700, 0.2)]))
+    wait_until(lambda: active(alertmanager) == [])
+    resolved = wait_until(
+        lambda: [n for n in hook.received if n["status"] == "resolved"]
+    )
+    assert [a["labels"]["stream"] for a in resolved[0]["alerts"]] == ["pump-1"]
+    assert len([n for n in hook.received if n["status"] == "firing"]) == 1
+
+
+def test_a_down_alertmanager_is_counted_and_never_blocks() -> None:
+    """Posting to a port where nothing listens: every listener call returns without
+    waiting on the network (nothing has been tried when they are done), the failures
+    are counted afterwards, and past the bounded queue windows are dropped, counted."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    failed = alerting.ALERT_POSTS.labels(outcome="failed")
+    dropped = alerting.ALERT_POSTS.labels(outcome="dropped")
+
+    async def run(queue: int) -> tuple[float, float]:
+        alerter = alerting.build(dead, redis_url=None, windows=1, timeout_s=0.5,
+                                 queue=queue)  # fmt: skip
+        assert alerter is not None
+        f0, d0 = failed._value.get(), dropped._value.get()
+        try:
+            for n in range(1, 200):  # 199 streams entering alert
+                await alerter([window(n * 100, 0.9, f"s{n}")])
+            assert failed._value.get() == f0  # no call waited for a post
+            await alerter.drain()
+        finally:
+            await alerter.close()
+        return failed._value.get() - f0, dropped._value.get() - d0
+
+    assert asyncio.run(run(queue=1000)) == (199, 0)
+    f, d = asyncio.run(run(queue=10))
+    assert d == 189 and f == 10  # the queue held 10 batches; the rest were dropped
+
+
+# --- the whole service: the app in-process, its scorer's listener, a real Alertmanager
+
+
+def test_the_service_alerts_a_stream_and_resolves_it(
+    tmp_path: Path, alertmanager: str, hook: Hook, redis_url: str
+) -> None:
+    """The app (role all) with a tiny model whose threshold (0.9) separates a ramp
+    (risk ~0.999) from flat readings (~0.50): two ramp windows put the stream in alert
+    (SCJEPA_ALERT_WINDOWS=2) and Alertmanager holds exactly one alert naming it; a
+    flat window resolves it."""
+    from fastapi.testclient import TestClient
+    from support.service_artifact import build_artifact
+
+    from service.config import Settings
+    from service.main import create_app
+
+    build_artifact(tmp_path / "artifact", threshold=0.9)
+    settings = Settings(
+        artifact=tmp_path / "artifact",
+        redis_url=redis_url,
+        key_prefix=f"t{time.monotonic_ns()}",
+        max_wait_ms=1.0,
+        alertmanager_url=alertmanager,
+        alert_windows=2,
+    )
+
+    def readings(start: int, n: int, flat: bool) -> dict[str, Any]:
+        values = (
+            (lambda i: [0.0] * 4) if flat else (lambda i: [i % 7, i * 3 % 11, 0, 0])
+        )
+        return {"stream": "pump-9", "readings": [
+            {"ts": float(i), "values": [float(v) for v in values(i)]}
+            for i in range(start, start + n)]}  # fmt: skip
+
+    def stream_alerts() -> list[dict[str, Any]]:
+        return [a for a in active(alertmanager) if a["labels"]["stream"] == "pump-9"]
+
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/ingest?wait=10", json=readings(1, 200, flat=False))
+        assert r.json()["results"][0]["windows_scored"] == 2
+        (alert,) = wait_until(stream_alerts)
+        assert alert["labels"]["alertname"] == "ScjepaStreamRisk"
+        assert float(alert["annotations"]["risk"]) >= 0.9
+        assert alert["annotations"]["model"] == "tiny 0.0.1"
+        # notified (Alertmanager notifies a resolution only of what it notified)
+        wait_until(lambda: [n for n in hook.received if n["status"] == "firing"])
+        r = client.post("/ingest?wait=10", json=readings(201, 100, flat=True))
+        assert r.json()["results"][0]["alert"] is False
+        wait_until(lambda: stream_alerts() == [])
+    wait_until(lambda: "resolved" in [n["status"] for n in hook.received])
+    states = [n["status"] for n in hook.received]
+    assert states.count("firing") == 1, states
