@@ -8,7 +8,11 @@
 The zero-variance channel mask and RevIN are inside the graph, so training and serving
 share one definition. Only this inference-only wrapper is exported (no loss branches).
 With ``stats`` the probe reads the code features AND the pooled window statistics that
-RevIN removes (model/stats.py), computed inside the graph from the raw window.
+RevIN removes (model/stats.py); with ``detectors`` it reads label-free detector scores
+of the window (model/detectors.py: kNN distance, PCA error, SC-JEPA's surprise and
+reconstruction error); ``codes=False`` drops the code features from the probe's input
+(the codes still give the ``codes`` and ``channel_contrib`` outputs). All of it is
+computed inside the graph from the raw window.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
+from model.detectors import SCJEPA_DETECTORS, Detectors
 from model.scjepa import SCJEPA
 from model.stats import WindowStats
 
@@ -34,11 +39,15 @@ class ServedModel(nn.Module):
         mask: list[bool],
         platt: tuple[float, float],
         stats: WindowStats | None = None,
+        detectors: Detectors | None = None,
+        codes: bool = True,
     ) -> None:
         super().__init__()
         self.model = model.eval()
         self.probe = probe.eval()
         self.stats = stats
+        self.detectors = detectors
+        self.use_codes = codes
         self.n_in = len(mask)
         kept = torch.tensor(
             [i for i, keep in enumerate(mask) if keep], dtype=torch.long
@@ -58,9 +67,15 @@ class ServedModel(nn.Module):
         p = self.model.code_probs(x)  # (B, V, n, K), n = P (+ the stats token)
         # variable-wise max (B, n, K), and the channel that holds it (B, n, K)
         pooled, winner = p.max(dim=1)
-        feats = pooled.flatten(1)  # (B, n*K)
+        parts = [pooled.flatten(1)] if self.use_codes else []  # (B, n*K)
         if self.stats is not None:
-            feats = torch.cat([feats, self.stats(x)], dim=1)  # (B, P*K + 18)
+            parts.append(self.stats(x))  # (B, 18)
+        if self.detectors is not None:
+            own = None
+            if any(n in self.detectors.names for n in SCJEPA_DETECTORS):
+                own = self.model.window_scores(x, p)
+            parts.append(self.detectors(x, own))  # (B, n_detectors)
+        feats = torch.cat(parts, dim=1)
         logit = self.probe(feats).squeeze(1)  # (B,)
         risk = torch.sigmoid(self.platt[0] * logit + self.platt[1])  # calibrated
         V = x.shape[2]

@@ -81,6 +81,31 @@ class SCJEPA(nn.Module):
         p = h if self.codebook is None else self.codebook.probs(h)  # (B*V, P, K|D)
         return p.view(B, V, *p.shape[1:])
 
+    @torch.no_grad()
+    def window_scores(self, x: Tensor, p: Tensor) -> dict[str, Tensor]:
+        """Label-free scores of raw windows x (B, T, V) with their code probabilities
+        p (B, V, n, K) (:meth:`code_probs`); model/detectors.py says what they mean.
+
+        surprise (B,): KL(p || fine predictor's forecast from p), summed over tokens,
+        mean over channels (within the window: the previous one is not available).
+        recon (B,): log of the decoder's per-channel MSE on the RevIN scale, mean over
+        channels.
+        """
+        assert self.codebook is not None, "window_scores needs the codebook module"
+        B, _, V = x.shape
+        q = p.flatten(0, 1)  # (B*V, n, K)
+        logq = self.fine_predictor(q).log_softmax(-1)
+        kl = (q * (torch.log(q + 1e-8) - logq)).sum((-1, -2))  # (B*V,)
+        xc = fold_channels(x)  # (B*V, T)
+        xn, _, _ = revin(xc, self.cfg.revin_eps)
+        P = self.cfg.n_patches
+        x_hat = self.decoder(self.codebook.probs_to_codes(q[:, :P]))  # (B*V, P, L)
+        err = ((x_hat - patchify(xn, self.cfg.patch_len)) ** 2).mean((-1, -2))
+        return {
+            "surprise": kl.view(B, V).mean(1),
+            "recon": torch.log(err + 1e-6).view(B, V).mean(1),
+        }
+
     def forward(
         self, x: Tensor, predict: bool = True, reconstruct: bool = True
     ) -> dict[str, Tensor]:

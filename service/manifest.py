@@ -20,6 +20,8 @@ MODEL_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 FP16_FILE = "model.fp16.onnx"
 MANIFEST_FILE = "manifest.json"
+_PART = "(codes|stats|knn|pca|surprise|recon)"
+PROBE_FEATURES = rf"^{_PART}(\+{_PART})*$"  # e.g. "codes+stats", "knn+pca+surprise"
 
 
 class ArtifactError(ValueError):
@@ -65,9 +67,11 @@ class Manifest(BaseModel):
     hop: int = Field(100, ge=1)
     threshold: float = Field(ge=0.0, le=1.0)
     calibration: dict[str, Any]  # {"method": "platt", "params": {...}}; in the graph
-    # what the probe reads: the spec's code features, or codes + pooled window
-    # statistics (computed in the graph); informational, the graph is self-contained
-    probe_features: Literal["codes", "codes+stats"] = "codes"
+    # what the probe reads, "+"-joined: the spec's code features, pooled window
+    # statistics, label-free detector scores (kNN distance, PCA error, SC-JEPA's
+    # surprise and reconstruction error), all computed in the graph; informational,
+    # the graph is self-contained
+    probe_features: str = Field("codes", pattern=PROBE_FEATURES)
     eval_metrics: dict[str, Any]
     onnx_sha256: str = ""  # filled in by write_manifest
     training_data_fingerprint: str

@@ -1,7 +1,11 @@
 """`scjepa export`: the model artifact the service runs from, without PyTorch.
 
-    scjepa export --checkpoint runs/msl/best.pt --probe results/msl/probe.pt \\
+    scjepa export --checkpoint runs/msl/best.pt --probe results/msl \\
         --out artifacts/msl [--dataset msl --root DIR --int8]
+
+``--probe RESULTS_DIR`` serves the model `scjepa evaluate` chose on validation
+(probe-served.pt; its leaderboard, validation figures only, goes into the manifest's
+eval_metrics); a probe file serves that probe.
 
 Writes ARTIFACT/model.onnx (window (B, T, V_in) -> risk, channel_contrib, codes; T =
 the model's seq_len) and ARTIFACT/manifest.json (schema: service/manifest.py). Parity
@@ -30,19 +34,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from model import SCJEPA
-from model.export import ServedModel, export_onnx
 from training.data import Dataset, Samples
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.results import git_commit
-from training.pretrain.checkpoint import load_model
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
     import onnx
 
+    from model import SCJEPA
+    from model.export import ServedModel
     from service.manifest import Manifest
 
 INT8_TOLERANCE = 0.005  # 0.5 points on every metric
@@ -51,24 +53,40 @@ INT8_TOLERANCE = 0.005  # 0.5 points on every metric
 def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
     """The served graph of ``model`` + ``probe``; refuses a probe fitted on another
     model's features."""
+    from model.detectors import DETECTORS, Detectors
+    from model.export import ServedModel
     from model.stats import N_STATS, WindowStats
 
-    expected = model.cfg.n_tokens * model.cfg.n_codes
+    try:
+        parts = probe.parts
+    except ValueError as e:
+        raise UserError(f"probe: {e}") from None
+    codes = "codes" in parts
+    expected = model.cfg.n_tokens * model.cfg.n_codes if codes else 0
     stats = None
-    if probe.features == "codes+stats":
+    if "stats" in parts:
         scale = probe.stats_scale
         if scale is None:
-            raise UserError("a codes+stats probe without its statistics' scaling")
+            raise UserError(f"a {probe.features} probe without its statistics' scaling")
         stats = WindowStats(scale["mean"], scale["std"], model.cfg.seq_len)
         expected += N_STATS
-    elif probe.features != "codes":
-        raise UserError(f"probe reads unknown features {probe.features!r}")
+    names = tuple(p for p in parts if p in DETECTORS)
+    detectors = None
+    if names:
+        if probe.detectors is None:
+            raise UserError(
+                f"a {probe.features} probe without its detectors' constants"
+            )
+        detectors = Detectors(names, probe.detectors)
+        expected += len(names)
     if probe.n_features != expected:
         raise UserError(
             f"probe expects {probe.n_features} features, checkpoint gives {expected} "
             f"({probe.features}): probe and checkpoint do not belong together"
         )
-    return ServedModel(model, probe.build_net(), probe.mask, probe.platt, stats).eval()
+    return ServedModel(
+        model, probe.build_net(), probe.mask, probe.platt, stats, detectors, codes
+    ).eval()
 
 
 def onnx_scores(path: Path, x: np.ndarray, batch: int = 256) -> np.ndarray:
@@ -87,6 +105,8 @@ def parity(
     served: ServedModel, path: Path, windows: dict[str, np.ndarray]
 ) -> dict[str, float]:
     """max |risk_onnx - risk_torch| per named window set."""
+    import torch
+
     out = {}
     for name, x in windows.items():
         with torch.no_grad():
@@ -102,6 +122,7 @@ def block_matmuls(model: onnx.ModelProto, served: ServedModel) -> list[str]:
     block Linear's weight (transposed, as ONNX's MatMul holds it) is matched against the
     graph's initializers byte for byte.
     """
+    import torch
     from onnx import numpy_helper
 
     wanted = {
@@ -216,6 +237,7 @@ def export_artifact(
     ``version`` to a UTC timestamp, ``hop`` to the model's window (its seq_len).
     Returns the manifest as written.
     """
+    from model.export import export_onnx
     from service.manifest import (
         FP16_FILE,
         INT8_FILE,
@@ -319,7 +341,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pre-training checkpoint (best.pt)",
     )
     p.add_argument(
-        "--probe", type=Path, required=True, help="probe.pt written by scjepa evaluate"
+        "--probe",
+        type=Path,
+        required=True,
+        help="the results folder of `scjepa evaluate` (serves the model chosen on "
+        "validation, probe-served.pt), or one probe file written there (probe.pt: "
+        "the spec's probe; probe-stats.pt: codes + window statistics)",
     )
     p.add_argument("--out", type=Path, required=True, help="artifact folder")
     p.add_argument(
@@ -348,14 +375,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="serving hop recorded in the manifest (default: the model's window)",
     )
+    from training.data.cli import add_table_arguments
+
+    add_table_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from training.data import load_dataset
+    from training.data.cli import table_options
+    from training.evaluate.protocol import SERVED_PROBE
+    from training.pretrain.checkpoint import load_model
 
-    probe = SavedProbe.load(args.probe)
+    path = args.probe / SERVED_PROBE if args.probe.is_dir() else args.probe
+    probe = SavedProbe.load(path)
     model = load_model(args.checkpoint)
-    ds = load_dataset(args.dataset, args.root) if args.dataset else None
+    ds = (
+        load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
+        if args.dataset
+        else None
+    )
     export_artifact(
         model=model,
         probe=probe,

@@ -220,10 +220,19 @@ def test_export_errors_are_one_line(
 
 
 def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
-    """With a checkpoint: both encoders, the window-stats diagnostic and the label-free
-    reconstruction error are evaluated; the probe saved for export is the spec's (code
+    """With a checkpoint: both encoders, the window-stats diagnostic, the label-free
+    reconstruction error, the served-model candidates with detector scores and their
+    refits without SC-JEPA's inputs are evaluated; probe.pt is the spec's (code
     features only, P * K inputs)."""
-    from training.evaluate.protocol import RECON_ROW, RECON_UNTRAINED_ROW, STATS_ROW
+    from training.evaluate.protocol import (
+        ABLATIONS,
+        DET_ONLY_ROW,
+        DET_ONLY_UNTRAINED_ROW,
+        DET_ROW,
+        RECON_ROW,
+        RECON_UNTRAINED_ROW,
+        STATS_ROW,
+    )
 
     res = json.loads((artifact["probe"].parent / "results.json").read_text())
     assert set(res["rows"]) == {
@@ -232,6 +241,10 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         STATS_ROW,
         RECON_ROW,
         RECON_UNTRAINED_ROW,
+        DET_ROW,
+        DET_ONLY_ROW,
+        DET_ONLY_UNTRAINED_ROW,
+        *ABLATIONS,
     }
     for row in (RECON_ROW, RECON_UNTRAINED_ROW):
         assert "brier" not in res["rows"][row]  # a score, not a calibrated risk
@@ -529,3 +542,100 @@ def test_served_codes_plus_stats_probe(
         - codes_only.run(["risk"], {"window": x})[0]
     ).max()
     assert still < 1e-4 < moved
+
+
+def test_export_serves_the_validation_winner(
+    artifact: dict[str, Path], tmp_path: Path
+) -> None:
+    """`scjepa export --probe RESULTS_DIR` serves the candidate ranked first on
+    validation (warned rate at the false-alarm budget, then PR AUC), and the manifest
+    records that leaderboard with validation figures only."""
+    results = artifact["probe"].parent
+    board = json.loads((results / "results.json").read_text())["leaderboard"]
+    ranked = [(e["val_warned_rate"], e["val_pr_auc"]) for e in board["rows"]]
+    assert ranked == sorted(ranked, reverse=True) and len(ranked) == 4
+    assert board["winner"] == board["rows"][0]["row"]
+    out = tmp_path / "art"
+    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(results)]
+    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
+    m = load_manifest(out)
+    assert m.eval_metrics["row"] == board["winner"]
+    assert m.eval_metrics["leaderboard"] == board
+    assert all(
+        k.startswith(("row", "features", "val_")) for e in board["rows"] for k in e
+    )
+    assert m.probe_features == board["rows"][0]["features"]
+    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
+
+
+def test_served_detector_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
+    """The candidate reading codes, statistics and the four detector scores exports to
+    one graph (kNN bank, PCA basis and SC-JEPA's surprise inside) whose risk matches
+    PyTorch, and whose PyTorch risk is the evaluation's (same featurizer modules)."""
+    from training.evaluate.protocol import CANDIDATES, DET_ROW
+
+    features = CANDIDATES[DET_ROW]
+    path = artifact["probe"].parent / "candidates" / f"{features}.pt"
+    probe = SavedProbe.load(path)
+    assert probe.features == features and probe.n_features == 5 * 16 + 18 + 4
+    out = tmp_path / "art"
+    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(path)]
+    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
+    m = load_manifest(out)
+    assert m.probe_features == features
+    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
+    served = build_served(load_model(artifact["ckpt"]), probe)
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(33, 100, m.n_channels)) * 2 + 1).astype(np.float32)
+    run = ort.InferenceSession(
+        str(out / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    with torch.no_grad():
+        ref = served(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], ref, atol=1e-4)
+    # refused: a detector probe whose constants are gone
+    probe.detectors = None
+    assert probe.problem() is not None and "detectors' constants" in probe.problem()
+
+
+def test_leaderboard_ranks_on_validation_only() -> None:
+    """Ranking reads validation figures (warned rate at the budget, then PR AUC),
+    never the test split; the winner's refit without SC-JEPA's inputs is named."""
+    from training.evaluate.protocol import (
+        DET_ROW,
+        RAW_ROW,
+        STATS_ROW,
+        leaderboard,
+        without_scjepa,
+    )
+
+    def row(warned: float, pr: float, test_pr: float) -> dict:
+        return {
+            "val": {"pr_auc": {"mean": pr}, "roc_auc": {"mean": 0.5}},
+            "val_events": {
+                "warned_rate": {"mean": warned},
+                "false_alarms_per_1000_windows": {"mean": 1.0},
+            },
+            "all": {"pr_auc": {"mean": test_pr}},
+        }
+
+    rows = {
+        "SC-JEPA probe": row(0.0, 0.9, 0.9),
+        STATS_ROW: row(0.1, 0.2, 0.1),
+        DET_ROW: row(0.1, 0.3, 0.0),
+        RAW_ROW: row(0.0, 0.5, 0.99),
+        "probe on stats + kNN + PCA (no SC-JEPA)": row(
+            0.5, 0.9, 0.9
+        ),  # not a candidate
+    }
+    board = leaderboard(rows)  # type: ignore[arg-type]
+    assert [e["row"] for e in board["rows"]] == [
+        DET_ROW,
+        STATS_ROW,
+        "SC-JEPA probe",
+        RAW_ROW,
+    ]
+    assert board["winner"] == DET_ROW
+    assert board["winner_without_scjepa"] == "probe on stats + kNN + PCA (no SC-JEPA)"
+    assert without_scjepa("codes+stats") == "stats" and without_scjepa("codes") is None
+    assert leaderboard({STATS_ROW: rows[STATS_ROW]})["winner_without_scjepa"] is None

@@ -10,13 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
-from sklearn.cluster import KMeans
-from sklearn.decomposition import PCA
-from sklearn.ensemble import IsolationForest
-from sklearn.linear_model import LogisticRegression
-from sklearn.neighbors import NearestNeighbors
 
 from training.data import Samples
 from training.evaluate.features import (
@@ -27,6 +23,10 @@ from training.evaluate.features import (
 )
 from training.evaluate.metrics import pr_auc
 from training.evaluate.probe import Probe, ProbeConfig
+
+# scikit-learn loads in the fits: `scjepa evaluate --help` stays light
+if TYPE_CHECKING:
+    from sklearn.linear_model import LogisticRegression
 
 Scorer = Callable[[np.ndarray], np.ndarray]
 
@@ -55,6 +55,8 @@ def _flat_stats(x: np.ndarray) -> np.ndarray:
 
 def fit_persistence(ctx: FitContext, seed: int) -> Scorer:
     """ "The next window is like this one": IsolationForest on the current window's stats."""
+    from sklearn.ensemble import IsolationForest
+
     scale = Standardizer().fit(_flat_stats(ctx.normal))
     forest = IsolationForest(n_estimators=200, random_state=seed).fit(
         scale(_flat_stats(ctx.normal))
@@ -64,6 +66,8 @@ def fit_persistence(ctx: FitContext, seed: int) -> Scorer:
 
 def fit_knn(ctx: FitContext, seed: int, k: int = 5) -> Scorer:
     """Mean distance to the k nearest official-train windows (per-channel stats)."""
+    from sklearn.neighbors import NearestNeighbors
+
     scale = Standardizer().fit(_flat_stats(ctx.normal))
     nn_ = NearestNeighbors(n_neighbors=min(k, len(ctx.normal))).fit(
         scale(_flat_stats(ctx.normal))
@@ -73,6 +77,8 @@ def fit_knn(ctx: FitContext, seed: int, k: int = 5) -> Scorer:
 
 def fit_pca(ctx: FitContext, seed: int, variance: float = 0.9) -> Scorer:
     """Reconstruction error of the current window by a PCA of official-train windows."""
+    from sklearn.decomposition import PCA
+
     flat = ctx.normal.reshape(len(ctx.normal), -1)
     pca = PCA(n_components=variance, svd_solver="full", random_state=seed).fit(flat)
 
@@ -135,6 +141,8 @@ def fit_kmeans(
     """Distance to the nearest of k = 20 k-means centroids of the official train
     windows (TSB-AD's KMeansAD idea, its default k): windows z-scored per channel on
     train, averaged over 5-step patches; training-free apart from the clustering."""
+    from sklearn.cluster import KMeans
+
     v = ctx.normal.shape[2]
     scale = Standardizer().fit(ctx.normal.reshape(-1, v))
     rng = np.random.default_rng(seed)
@@ -163,6 +171,8 @@ def fit_logistic(ctx: FitContext, seed: int) -> Scorer:
     The pooling (mean; mean/max/min) and the regularisation C are chosen on validation
     PR AUC, so the baseline is as strong as the protocol allows without the test split.
     """
+    from sklearn.linear_model import LogisticRegression
+
     best: tuple[float, Scorer] | None = None
     for pools in (("mean",), ("mean", "max", "min")):
         scale = Standardizer().fit(pooled_stats(ctx.normal, pools))

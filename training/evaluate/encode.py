@@ -25,20 +25,34 @@ class CodeFeatures:
     def __init__(self, model: SCJEPA, batch_size: int = 64) -> None:
         self.model = model.eval()
         self.batch_size = batch_size
-        self._lookup = PerArrayCache(self._encode)  # -> (features, codes)
+        self._lookup = PerArrayCache(self._encode)  # -> (features, codes, scores)
 
     @torch.no_grad()
-    def _encode(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _encode(
+        self, x: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
         feats, codes = [], []
+        own: dict[str, list[np.ndarray]] = {"surprise": [], "recon": []}
         for i in range(0, len(x), self.batch_size):
             xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
             p = self.model.probe_inputs(xb)  # (B, V, P, K)
             feats.append(p.amax(dim=1).flatten(1).numpy())  # (B, P * K)
             codes.append(p.argmax(dim=-1).to(torch.int16).numpy())  # (B, V, P)
-        return np.concatenate(feats), np.concatenate(codes)
+            if self.has_codes:  # the model's label-free scores, from the same pass
+                for k, v in self.model.window_scores(xb, p).items():
+                    own[k].append(v.numpy())
+        scores = {k: np.concatenate(v) for k, v in own.items() if v}
+        return np.concatenate(feats), np.concatenate(codes), scores
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return self._lookup(x)[0]
+
+    def scores(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        """SC-JEPA's surprise and reconstruction error per window (N,) (model.SCJEPA.
+        window_scores); needs the codebook."""
+        if not self.has_codes:
+            raise ValueError("a model without the codebook has no window scores")
+        return self._lookup(x)[2]
 
     @property
     def has_codes(self) -> bool:

@@ -12,15 +12,16 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
-import torch
-from torch import nn
 
-from model.stats import N_STATS
 from training.errors import UserError
 from training.evaluate.metrics import roc_auc
+
+if TYPE_CHECKING:  # torch is imported where it runs: `scjepa ... --help` stays light
+    import torch
+    from torch import nn
 
 
 @dataclass
@@ -38,6 +39,8 @@ class ProbeConfig:
 
 def build_probe_net(n_features: int, hidden: int, dropout: float) -> nn.Sequential:
     """The probe's MLP; export rebuilds the same module from a saved state dict."""
+    from torch import nn
+
     return nn.Sequential(
         nn.Linear(n_features, hidden),
         nn.GELU(),
@@ -71,6 +74,9 @@ class Platt:
         self.a, self.b = 1.0, 0.0
 
     def fit(self, logits: np.ndarray, y: np.ndarray) -> Platt:
+        import torch
+        from torch import nn
+
         z = torch.tensor(logits, dtype=torch.float64)
         t = torch.tensor(y, dtype=torch.float64)
         ab = torch.tensor([1.0, 0.0], dtype=torch.float64, requires_grad=True)
@@ -94,6 +100,8 @@ class Probe:
     """MLP probe on precomputed features (N, F)."""
 
     def __init__(self, n_features: int, cfg: ProbeConfig, seed: int) -> None:
+        import torch
+
         self.cfg, self.seed, self.n_features = cfg, seed, n_features
         torch.manual_seed(seed)
         self.net = build_probe_net(n_features, cfg.hidden, cfg.dropout)
@@ -101,6 +109,8 @@ class Probe:
         self.history: list[dict[str, float]] = []
 
     def logits(self, f: np.ndarray) -> np.ndarray:
+        import torch
+
         self.net.eval()
         with torch.no_grad():
             return self.net(torch.from_numpy(f)).squeeze(1).numpy().astype(np.float64)
@@ -108,6 +118,9 @@ class Probe:
     def fit(
         self, f_tr: np.ndarray, y_tr: np.ndarray, f_va: np.ndarray, y_va: np.ndarray
     ) -> Probe:
+        import torch
+        from torch import nn
+
         cfg = self.cfg
         x, t = torch.from_numpy(f_tr), torch.from_numpy(y_tr.astype(np.float32))
         n_pos = max(float(y_tr.sum()), 1.0)
@@ -173,7 +186,27 @@ class Probe:
 
 # -- the hand-off to `scjepa export` ---------------------------------------------------
 
-ProbeFeatures = Literal["codes", "codes+stats"]
+# What a probe reads: its parts joined by "+", in this order ("codes": the spec's
+# probe; "codes+stats"; "stats" is the raw-feature MLP; the detectors are
+# model/detectors.py's scores). Parts that need the SC-JEPA model: SCJEPA_PARTS.
+PARTS = ("codes", "stats", "knn", "pca", "surprise", "recon")
+SCJEPA_PARTS = ("codes", "surprise", "recon")
+DETECTOR_PARTS = ("knn", "pca", "surprise", "recon")
+N_STATS = 18  # model/stats.py's N_STATS (not imported: it would import torch)
+ProbeFeatures = str
+
+
+def feature_parts(features: str) -> tuple[str, ...]:
+    """ "codes+stats+knn" -> ("codes", "stats", "knn"); raises ValueError on an unknown
+    part, a repeated one or one out of :data:`PARTS` order."""
+    parts = tuple(features.split("+"))
+    if not features or any(p not in PARTS for p in parts):
+        raise ValueError(f"unknown features {features!r} (parts: {', '.join(PARTS)})")
+    if list(parts) != sorted(set(parts), key=PARTS.index):
+        raise ValueError(f"features {features!r}: parts repeated or out of order")
+    return parts
+
+
 PROBE_FORMAT = 1  # probe.pt's layout; files without "format_version" have this one
 # keys every probe.pt has had; the others have defaults (older files lack them)
 _REQUIRED = (
@@ -207,10 +240,17 @@ class SavedProbe:
     metrics: dict[str, Any]  # "val", "test" (this seed), "test_mean_over_seeds"
     checkpoint: str | None = None  # the pre-training checkpoint the features came from
     data_fingerprint: str = "unknown"  # training.data.Dataset.fingerprint()
-    # "codes": the spec's probe; "codes+stats": also the pooled window statistics,
-    # z-scored with ``stats_scale`` (model/stats.py computes them in the graph)
+    # what the probe reads (:func:`feature_parts`): "codes" is the spec's probe; with
+    # "stats" the pooled window statistics z-scored with ``stats_scale``
+    # (model/stats.py computes them in the graph); detector parts read ``detectors``
     features: ProbeFeatures = "codes"
     stats_scale: dict[str, list[float]] | None = None  # {"mean": [...], "std": [...]}
+    # model/detectors.py's constants (kNN bank, PCA basis, z-scaling), numpy arrays
+    detectors: dict[str, Any] | None = None
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return feature_parts(self.features)
 
     @property
     def platt(self) -> tuple[float, float]:
@@ -239,16 +279,28 @@ class SavedProbe:
             return f"its weights do not fit {self.n_features} features"
         if len(self.channels) != len(self.mask):
             return f"{len(self.channels)} channels but a mask of {len(self.mask)}"
-        if self.features not in ("codes", "codes+stats"):
-            return f"unknown features {self.features!r}"
+        try:
+            parts = feature_parts(self.features)
+        except ValueError as e:
+            return str(e)
         scale = self.stats_scale or {}
-        if self.features == "codes+stats" and not all(
+        if "stats" in parts and not all(
             len(scale.get(k, [])) == N_STATS for k in ("mean", "std")
         ):
-            return f"codes+stats without the {N_STATS} statistics' mean and std"
+            return f"{self.features} without the {N_STATS} statistics' mean and std"
+        dets = [p for p in parts if p in DETECTOR_PARTS]
+        need = {"scale_mean", "scale_std"}
+        need |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in dets else set()
+        need |= {"pca_mean", "pca_components"} if "pca" in dets else set()
+        if dets and not need <= set(self.detectors or {}):
+            return f"{self.features} without its detectors' constants"
+        if dets and len(np.asarray((self.detectors or {})["scale_mean"])) != len(dets):
+            return f"detector scaling does not fit {len(dets)} detectors"
         return None
 
     def save(self, path: Path) -> Path:
+        import torch
+
         path.parent.mkdir(parents=True, exist_ok=True)
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         torch.save({"format_version": PROBE_FORMAT, **d}, path)
@@ -262,6 +314,8 @@ class SavedProbe:
                 f"{path}: probe file not found "
                 "(written by `scjepa evaluate --checkpoint ...`)"
             )
+        import torch
+
         try:
             raw = torch.load(path, map_location="cpu", weights_only=False)
         except Exception as e:  # torch raises many types for a bad file

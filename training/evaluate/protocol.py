@@ -59,7 +59,6 @@ from training.evaluate.baselines import (
     raw_feature_probe,
     window_stats,
 )
-from training.evaluate.encode import CodeFeatures, ReconstructionError
 from training.evaluate.events import EventCounts, threshold_at_budget
 from training.evaluate.metrics import (
     METRICS,
@@ -69,7 +68,13 @@ from training.evaluate.metrics import (
     metrics,
     reliability,
 )
-from training.evaluate.probe import ProbeConfig, ProbeState, SavedProbe
+from training.evaluate.probe import (
+    SCJEPA_PARTS,
+    ProbeConfig,
+    ProbeState,
+    SavedProbe,
+    feature_parts,
+)
 from training.evaluate.results import (
     Results,
     Row,
@@ -88,8 +93,10 @@ from training.evaluate.warning import (
     val_counts,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # torch and the model load in run(): `--help` stays light
     from model import SCJEPA
+    from training.evaluate.detectors import ProbeInputs
+    from training.evaluate.encode import CodeFeatures
 
 FitFn = Callable[[FitContext, int], Scorer]
 Methods = dict[str, FitFn] | Callable[[int], dict[str, FitFn]]
@@ -565,6 +572,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (0 = torch default)"
     )
+    from training.data.cli import add_table_arguments
+
+    add_table_arguments(p)
 
 
 def _probe_config(pairs: list[str]) -> ProbeConfig:
@@ -604,10 +614,13 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from training.data import load_dataset
+    from training.data.cli import table_options
+    from training.evaluate.detectors import DetectorScores, ProbeInputs
+    from training.evaluate.encode import CodeFeatures, ReconstructionError
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    ds = load_dataset(args.dataset, args.root)
+    ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
     probe_cfg = _probe_config(args.probe)
     if args.ts2vec_iters < 0:
         raise UserError(f"--ts2vec-iters {args.ts2vec_iters}: must be >= 0")
@@ -625,6 +638,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
     folds = prepare_folds(ds, events, fit_stride=args.fit_stride)
     encoders: dict[int, dict[str, CodeFeatures]] = {}
+    inputs: dict[int, dict[str, ProbeInputs]] = {}  # fold -> row -> what it reads
     model_config: dict[str, Any] | None = None
 
     def methods_for(fold: int) -> dict[str, FitFn]:
@@ -653,6 +667,32 @@ def run(args: argparse.Namespace) -> int:
             recon, recon0 = ReconstructionError(trained), ReconstructionError(untrained)
             methods[RECON_ROW] = lambda ctx, seed: recon
             methods[RECON_UNTRAINED_ROW] = lambda ctx, seed: recon0
+            # The served-model candidates beyond the two above (issue 20): the probe
+            # also reads label-free detector scores computed in the graph, and their
+            # refits without SC-JEPA's inputs (what SC-JEPA contributes).
+            codes = enc["SC-JEPA probe"]
+            dets = DetectorScores(normal, folds[fold].train.x, codes)
+            for name, features in (CANDIDATES | ABLATIONS).items():
+                if name in methods or name == RAW_ROW:
+                    continue
+                own = {"surprise", "recon"} & set(feature_parts(features))
+                if own and not codes.has_codes:  # the codebook-free ablation
+                    continue
+                f = ProbeInputs(features, codes, stats, dets)
+                inputs.setdefault(fold, {})[name] = f
+                methods[name] = fit_feature_probe(f)
+            if codes.has_codes:  # the detector probe's floor: the untrained model's
+                # surprise and reconstruction error (kNN and PCA are the same)
+                codes0 = enc["SC-JEPA probe, untrained encoder"]
+                dets0 = DetectorScores(normal, folds[fold].train.x, codes0)
+                f0 = ProbeInputs(CANDIDATES[DET_ONLY_ROW], codes0, None, dets0)
+                methods[DET_ONLY_UNTRAINED_ROW] = fit_feature_probe(f0)
+            if RAW_ROW in methods:
+                inputs.setdefault(fold, {})[RAW_ROW] = ProbeInputs(
+                    "stats", None, stats, None
+                )
+            inputs[fold]["SC-JEPA probe"] = ProbeInputs("codes", codes, None, None)
+            inputs[fold][STATS_ROW] = ProbeInputs("codes+stats", codes, stats, None)
         return methods
 
     ev = evaluate(
@@ -665,6 +705,9 @@ def run(args: argparse.Namespace) -> int:
         folds=folds,
         progress=True,
     )
+    board = leaderboard(ev.rows)
+    if board["rows"]:
+        ev.extra["leaderboard"] = board
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
         "config": {
@@ -696,9 +739,22 @@ def run(args: argparse.Namespace) -> int:
         # is evaluated, not exported; a data set split into folds has one model per
         # fold, none of them the served one)
         ckpt = checkpoints[0]
-        stats = window_stats(folds[0].normal)
+        got = inputs[0]
         served_probe(ev, "SC-JEPA probe", ckpt, ds).save(args.out / "probe.pt")
-        served_probe(ev, STATS_ROW, ckpt, ds, stats).save(args.out / "probe-stats.pt")
+        served_probe(ev, STATS_ROW, ckpt, ds, got[STATS_ROW].stats).save(
+            args.out / "probe-stats.pt"
+        )
+        # the winner on validation: what `scjepa export --probe RESULTS_DIR` serves
+        winner = board["winner"]
+        served_probe(ev, winner, ckpt, ds, inputs=got[winner], board=board).save(
+            args.out / SERVED_PROBE
+        )
+        sys.stderr.write(f"evaluate: served model (chosen on validation): {winner}\n")
+        for name in CANDIDATES:  # each candidate, to serve or compare explicitly
+            if name in got and name in ev.fitted:
+                served_probe(ev, name, ckpt, ds, inputs=got[name]).save(
+                    args.out / "candidates" / f"{got[name].features}.pt"
+                )
     _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
@@ -706,6 +762,84 @@ def run(args: argparse.Namespace) -> int:
 
 
 STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
+RAW_ROW = "raw-feature probe (MLP)"
+DET_ROW = "SC-JEPA probe + stats + detectors"
+DET_ONLY_ROW = "SC-JEPA probe on detector scores"
+DET_ONLY_UNTRAINED_ROW = "SC-JEPA probe on detector scores, untrained model"
+NO_SCJEPA = "(no SC-JEPA)"  # suffix of the ablation rows: not baselines to beat
+SERVED_PROBE = "probe-served.pt"
+# The served-model candidates (issue 20) and what each probe reads; the winner on
+# validation is served. Every candidate has the same probe (MLP, BCE, Platt).
+CANDIDATES = {
+    "SC-JEPA probe": "codes",
+    STATS_ROW: "codes+stats",
+    DET_ROW: "codes+stats+knn+pca+surprise+recon",
+    DET_ONLY_ROW: "knn+pca+surprise+recon",
+    RAW_ROW: "stats",
+}
+# Each candidate refitted without SC-JEPA's inputs (codes, surprise, recon), where
+# that leaves a probe that is not already a row ("codes+stats" -> "stats" is RAW_ROW).
+ABLATIONS = {
+    f"probe on stats + kNN + PCA {NO_SCJEPA}": "stats+knn+pca",
+    f"probe on kNN + PCA {NO_SCJEPA}": "knn+pca",
+}
+CHOSEN_ON = (
+    "validation only: warned-event rate at the false-alarm budget (mean over seeds), "
+    "then PR AUC"
+)
+
+
+def without_scjepa(features: str) -> str | None:
+    """``features`` less SC-JEPA's inputs (codes, surprise, recon); None if nothing
+    is left."""
+    rest = [p for p in feature_parts(features) if p not in SCJEPA_PARTS]
+    return "+".join(rest) or None
+
+
+def leaderboard(rows: dict[str, Row]) -> dict[str, Any]:
+    """The candidates present in ``rows`` ranked on VALIDATION figures only (warned
+    rate at the false-alarm budget, then PR AUC); the winner, and the row that is
+    the winner without SC-JEPA's inputs."""
+    board = []
+    for name, features in CANDIDATES.items():
+        if name not in rows:
+            continue
+        r = rows[name]
+        ve = r.get("val_events", {})
+        board.append(
+            {
+                "row": name,
+                "features": features,
+                "val_warned_rate": ve.get("warned_rate", {}).get("mean", float("nan")),
+                "val_false_alarms_per_1000": ve.get(
+                    "false_alarms_per_1000_windows", {}
+                ).get("mean", float("nan")),
+                "val_pr_auc": r["val"]["pr_auc"]["mean"],
+                "val_roc_auc": r["val"]["roc_auc"]["mean"],
+            }
+        )
+
+    def key(e: dict[str, Any]) -> tuple[float, float]:
+        w, p = e["val_warned_rate"], e["val_pr_auc"]
+        return (w if np.isfinite(w) else -1.0, p if np.isfinite(p) else -1.0)
+
+    board.sort(key=key, reverse=True)
+    winner = board[0]["row"] if board else None
+    ablation = None
+    if winner is not None:
+        rest = without_scjepa(CANDIDATES[winner])
+        by_features = {f: n for n, f in (CANDIDATES | ABLATIONS).items()}
+        ablation = by_features.get(rest) if rest else None
+        if ablation not in rows:
+            ablation = None
+    return {
+        "chosen_on": CHOSEN_ON,
+        "rows": board,
+        "winner": winner,
+        "winner_without_scjepa": ablation,
+    }
+
+
 RECON_ROW = "SC-JEPA reconstruction error (label-free)"
 RECON_UNTRAINED_ROW = "SC-JEPA reconstruction error, untrained model (label-free)"
 
@@ -723,19 +857,40 @@ def served_probe(
     checkpoint: Path | None,
     ds: Dataset,
     stats: WindowStatsFeatures | None = None,
+    inputs: ProbeInputs | None = None,
+    board: dict[str, Any] | None = None,
 ) -> SavedProbe:
     """The probe `scjepa export` will serve from row ``name``: the seed with the best
-    validation PR AUC.
+    validation PR AUC (with ``board``, the leaderboard it won: the best validation
+    warned rate at the budget, then PR AUC).
 
     Its ``features`` say what it reads: "codes" (the spec's probe, P * K inputs) or,
     with ``stats``, "codes+stats" (also the 18 pooled window statistics, with their
-    train-set scaling).
+    train-set scaling); with ``inputs`` whatever that featurizer reads (detector
+    scores too, their constants stored in the probe).
     """
     runs = ev.fitted[name]
     if any(f.fold != 0 for f in runs):
         raise ValueError(f"{ev.dataset}: a data set split into folds serves no probe")
-    i = int(np.argmax([f.val["pr_auc"] for f in runs]))  # chosen on validation only
+
+    def key(f: Fitted) -> tuple[float, float]:
+        warned = f.val_counts.warned_rate if f.val_counts is not None else 0.0
+        return (warned if board is not None else 0.0, f.val["pr_auc"])
+
+    i = max(range(len(runs)), key=lambda j: key(runs[j]))  # on validation only
     chosen = runs[i]
+    features = (
+        inputs.features
+        if inputs is not None
+        else ("codes" if stats is None else "codes+stats")
+    )
+    if inputs is not None:
+        stats = inputs.stats if "stats" in feature_parts(features) else None
+    detectors = (
+        inputs.detectors.saved(inputs.detector_names)
+        if inputs is not None and inputs.detectors is not None and inputs.detector_names
+        else None
+    )
     if not isinstance(chosen.scorer, ProbeScorer):
         raise TypeError(f"{name!r} is not a probe row")
     probe = chosen.scorer.probe
@@ -749,17 +904,19 @@ def served_probe(
         channels=ds.channels,
         mask=ds.mask.tolist(),
         data_fingerprint=ds.fingerprint(),
-        features="codes" if stats is None else "codes+stats",
+        features=features,
         stats_scale=None
         if stats is None
         else {"mean": stats.scale.mean.tolist(), "std": stats.scale.std.tolist()},
+        detectors=detectors,
         metrics={
             "val": chosen.val,
             "test": metrics(ev.test.y, ev.scores[name][i], chosen.threshold),
             "test_mean_over_seeds": {
                 k: ev.rows[name]["all"][k]["mean"] for k in METRICS
             },
-        },
+        }
+        | ({"row": name, "leaderboard": board} if board is not None else {}),
     )
 
 

@@ -195,7 +195,25 @@ def merge(parts: list[tuple[dict[str, Any], str]]) -> dict[str, Any]:
         have = next((r[key] for r, _ in parts if key in r), None)
         if key not in res and have is not None:
             res[key] = have
+    # the served-model leaderboard of the first run that has one, its rows named as
+    # this table names them (SC-JEPA rows carry that run's label)
+    board = next(
+        ((r["leaderboard"], lab) for r, lab in parts if "leaderboard" in r), None
+    )
+    if board is not None:
+        res["leaderboard"] = _relabel(board[0], board[1])
     return res
+
+
+def _relabel(board: dict[str, Any], label: str) -> dict[str, Any]:
+    def name(n: str | None) -> str | None:
+        return f"{n} ({label})" if n and label and n.startswith("SC-JEPA") else n
+
+    out = dict(board)
+    out["rows"] = [e | {"row": name(e["row"])} for e in board["rows"]]
+    out["winner"] = name(board["winner"])
+    out["winner_without_scjepa"] = name(board.get("winner_without_scjepa"))
+    return out
 
 
 def markdown(res: Mapping[str, Any], figure: str | None = None) -> str:
@@ -373,6 +391,100 @@ def chance_line(res: Mapping[str, Any]) -> str:
     )
 
 
+def _merged_name(rows: Mapping[str, Any], name: str | None) -> str | None:
+    """``name`` if the table has that row (:func:`merge` relabels the leaderboard)."""
+    return name if name is not None and name in rows else None
+
+
+def served_lines(res: Mapping[str, Any]) -> list[str]:
+    """The served-model leaderboard (issue 20): the candidates ranked on validation,
+    their test figures beside (read once, after the choice), and the winner against
+    its refit without SC-JEPA's inputs. Empty for results without a leaderboard."""
+    board = res.get("leaderboard")
+    rows = res["rows"]
+    if not board or not board.get("rows"):
+        return []
+    winner = _merged_name(rows, board["winner"])
+    how = (
+        "`scjepa export --probe RESULTS_DIR`"
+        if res.get("folds", 1) == 1
+        else "one model per fold, none exported: the candidate that would be served"
+    )
+    lines = [
+        f"**Served model** ({how}; chosen on {board['chosen_on']}): "
+        f"**{winner}**. Candidates, ranked on validation; test columns read once after "
+        "the choice; Δ = paired difference with the best baseline (chosen on "
+        "validation), * where its interval excludes 0:",
+        "",
+        "| candidate | reads | val warned rate | val FA / 1,000 | val PR AUC | val ROC AUC | test PR AUC | test ROC AUC | test warned / events (FA / 1,000) | Δ test PR AUC | Δ test warned rate |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in board["rows"]:
+        name = _merged_name(rows, e["row"])
+        if name is None:
+            continue
+        r = rows[name]
+        b = r.get("events", {}).get("budget")
+        paired = r.get("paired", {})
+        warned = (
+            f"{b['warned']['mean']:.3g} / {b['events']} "
+            f"({b['false_alarms_per_1000_windows']['mean']:.1f})"
+            if b
+            else "-"
+        )
+        small_w = r["all"]["positives"] < MIN_EVENTS
+        small_e = not b or b["events"] < MIN_EVENTS
+        cells = [
+            f"`{e['features']}`",
+            _f(e["val_warned_rate"]),
+            _f(e["val_false_alarms_per_1000"], 2),
+            _f(e["val_pr_auc"]),
+            _f(e["val_roc_auc"]),
+            _cell(r["all"]["pr_auc"]),
+            _cell(r["all"]["roc_auc"]),
+            warned,
+            TOO_SMALL
+            if small_w
+            else _diff(paired.get("window", {}).get("pr_auc")) or "(best baseline)",
+            TOO_SMALL
+            if small_e
+            else _diff(paired.get("events", {}).get("warned_rate"))
+            or "(best baseline)",
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    abl = _merged_name(rows, board.get("winner_without_scjepa"))
+    if winner and abl:
+        w, a = rows[winner], rows[abl]
+
+        def fig(r: Mapping[str, Any]) -> str:
+            b = r.get("events", {}).get("budget")
+            ev = f", warned {b['warned']['mean']:.3g} / {b['events']}" if b else ""
+            return (
+                f"val PR AUC {r['val']['pr_auc']['mean']:.3f} / ROC AUC "
+                f"{r['val']['roc_auc']['mean']:.3f}; test PR AUC "
+                f"{_cell(r['all']['pr_auc'])} {_ci(r['block_ci95']['pr_auc']) if 'block_ci95' in r else ''}, "
+                f"ROC AUC {_cell(r['all']['roc_auc'])}{ev}"
+            )
+
+        lines += [
+            "",
+            f"SC-JEPA's contribution: the winner refitted the same way without its "
+            f"SC-JEPA inputs ({abl}): {fig(a)}; the winner: {fig(w)}.",
+        ]
+    elif winner:
+        parts = board["rows"][0]["features"].split("+")
+        own = [p for p in parts if p in ("codes", "surprise", "recon")]
+        lines += [
+            "",
+            "SC-JEPA's contribution: none in the served model (it reads no SC-JEPA "
+            "input)."
+            if not own
+            else "SC-JEPA's contribution: without its SC-JEPA inputs the winner reads "
+            "nothing (its floor is the always-positive row).",
+        ]
+    return [*lines, ""]
+
+
 def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
     """Both metric families of one data set (evaluation.md items 5-11)."""
     sp = res["splits"]["test"]
@@ -393,6 +505,7 @@ def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
     op = operator_line(res)
     if op:
         lines += [f"**What an operator gets**: {op}", "", chance_line(res), ""]
+    lines += served_lines(res)
     best = res.get("best_baseline", {})
     lines += [
         f"Window metrics (hop {res.get('config', {}).get('window', 100)}, items 5-6): "

@@ -441,8 +441,16 @@ def _shifted(
 def best_baselines(rows: dict[str, Any]) -> dict[str, str | None]:
     """The best baseline row, chosen on validation: highest validation PR AUC (window
     metrics); highest validation warned rate at the budget, then fewest validation
-    false alarms (event metrics). Floors and SC-JEPA rows are not candidates."""
-    cands = [n for n in rows if not n.startswith("SC-JEPA") and n not in FLOORS]
+    false alarms (event metrics). Floors, SC-JEPA rows and the rows measuring what
+    SC-JEPA adds (suffix "(no SC-JEPA)": refits of served-model candidates) are not
+    candidates."""
+    cands = [
+        n
+        for n in rows
+        if not n.startswith("SC-JEPA")
+        and n not in FLOORS
+        and not n.endswith("(no SC-JEPA)")
+    ]
     window = max(cands, key=lambda n: rows[n]["val"]["pr_auc"]["mean"], default=None)
 
     def ev_key(n: str) -> tuple[float, float]:

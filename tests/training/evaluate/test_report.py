@@ -117,3 +117,26 @@ def test_reference_pages_are_what_their_command_writes(
     assert report.lead_paragraph(notes) in body
     later = notes[notes.index("\n## ", notes.index(report.lead_paragraph(notes))) :]
     assert later.splitlines()[1] not in body  # the next section stays in the notes
+
+
+def test_served_model_section_names_the_rows_of_its_run() -> None:
+    """The leaderboard of the run that has one is shown with that run's row labels (a
+    page merging several runs of one data set), winner and SC-JEPA's contribution."""
+    import json
+
+    from training.evaluate.results import markdown, merge
+
+    res = json.loads(Path("docs/results/msl/results.json").read_text())
+    board = res["leaderboard"]
+    older = {k: v for k, v in res.items() if k != "leaderboard"}
+    merged = merge([(older, "first"), (res, "new")])
+    text = markdown(merged)
+    winner = f"{board['winner']} (new)"
+    assert "**Served model**" in text and f"**{winner}**" in text
+    table = text.split("**Served model**")[1].split("\n\n")[1]
+    assert all(
+        f"| {e['row']} (new) |" in table or f"| {e['row']} |" in table
+        for e in board["rows"]
+    )
+    assert "(first)" not in table  # another run's rows are not this leaderboard's
+    assert "SC-JEPA's contribution" in text

@@ -112,6 +112,12 @@ def test_missing_unreadable_or_foreign_files(
         ({"mask": [True]}, "3 channels but a mask of 1"),
         ({"features": "codes+stats"}, "without the 18 statistics' mean and std"),
         ({"features": "raw"}, "unknown features 'raw'"),
+        ({"features": "stats+codes"}, "out of order"),
+        ({"features": "codes+knn"}, "without its detectors' constants"),
+        (
+            {"features": "codes+knn", "detectors": {"scale_mean": [0.0, 1.0]}},
+            "without its detectors' constants",
+        ),
         ({"probe": {"config": {}, "calibration": {"method": "none"}}}, "no hidden"),
         ({"state_dict": [1, 2]}, "AttributeError"),
     ],

@@ -13,6 +13,7 @@ from support.train_helpers import TINY_MODEL, random_pairs, tiny_train_config
 from model import SCJEPA
 from training.cli import main
 from training.errors import UserError
+from training.pretrain import loop
 from training.pretrain import train as train_module
 from training.pretrain.checkpoint import load_checkpoint, load_model
 from training.pretrain.config import TrainConfig, load_config
@@ -112,7 +113,7 @@ def test_resume_continues_identically(
     def crash(out: Path) -> None:  # killed right after epoch 1's checkpoint
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(train_module, "_plots", crash)
+    monkeypatch.setattr(loop, "_plots", crash)
     with pytest.raises(KeyboardInterrupt):
         pretrain(cfg, pairs, tmp_path / "resumed")
     assert load_checkpoint(tmp_path / "resumed" / "last.pt")["epoch"] == 1
