@@ -28,6 +28,7 @@ are recorded in the manifest):
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -218,6 +219,22 @@ def variant_check(
     return report
 
 
+class _Steps:
+    """An export's progress on stderr: one line per step, numbered, with the time since
+    the start (tracing, the parity run on the test windows and the variants' checks take
+    seconds to minutes; a line per step reads the same in a terminal and in a log)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.t0 = total, 0, time.perf_counter()
+
+    def __call__(self, what: str) -> None:
+        self.done += 1
+        took = time.perf_counter() - self.t0
+        print(
+            f"export [{self.done}/{self.total}] {what} ({took:.1f} s)", file=sys.stderr
+        )
+
+
 def export_artifact(
     *,
     model: SCJEPA,
@@ -257,8 +274,11 @@ def export_artifact(
             f"--dataset {ds.name}: channels differ from those the probe was trained on"
         )
     window = model.cfg.seq_len
+    step = _Steps(4 + int8 + fp16)
+    step(f"building the served graph (probe reads {probe.features})")
     served = build_served(model, probe)
     out.mkdir(parents=True, exist_ok=True)
+    step("tracing it to ONNX")
     path = export_onnx(served, out / "model.onnx")
 
     rng = np.random.default_rng(0)
@@ -273,6 +293,8 @@ def export_artifact(
         splits = downstream_splits(ds, window)
         full = {k: _with_all_channels(s, probe.mask) for k, s in splits.items()}
         windows["real_test"] = full["test"].x
+    n = sum(len(w) for w in windows.values())
+    step(f"parity with PyTorch on {n} windows ({', '.join(windows)})")
     par = parity(served, path, windows)
     if max(par.values()) > 1e-4:
         raise UserError(
@@ -287,6 +309,7 @@ def export_artifact(
         if not flag:
             v_path.unlink(missing_ok=True)  # stale file from an earlier export
             continue
+        step(f"{key} variant: converting and checking its metrics")
         if key == "int8":
             how = quantize_int8(path, v_path, served, full["train"].x[:256])
         else:
@@ -326,6 +349,7 @@ def export_artifact(
         training_data_fingerprint=probe.data_fingerprint,
         quantization=quant,
     )
+    step("writing manifest.json")
     written = write_manifest(out, manifest)
     size = path.stat().st_size / 1e6
     print(f"wrote {out}/model.onnx ({size:.1f} MB) and manifest.json")

@@ -282,10 +282,11 @@ def test_results_json_keeps_the_published_format(artifact: dict[str, Path]) -> N
 
 
 def test_export_artifact_called_directly(
-    artifact: dict[str, Path], tmp_path: Path
+    artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The function behind `scjepa export` (and the demo): typed arguments, the hop
-    given here, a refused variant request before anything is written."""
+    given here, a refused variant request before anything is written; its progress
+    is one numbered line per step on stderr."""
     from training.errors import UserError
     from training.export import export_artifact
 
@@ -300,6 +301,13 @@ def test_export_artifact_called_directly(
     assert (m.name, m.window, m.hop) == ("direct", model.cfg.seq_len, 20)
     assert set(m.eval_metrics["onnx_parity_max_abs"]) == {"random_b1", "random_b64"}
     assert m.training_data_fingerprint == probe.data_fingerprint != "unknown"
+    steps = [
+        ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("export [")
+    ]
+    assert [ln.split("]")[0] for ln in steps] == [
+        f"export [{k}/4" for k in (1, 2, 3, 4)
+    ]
+    assert "parity with PyTorch on 65 windows" in steps[2]
 
 
 @pytest.fixture(scope="module")
