@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 from prometheus_client import Counter
 
+from service.config import Settings
 from service.worker import Listener, ScoredWindow
 
 log = logging.getLogger(__name__)
@@ -383,17 +384,17 @@ def build(
     return Alerter(policy, states)
 
 
-def listeners(settings: Any) -> list[Listener]:
+def listeners(settings: Settings) -> list[Listener]:
     """The scorer's listeners for these settings: the alerter when
     SCJEPA_ALERTMANAGER_URL is set, else none."""
     alerter = build(
-        getattr(settings, "alertmanager_url", None),
+        settings.alertmanager_url,
         redis_url=settings.redis_url,
         prefix=settings.key_prefix,
-        windows=getattr(settings, "alert_windows", 3),
-        resend_s=getattr(settings, "alert_resend_s", 60.0),
-        hold_s=getattr(settings, "alert_hold_s", 600.0),
-        timeout_s=getattr(settings, "alert_timeout_s", 2.0),
+        windows=settings.alert_windows,
+        resend_s=settings.alert_resend_s,
+        hold_s=settings.alert_hold_s,
+        timeout_s=settings.alert_timeout_s,
         ttl_s=settings.stream_ttl_s,
         redis_timeout_s=settings.redis_timeout_s,
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import importlib
 import logging
 import signal
 from collections.abc import AsyncIterator
@@ -20,7 +19,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service import auth, metrics, middleware, sched
+from service import alerting, auth, metrics, middleware, sched
 from service.batcher import Batcher, inference_executor
 from service.config import Settings
 from service.handlers import Door
@@ -30,7 +29,7 @@ from service.routes import docs, health, ingest, models, risk, ui
 from service.schemas import IngestRequest
 from service.scoring import FLOAT32_MAX, Scorer
 from service.store import layout_of, make_store
-from service.worker import Listener, ScoredBus, ScoringWorker
+from service.worker import ScoredBus, ScoringWorker
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +94,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             batcher.start()
             worker = ScoringWorker(lambda: slot.current, store, batcher, settings, bus)
-            worker.listeners.extend(_listeners(settings))
+            worker.listeners.extend(alerting.listeners(settings))
             worker.start()
         app.state.settings = settings
         app.state.role = role
@@ -133,6 +132,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await asyncio.wait(tasks, timeout=2.0)
             if worker is not None:
                 await worker.stop()
+                for listener in worker.listeners:  # e.g. the alerter's queued posts
+                    close = getattr(listener, "close", None)
+                    if close is not None:
+                        await close()
             if batcher is not None:
                 await batcher.stop()
             slot.close()
@@ -168,17 +171,6 @@ def _document_values(reading: dict[str, Any], n_channels: int) -> None:
     for option in values["items"]["anyOf"]:
         if option.get("type") == "number":
             option["minimum"], option["maximum"] = -FLOAT32_MAX, FLOAT32_MAX
-
-
-def _listeners(settings: Settings) -> list[Listener]:
-    """The scored-window listeners service/alerting.py provides (its ``listeners``
-    function), none when it provides none."""
-    try:
-        alerting = importlib.import_module("service.alerting")
-    except ModuleNotFoundError:
-        return []
-    make = getattr(alerting, "listeners", None)
-    return list(make(settings)) if callable(make) else []
 
 
 async def _reload_quietly(slot: ModelSlot) -> None:
