@@ -239,7 +239,22 @@ class ScoringWorker:
 
     async def process(self, items: list[WorkItem]) -> None:
         """Score ``items``, write their records, acknowledge them, tell listeners.
-        Raises StoreUnavailable with the items left pending (claimed later)."""
+        Raises StoreUnavailable with the items left pending (claimed later).
+
+        A read may bring more than a batch (COUNT applies per partition): it goes to
+        the micro-batcher in batches of ``max_batch``, all submitted at once, each
+        written and acknowledged as soon as it is scored, so one batch's records are
+        written while the next one runs (one large batch would run slower per window
+        and leave the model idle during the writes)."""
+        size = self.settings.max_batch
+        if len(items) <= size:
+            await self._process(items)
+            return
+        await asyncio.gather(
+            *(self._process(items[a : a + size]) for a in range(0, len(items), size))
+        )
+
+    async def _process(self, items: list[WorkItem]) -> None:
         start = time.perf_counter()
         model = self.model()
         shape = (model.window, model.n_channels)
@@ -259,12 +274,16 @@ class ScoringWorker:
                 metrics.WINDOWS_SHED.labels(reason="invalid").inc(len(good))
                 log.error("scorer: %d windows not scorable: %s", len(good), e)
                 good = []
-            else:
-                await self._write(model, good, scores)
-        await self.store.ack_work([it.id for it in items])
+            else:  # records, acknowledgements and news: two round trips
+                await self._write(model, good, scores, [it.id for it in items])
+                good = items
+        if not good:
+            await self.store.ack_work([it.id for it in items])
         metrics.SCORER_BATCH.observe(time.perf_counter() - start)
 
-    async def _write(self, model: Model, items: list[WorkItem], scores: Scores) -> None:
+    async def _write(
+        self, model: Model, items: list[WorkItem], scores: Scores, ack: list[str]
+    ) -> None:
         top_k = self.settings.top_channels
         by_stream: dict[tuple[str, str], list[tuple[RiskRecord, int]]] = {}
         for j, it in enumerate(items):
@@ -276,14 +295,15 @@ class ScoringWorker:
             [
                 (t, s, [(r.n, r.model_dump_json(), r.risk) for r, _ in by_stream[t, s]])
                 for t, s in keys
-            ]
+            ],
+            ack=ack,
+            publish=True,  # other processes' waiters (this one's: below)
         )
         metrics.WINDOWS_SCORED.inc(len(items))
-        scored = [(t, s, [r.n for r, _ in by_stream[t, s]]) for t, s in keys]
         if self.bus is not None:
-            self.bus.deliver(scored)
-        with contextlib.suppress(StoreUnavailable):  # the waiters re-read anyway
-            await self.store.publish_scored(scored)
+            self.bus.deliver(
+                [(t, s, [r.n for r, _ in by_stream[t, s]]) for t, s in keys]
+            )
         new = [
             ScoredWindow(
                 t,

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,13 +215,20 @@ class Store(ABC):
 
     @abstractmethod
     async def put_scored(
-        self, items: list[tuple[str, str, list[tuple[int, str, float]]]]
+        self,
+        items: list[tuple[str, str, list[tuple[int, str, float]]]],
+        *,
+        ack: Sequence[str] = (),
+        publish: bool = False,
     ) -> list[list[bool]]:
         """Write risk records: per (tenant, stream, [(n, JSON record, risk)]), add each
         record unless the stream already has one for window ``n`` (the first write
         wins: a window scored twice is recorded once), cap the history, and note the
         risk of the stream's newest record for :meth:`summary`. Returns, per item and
-        record, whether it was written now."""
+        record, whether it was written now. Then, once the records are written (so
+        that a failure leaves the items pending), acknowledge the work items ``ack``
+        (:meth:`ack_work`) and, with ``publish``, announce the windows
+        (:meth:`publish_scored`, at most once): the scorer's whole write."""
 
     @abstractmethod
     async def scored(

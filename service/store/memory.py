@@ -15,6 +15,7 @@ import bisect
 import itertools
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -226,7 +227,11 @@ class MemoryStore(Store):
         return StreamState(s.total, len(s.buf), s.last_ts)
 
     async def put_scored(
-        self, items: list[tuple[str, str, list[tuple[int, str, float]]]]
+        self,
+        items: list[tuple[str, str, list[tuple[int, str, float]]]],
+        *,
+        ack: Sequence[str] = (),
+        publish: bool = False,
     ) -> list[list[bool]]:
         out = []
         for tenant, stream, records in items:
@@ -246,6 +251,7 @@ class MemoryStore(Store):
             if s.risks and s.risks[-1][0] == newest[0]:
                 s.latest_risk = newest[2]
             out.append(flags)
+        await self.ack_work(list(ack))
         return out
 
     async def scored(

@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from string import Template
 from typing import Any, TypeVar, cast
 
@@ -350,6 +350,11 @@ def _float(raw: bytes | None) -> float | None:
     return None if raw is None else float(raw)
 
 
+def _news(scored: list[tuple[str, str, list[int]]]) -> str:
+    """The scored-window news message: a line ``tenant/stream n n ...`` per stream."""
+    return "\n".join(f"{t}/{s} {' '.join(map(str, ns))}" for t, s, ns in scored)
+
+
 def partition(tenant: str, stream: str, partitions: int) -> int:
     """The work-queue partition (and hash tag) of a stream: stable across processes."""
     return zlib.crc32(f"{tenant}/{stream}".encode()) % partitions
@@ -584,8 +589,14 @@ class RedisStore(Store):
         return StreamState(int(n), int(buffered), _float(last_ts))
 
     async def put_scored(
-        self, items: list[tuple[str, str, list[tuple[int, str, float]]]]
+        self,
+        items: list[tuple[str, str, list[tuple[int, str, float]]]],
+        *,
+        ack: Sequence[str] = (),
+        publish: bool = False,
     ) -> list[list[bool]]:
+        """Two round trips: the record scripts, then (once they are written) the
+        newest risks, the acknowledgements and the news in one pipeline."""
         calls = []
         for tenant, stream, records in items:
             args: list[Any] = [self.history_len, self.ttl_s]
@@ -600,10 +611,24 @@ class RedisStore(Store):
             newest = max(records, key=lambda r: r[0])
             if top is not None and int(float(top)) == newest[0]:
                 latest[f"{tenant}/{stream}"] = newest[2]
+        news = [(t, s, [n for n, _, _ in recs]) for t, s, recs in items]
+        if (
+            self.cluster
+        ):  # a Cluster pipeline takes neither PUBLISH nor other slots' keys
+            if latest:
+                await self._call(
+                    "put_risks", self.client.zadd(self._global("latest"), latest)
+                )
+            await self.ack_work(list(ack))
+            return written
+        pipe = self._pipeline()
         if latest:
-            await self._call(
-                "put_risks", self.client.zadd(self._global("latest"), latest)
-            )
+            pipe.zadd(self._global("latest"), latest)
+        self._ack(pipe, ack)
+        if publish and news:
+            pipe.publish(self._channel, _news(news))
+        if len(pipe):
+            await self._call("put_risks", pipe.execute())
         return written
 
     async def scored(
@@ -736,22 +761,23 @@ class RedisStore(Store):
                     out.append(item)
         return out
 
-    async def ack_work(self, ids: list[str]) -> None:
+    def _ack(self, pipe: Any, ids: Sequence[str]) -> None:
         by_pid: dict[int, list[str]] = {}
         for i in ids:
             head, _, entry = i.partition("-")
             by_pid.setdefault(int(head), []).append(entry)
-        pipe = self._pipeline()
         for pid, entries in by_pid.items():
             pipe.xack(self.work_keys[pid], GROUP, *entries)
             pipe.xdel(self.work_keys[pid], *entries)
-        await self._call("work", pipe.execute())
+
+    async def ack_work(self, ids: list[str]) -> None:
+        if ids:
+            pipe = self._pipeline()
+            self._ack(pipe, ids)
+            await self._call("work", pipe.execute())
 
     async def publish_scored(self, scored: list[tuple[str, str, list[int]]]) -> None:
-        lines = (f"{t}/{s} {' '.join(map(str, ns))}" for t, s, ns in scored)
-        await self._call(
-            "publish", self.client.publish(self._channel, "\n".join(lines))
-        )
+        await self._call("publish", self.client.publish(self._channel, _news(scored)))
 
     async def listen_scored(
         self, deliver: Callable[[list[tuple[str, str, list[int]]]], None]

@@ -295,10 +295,14 @@ def test_work_queue_claims_and_first_write_wins(
             ]
             assert await store.put_scored(recs) == [[True]] * len(first)
             again = [(t, s, [(n, "second", 0.9)]) for t, s, [(n, _, _)] in recs]
-            assert await store.put_scored(again) == [[False]] * len(first)
+            # the scorer's whole write: records, then the acknowledgements and news
+            ack = [i.id for i in first]
+            flags = await store.put_scored(again, ack=ack, publish=True)
+            assert flags == [[False]] * len(first)
+            assert (await store.queue_stats()).depth == len(rest)  # first: acked
             for t, s, [(n, rec, _)] in recs:
                 assert await store.scored(t, [(s, [n, 999])]) == [{n: rec}]
-            await store.ack_work([i.id for i in first + rest])
+            await store.ack_work([i.id for i in rest])
             stats = await store.queue_stats()
             assert (stats.depth, stats.oldest_age_s) == (0, 0.0)
         finally:

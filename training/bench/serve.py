@@ -6,9 +6,12 @@ Three measurements, each against its own ceiling measured in the same run:
 1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
    doing the same writes (one pipeline per request);
 2. scoring: windows/s with hop = window and many streams (POST /ingest?wait=, so each
-   answer carries its window's score) vs the artifact's standalone throughput in the
-   service's own runtime (service/inference.py: same batch size, threads and
-   onnxruntime calls per batch), without HTTP or Redis;
+   answer carries its window's score: bound by each window's round trip, as many
+   clients as are waiting), and the scorer tier's throughput with the queue never
+   empty (windows queued first, then drained: the figure compared with) the
+   artifact's standalone throughput in the service's own runtime
+   (service/inference.py: same batch size, threads and onnxruntime calls per batch),
+   without HTTP or Redis;
 3. GET /risk latency p50/p99 at a fixed request rate while (2) runs, saturated and at
    --scoring-fraction of it.
 With ``--roles split`` (the default) the service runs as the deployment does: an API
@@ -484,6 +487,82 @@ def probe_process() -> Any:
         pool.shutdown()
 
 
+def queue_depth(redis_url: str, prefix: str) -> Callable[[], tuple[int, int]]:
+    """A probe of the work queue, summed over the prefix's partitions: (depth, queued
+    + delivered and not yet acknowledged, as the scorer XDELs what it acknowledges;
+    delivered, read by a scorer and not acknowledged)."""
+    import redis
+
+    from service.store.redis_store import GROUP
+
+    r = redis.Redis.from_url(redis_url)
+    keys = list(r.scan_iter(match=f"{prefix}:*:work", count=1000))
+
+    def depth() -> tuple[int, int]:
+        pipe = r.pipeline(transaction=False)
+        for k in keys:
+            pipe.xlen(k)
+            pipe.xpending(k, GROUP)
+        out = pipe.execute()
+        return sum(out[::2]), sum(int(p["pending"]) for p in out[1::2])
+
+    return depth
+
+
+def scorer_drain(
+    artifact: Path,
+    redis_url: str,
+    env: dict[str, str],
+    bodies: list[Body],
+    concurrency: int,
+    roles: str,
+    scorer_nice: int,
+) -> dict[str, Any]:
+    """The scorer tier's throughput, counted as standalone onnxruntime counts it: with
+    work always waiting. An API-only process queues one window per body (no
+    ``?wait``); then the scoring process starts (``roles`` split: ``--role scorer``,
+    niced; all: ``--role all``) and the queue's depth is sampled every 20 ms until it
+    is empty. windows/s = windows / (empty - last sample before the first read), so
+    the model's load and warm-up (before the worker starts) are not counted."""
+    import threading
+
+    with _process(artifact, redis_url, env | {"SCJEPA_ROLE": "api"}) as url:
+        fill = asyncio.run(drive(url, bodies, concurrency))
+    depth = queue_depth(redis_url, env["SCJEPA_KEY_PREFIX"])
+    queued = depth()[0]
+    samples: list[tuple[float, int, int]] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            d, pending = depth()
+            samples.append((time.perf_counter(), d, pending))
+            if d == 0:
+                return
+            time.sleep(0.02)
+
+    probe = threading.Thread(target=sample, daemon=True)
+    probe.start()
+    role = "scorer" if roles == "split" else "all"
+    nice = scorer_nice if roles == "split" else 0
+    with _process(artifact, redis_url, env | {"SCJEPA_ROLE": role}, nice=nice) as url:
+        probe.join(timeout=600)
+        stop.set()
+        stats = batch_stats(url)
+    full = [t for t, d, pending in samples if d == queued and pending == 0]
+    empty = [t for t, d, _ in samples if d == 0]
+    if not full or not empty or queued == 0:
+        raise SystemExit(f"bench serve: the scorer did not drain {queued} windows")
+    seconds = empty[0] - full[-1]
+    return {
+        "windows": queued,
+        "fill_errors": fill["errors"],
+        "seconds": seconds,
+        "windows_per_s": queued / seconds,
+        **stats,
+    }
+
+
 def batch_stats(url: str) -> dict[str, float]:
     """Mean micro-batch size and onnxruntime time per batch, from the service's /metrics."""
     vals: dict[str, float] = {}
@@ -602,6 +681,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=10,
         help="nice of the scorer process with --roles split (0: not niced)",
+    )
+    p.add_argument(
+        "--drain-windows",
+        type=int,
+        default=4000,
+        help="windows queued for the scorer-throughput run (queue never empty)",
     )
     p.add_argument("--json", type=Path)
 
@@ -734,9 +819,22 @@ def run(args: argparse.Namespace) -> int:
             fixed |= _delta(batch_stats(metrics_url), after)
             fixed["fraction_of_saturated"] = rate / max(scored["windows_per_s"], 1e-9)
             fixed["clients"] = clients
+        # 4. the scorer tier's throughput with the queue never empty (no client waits
+        #    on a window): the figure compared with standalone onnxruntime
+        drain = scorer_drain(
+            args.artifact,
+            redis_url,
+            base_env | {"SCJEPA_HOP": str(w), "SCJEPA_KEY_PREFIX": "drain"},
+            make_bodies(args.streams, w, args.drain_windows, v, seed=4),
+            args.concurrency,
+            args.roles,
+            args.scorer_nice,
+        )
         after_alone, _ = standalone()
         # the machine is shared: the ceiling is the mean of runs before and after
         alone = (before_alone + after_alone) / 2
+        drain["vs_standalone"] = drain["windows_per_s"] / alone
+        out["scorer_drain"] = drain
         scored["standalone_onnxruntime_windows_per_s"] = alone
         scored["standalone_before_after"] = [before_alone, after_alone]
         scored["standalone_windows_per_call"] = per_call
@@ -748,7 +846,7 @@ def run(args: argparse.Namespace) -> int:
         )
         out["load_after"] = os.getloadavg()
         print(
-            f"scoring: {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch}), mean micro-batch {scored.get('mean_batch', 0):.1f}",
+            f"scoring, {score_conc} clients each waiting for its window (latency-bound): {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch}), mean micro-batch {scored.get('mean_batch', 0):.1f}",
             flush=True,
         )
         print(
@@ -759,6 +857,10 @@ def run(args: argparse.Namespace) -> int:
             f"GET /risk at {risk_fixed['achieved_rate']:.0f}/s during scoring at {rate:.1f} windows/s ({fixed['fraction_of_saturated']:.0%} of saturated; achieved {fixed['windows_per_s']:.1f}, max lag {fixed['max_lag_ms']:.0f} ms): p50 {risk_fixed['p50_ms']:.2f} ms, p99 {risk_fixed['p99_ms']:.2f} ms, errors {risk_fixed['errors']}",
             flush=True,
         )
+    print(
+        f"scorer tier, queue never empty ({args.roles}): {drain['windows_per_s']:.1f} windows/s ({drain['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s), {drain['windows']} windows, mean micro-batch {drain.get('mean_batch', 0):.1f}",
+        flush=True,
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")

@@ -19,7 +19,7 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     args = ["bench", "serve", "--artifact", str(artifact_dir), "--streams", "4"]
     args += ["--requests", "40", "--readings-per-request", "50", "--max-batch", "4"]
     args += ["--risk-rate", "20", "--risk-seconds", "1", "--json", str(out)]
-    args += ["--scoring-rate", "8"]
+    args += ["--scoring-rate", "8", "--drain-windows", "40"]
     assert main(args) == 0
     res = json.loads(out.read_text())
     ing, score, risk = res["ingest"], res["scoring"], res["risk_during_scoring"]
@@ -47,6 +47,12 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     assert fixed["windows_per_s"] * fixed["seconds"] == pytest.approx(16)
     assert fixed["fraction_of_saturated"] == pytest.approx(8 / score["windows_per_s"])
     assert risk2["errors"] == 0 and risk2["sent"] >= 10
+    # the scorer tier with the queue never empty: every queued window scored, in
+    # batches no larger than --max-batch although one read brings more
+    drain = res["scorer_drain"]
+    assert drain["windows"] == 40 and drain["fill_errors"] == 0
+    assert drain["windows_per_s"] * drain["seconds"] == pytest.approx(40)
+    assert drain["vs_standalone"] > 0 and 1 <= drain["mean_batch"] <= 4
 
 
 def test_client_reopens_a_keep_alive_connection_the_server_closed() -> None:
