@@ -90,15 +90,19 @@ def test_killed_scorer_leaves_windows_to_another_scored_once(
     common = {"redis_url": redis_server.url, "key_prefix": prefix}
     api = serve(role="api", **common)
     streams = [f"s{i}" for i in range(20)]
-    # a scorer that reads one window at a time, so that it is caught mid-batch
-    doomed = serve(role="scorer", claim_timeout_s=1.0, max_batch=1,
-                   scorer_concurrency=1, **common)  # fmt: skip
     body = {"streams": [{"stream": s, "readings": readings(0, 500)} for s in streams]}
     assert httpx.post(f"{api.url}/ingest", json=body, timeout=60).status_code == 200
-    wait_until(lambda: pending(r, prefix) > 0, 30, "a window delivered to the scorer")
-    kill9(doomed)
-    left = queue_depth(r, prefix)
-    assert left > 0 and pending(r, prefix) > 0  # work the dead scorer held
+    # a scorer that reads one window at a time, killed while it holds one; between
+    # two windows it holds none, so a kill can land there: then another one is
+    # started and killed, until one dies holding work
+    for _ in range(10):
+        doomed = serve(role="scorer", claim_timeout_s=1.0, max_batch=1,
+                       scorer_concurrency=1, **common)  # fmt: skip
+        wait_until(lambda: pending(r, prefix) > 0, 30, "a window delivered")
+        kill9(doomed)
+        if pending(r, prefix) > 0:
+            break
+    assert queue_depth(r, prefix) > 0 and pending(r, prefix) > 0  # the dead one's
     serve(role="scorer", claim_timeout_s=1.0, **common)
     wait_until(lambda: queue_depth(r, prefix) == 0, 120, "the queue to drain")
     every_window_once(r, prefix, streams)

@@ -21,6 +21,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def cluster_port() -> int:
+    """A free loopback port whose cluster bus port (port + 10000) is free and valid
+    too: an ephemeral port above 55535 would give a node no bus port."""
+    while True:
+        port = free_port()
+        if port + 10_000 > 65_535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10_000))
+            except OSError:
+                continue
+        return port
+
+
 class RedisServer:
     """A throwaway redis-server on a loopback port (no persistence unless ``aof``),
     restartable (``stop`` is a kill -9)."""
@@ -74,18 +89,36 @@ class RedisCluster:
     persistence): ``url`` is what SCJEPA_REDIS_URL takes (``redis+cluster://``)."""
 
     def __init__(self, workdir: Path, masters: int = 3) -> None:
+        self.workdir, self.masters = workdir, masters
+        self.nodes = self._new_nodes(0)
+
+    def _new_nodes(self, attempt: int) -> list[RedisServer]:
         ports: set[int] = set()
-        while len(ports) < masters:  # free_port may hand out one port twice
-            ports.add(free_port())
-        self.nodes = [
-            RedisServer(workdir / f"n{i}", port) for i, port in enumerate(sorted(ports))
+        while len(ports) < self.masters:  # free_port may hand out one port twice
+            ports.add(cluster_port())
+        return [
+            RedisServer(self.workdir / f"a{attempt}n{i}", port)
+            for i, port in enumerate(sorted(ports))
         ]
 
     @property
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
-    def start(self) -> RedisCluster:
+    def start(self, attempts: int = 3) -> RedisCluster:
+        """Start the nodes and create the cluster; on a node that does not come up (a
+        port taken meanwhile by another test run), again on other ports."""
+        for attempt in range(attempts):
+            try:
+                return self._start()
+            except (RuntimeError, subprocess.SubprocessError):
+                self.stop()
+                if attempt == attempts - 1:
+                    raise
+                self.nodes = self._new_nodes(attempt + 1)
+        raise AssertionError("unreachable")
+
+    def _start(self) -> RedisCluster:
         assert REDIS_BIN is not None and REDIS_CLI is not None
         for node in self.nodes:
             node.workdir.mkdir(parents=True, exist_ok=True)
@@ -101,13 +134,16 @@ class RedisCluster:
             client = redis.Redis(
                 port=node.port, socket_connect_timeout=0.2, socket_timeout=1.0
             )
+            up = False
             for _ in range(100):
+                if node.proc is None or node.proc.poll() is not None:
+                    break  # exited: its port (or its bus port) was taken
                 try:
-                    client.ping()
+                    up = bool(client.ping())
                     break
                 except (redis.ConnectionError, redis.TimeoutError):
                     time.sleep(0.05)
-            else:
+            if not up or node.proc is None or node.proc.poll() is not None:
                 raise RuntimeError(f"cluster node on port {node.port} did not start")
         subprocess.run(
             [REDIS_CLI, "--cluster", "create",
