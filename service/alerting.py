@@ -341,24 +341,6 @@ class Alerter:
             await closer()
 
 
-def redis_client(url: str, timeout_s: float) -> Any:
-    """A client for the alert states on the service's Redis (``redis+cluster://``: a
-    cluster; the state is one key per stream)."""
-    if url.startswith("redis+cluster://"):
-        from redis.asyncio.cluster import RedisCluster
-
-        return RedisCluster.from_url(
-            "redis://" + url.removeprefix("redis+cluster://"),
-            socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
-        )
-    import redis.asyncio as aioredis
-
-    return aioredis.from_url(
-        url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-    )
-
-
 def build(
     url: str | None,
     *,
@@ -376,12 +358,12 @@ def build(
     if not url:
         return None
     policy = Policy(url, windows, resend_s, hold_s, timeout_s, queue, ttl_s)
-    states: Stepper = (
-        RedisStates(redis_client(redis_url, redis_timeout_s), prefix, policy)
-        if redis_url
-        else MemoryStates(policy)
-    )
-    return Alerter(policy, states)
+    if not redis_url:
+        return Alerter(policy, MemoryStates(policy))
+    from service.store.redis_store import connect  # the store's client construction
+
+    client = connect(redis_url, timeout_s=redis_timeout_s, max_connections=8)
+    return Alerter(policy, RedisStates(client, prefix, policy))
 
 
 def listeners(settings: Settings) -> list[Listener]:

@@ -388,6 +388,33 @@ def _item(pid: int, entry_id: bytes, fields: dict[bytes, bytes]) -> WorkItem | N
     )
 
 
+def connect(url: str, *, timeout_s: float, max_connections: int = 64) -> Any:
+    """A client for ``SCJEPA_REDIS_URL``: a RedisCluster for ``redis+cluster://``, else
+    one on a blocking pool (under a burst, callers queue for a connection up to
+    ``timeout_s`` instead of failing; redis-py's default pool raises past 100) that
+    retries once on a fresh connection (a stale pooled one after a Redis restart)."""
+    if url.startswith(CLUSTER_SCHEME):
+        from redis.asyncio.cluster import RedisCluster
+
+        return RedisCluster.from_url(
+            "redis://" + url[len(CLUSTER_SCHEME) :],
+            max_connections=max_connections,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
+        )
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=timeout_s,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+        retry_on_error=[ConnectionError],
+        retry=Retry(NoBackoff(), 1),
+    )
+    return aioredis.Redis(connection_pool=pool)
+
+
 class RedisStore(Store):
     def __init__(
         self,
@@ -413,30 +440,9 @@ class RedisStore(Store):
         self.layout = layout
         self.on_layout_change = on_layout_change
         self.cluster = url.startswith(CLUSTER_SCHEME)
-        self.client: Any
-        if self.cluster:
-            from redis.asyncio.cluster import RedisCluster
-
-            self.client = RedisCluster.from_url(
-                "redis://" + url[len(CLUSTER_SCHEME) :],
-                max_connections=max_connections,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-            )
-        else:
-            # A blocking pool: under a burst, requests queue for a connection (up to
-            # timeout_s) instead of failing; redis-py's default pool raises past 100.
-            pool = aioredis.BlockingConnectionPool.from_url(
-                url,
-                max_connections=max_connections,
-                timeout=timeout_s,
-                socket_timeout=timeout_s,
-                socket_connect_timeout=timeout_s,
-                health_check_interval=30,
-                retry_on_error=[ConnectionError],  # a stale pooled connection after
-                retry=Retry(NoBackoff(), 1),  # a restart: one retry on a fresh one
-            )
-            self.client = aioredis.Redis(connection_pool=pool)
+        self.client: Any = connect(
+            url, timeout_s=timeout_s, max_connections=max_connections
+        )
         # blocking queue reads hold a connection up to MAX_BLOCK_S: their own pool, so
         # that a scorer in this process never takes the API's connections
         self.reader: Any = self.client

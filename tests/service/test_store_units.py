@@ -251,6 +251,30 @@ def test_both_stores_cut_identical_windows(
     assert np.isnan(np.stack([it.window.values for it in r_items])).any()
 
 
+def fresh_store(
+    kind: str,
+    redis_server: RedisServer,
+    *,
+    dedupe_horizon: int,
+    partitions: int,
+    lateness_s: float = 0.0,
+) -> Store:
+    """An empty store of ``kind`` (memory, or redis under a new prefix): TTL 600 s,
+    history 10; the Redis-only knobs apply to the Redis store."""
+    if kind == "memory":
+        return MemoryStore(ttl_s=600, history_len=10, lateness_s=lateness_s)
+    return RedisStore(
+        redis_server.url,
+        prefix=uuid.uuid4().hex,
+        ttl_s=600,
+        history_len=10,
+        dedupe_horizon=dedupe_horizon,
+        timeout_s=5.0,
+        partitions=partitions,
+        lateness_s=lateness_s,
+    )
+
+
 @pytest.mark.parametrize("kind", ["memory", "redis"])
 def test_work_queue_claims_and_first_write_wins(
     redis_server: RedisServer, kind: str
@@ -260,19 +284,7 @@ def test_work_queue_claims_and_first_write_wins(
     acknowledged items leave the queue."""
 
     async def main() -> None:
-        store: Store = (
-            MemoryStore(ttl_s=600, history_len=10)
-            if kind == "memory"
-            else RedisStore(
-                redis_server.url,
-                prefix=uuid.uuid4().hex,
-                ttl_s=600,
-                history_len=10,
-                dedupe_horizon=100,
-                timeout_s=5.0,
-                partitions=4,
-            )
-        )
+        store = fresh_store(kind, redis_server, dedupe_horizon=100, partitions=4)
         try:
             await store.ensure_groups()
             await store.register("t", ["a", "b"], 10)
@@ -365,19 +377,8 @@ def test_allowed_lateness_merges_out_of_order_readings(
     order = [b + d for b in range(0, 20, 2) for d in (1, 0)]
 
     async def main() -> tuple[list[AppendResult], list[WorkItem]]:
-        store: Store = (
-            MemoryStore(ttl_s=600, history_len=10, lateness_s=30.0)
-            if kind == "memory"
-            else RedisStore(
-                redis_server.url,
-                prefix=uuid.uuid4().hex,
-                ttl_s=600,
-                history_len=10,
-                dedupe_horizon=1000,
-                timeout_s=5.0,
-                partitions=1,
-                lateness_s=30.0,
-            )
+        store = fresh_store(
+            kind, redis_server, dedupe_horizon=1000, partitions=1, lateness_s=30.0
         )
         out = []
         try:
