@@ -4,24 +4,19 @@ says which model it loaded, on which provider, and which CPU slices it got."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
-import pytest
+from served import scjepa_exe
 from support.service_helpers import free_port
 
 
 def test_serve_logs_model_provider_and_slices(
     artifact_dir: Path, tmp_path: Path
 ) -> None:
-    local = Path(sys.executable).parent / "scjepa"  # this venv's, not another on PATH
-    exe = str(local) if local.is_file() else shutil.which("scjepa")
-    if exe is None:
-        pytest.skip("the scjepa command is not installed (pip install -e .)")
+    exe = scjepa_exe()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
     log = tmp_path / "serve.log"
