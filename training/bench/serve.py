@@ -2,18 +2,19 @@
 
     scjepa bench serve --artifact artifacts/msl --json docs/notebook/bench/serve.json
 
-Three measurements, each against its own ceiling measured in the same run:
+Four measurements, each against its own ceiling measured in the same run:
 1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
    doing the same writes (one pipeline per request);
-2. scoring: windows/s with hop = window and many streams (POST /ingest?wait=, so each
-   answer carries its window's score: bound by each window's round trip, as many
-   clients as are waiting), and the scorer tier's throughput with the queue never
-   empty (windows queued first, then drained: the figure compared with) the
-   artifact's standalone throughput in the service's own runtime
+2. the scorer tier's throughput with the queue never empty (windows queued first, then
+   drained) vs the artifact's standalone throughput in the service's own runtime
    (service/inference.py: same batch size, threads and onnxruntime calls per batch),
    without HTTP or Redis;
-3. GET /risk latency p50/p99 at a fixed request rate while (2) runs, saturated and at
-   --scoring-fraction of it.
+3. scoring end to end: windows/s with hop = window and many streams (POST
+   /ingest?wait=, so each answer carries its window's score: bound by each window's
+   round trip, as many clients as are waiting);
+4. GET /risk latency p50/p99 at a fixed request rate while (3) runs, and while windows
+   are scored at --scoring-fraction of the capacity: the lower of (2) and (3), i.e.
+   what the API passes through or what the scorer tier scores, whichever is less.
 With ``--roles split`` (the default) the service runs as the deployment does: an API
 process (``--role api``) and a scorer process (``--role scorer``, ``nice``d by
 --scorer-nice); ``--roles all`` runs both in one process (the embedded case).
@@ -637,14 +638,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="windows/s of the fixed-rate scoring load under which GET /risk is "
-        "measured (default: --scoring-fraction of the saturated throughput)",
+        "measured (default: --scoring-fraction of the capacity)",
     )
     p.add_argument(
         "--scoring-fraction",
         type=float,
         default=0.6,
-        help="fixed-rate scoring load as a fraction of the saturated scoring "
-        "throughput measured in the same run",
+        help="fixed-rate scoring load as a fraction of the capacity measured in the "
+        "same run: the lower of the saturated end-to-end rate and the scorer tier's "
+        "drain rate",
     )
     p.add_argument(
         "--threads",
@@ -760,9 +762,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-        # 2 + 3. scoring (hop = window: each request of a window's readings completes
-        #    a window), saturated, then at a fixed rate; GET /risk at a fixed rate
-        #    during each, from a separate process.
+        # 2-4: hop = window, so each request of a window's readings completes a window
         bodies = make_bodies(args.streams, w, args.streams + n, v, seed=2)
         chunk_tokens = int(
             base_env.get("SCJEPA_CPU_CHUNK_TOKENS", "") or CPU_CHUNK_TOKENS
@@ -779,6 +779,20 @@ def run(args: argparse.Namespace) -> int:
         )
         before_alone, per_call = standalone()
 
+        # 2. the scorer tier's throughput with the queue never empty (no client waits
+        #    on a window): the figure compared with standalone onnxruntime
+        drain = scorer_drain(
+            args.artifact,
+            redis_url,
+            base_env | {"SCJEPA_HOP": str(w), "SCJEPA_KEY_PREFIX": "drain"},
+            make_bodies(args.streams, w, args.drain_windows, v, seed=4),
+            args.concurrency,
+            args.roles,
+            args.scorer_nice,
+        )
+
+        # 3 + 4. scoring, saturated, then at a fixed share of the capacity; GET /risk
+        #    at a fixed rate during each, from a separate process.
         def with_risk(load: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             async def both() -> tuple[dict[str, Any], dict[str, Any]]:
                 task = asyncio.create_task(load)
@@ -807,7 +821,10 @@ def run(args: argparse.Namespace) -> int:
                 "inference_busy_s", 0.0
             ) - before.get("inference_busy_s", 0.0)
 
-            rate = args.scoring_rate or args.scoring_fraction * scored["windows_per_s"]
+            # the service's capacity: the lower of what the API passes through (the
+            # saturated run) and what the scorer tier scores (the drain)
+            capacity = min(scored["windows_per_s"], drain["windows_per_s"])
+            rate = args.scoring_rate or args.scoring_fraction * capacity
             m = max(1, int(rate * (args.risk_seconds + 1.0)))
             fixed_bodies = make_bodies(
                 args.streams, w, m, v, seed=3, start=args.streams + n
@@ -817,19 +834,9 @@ def run(args: argparse.Namespace) -> int:
                 drive_at_rate(url, fixed_bodies, rate, clients)
             )
             fixed |= _delta(batch_stats(metrics_url), after)
-            fixed["fraction_of_saturated"] = rate / max(scored["windows_per_s"], 1e-9)
+            fixed["capacity_windows_per_s"] = capacity
+            fixed["fraction_of_capacity"] = rate / max(capacity, 1e-9)
             fixed["clients"] = clients
-        # 4. the scorer tier's throughput with the queue never empty (no client waits
-        #    on a window): the figure compared with standalone onnxruntime
-        drain = scorer_drain(
-            args.artifact,
-            redis_url,
-            base_env | {"SCJEPA_HOP": str(w), "SCJEPA_KEY_PREFIX": "drain"},
-            make_bodies(args.streams, w, args.drain_windows, v, seed=4),
-            args.concurrency,
-            args.roles,
-            args.scorer_nice,
-        )
         after_alone, _ = standalone()
         # the machine is shared: the ceiling is the mean of runs before and after
         alone = (before_alone + after_alone) / 2
@@ -854,7 +861,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
         print(
-            f"GET /risk at {risk_fixed['achieved_rate']:.0f}/s during scoring at {rate:.1f} windows/s ({fixed['fraction_of_saturated']:.0%} of saturated; achieved {fixed['windows_per_s']:.1f}, max lag {fixed['max_lag_ms']:.0f} ms): p50 {risk_fixed['p50_ms']:.2f} ms, p99 {risk_fixed['p99_ms']:.2f} ms, errors {risk_fixed['errors']}",
+            f"GET /risk at {risk_fixed['achieved_rate']:.0f}/s during scoring at {rate:.1f} windows/s ({fixed['fraction_of_capacity']:.0%} of capacity {fixed['capacity_windows_per_s']:.1f}; achieved {fixed['windows_per_s']:.1f}, max lag {fixed['max_lag_ms']:.0f} ms): p50 {risk_fixed['p50_ms']:.2f} ms, p99 {risk_fixed['p99_ms']:.2f} ms, errors {risk_fixed['errors']}",
             flush=True,
         )
     print(
