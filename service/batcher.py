@@ -1,10 +1,12 @@
 """Micro-batching: windows from many streams and requests go to onnxruntime together.
 
 Callers ``await batcher.score(windows)``; one worker task takes every submission queued
-(up to ``max_batch`` windows), runs the model once in a worker thread (the event loop
-keeps serving) and hands each caller its slice of the result. While one batch runs the
-next one fills, so batches grow with load and a lone request waits for nothing;
-``max_wait_s > 0`` additionally holds a batch that long for more windows.
+(up to ``max_batch`` windows), has the model score them once and hands each caller its
+slice of the result. The model runs in a worker thread (``score``, a plain function) or
+wherever an ``infer`` coroutine sends it (a child process: service/infer_process.py);
+the event loop keeps serving either way. While ``in_flight`` batches run the next one
+fills, so batches grow with load and a lone request waits for nothing; ``max_wait_s >
+0`` additionally holds a batch that long for more windows.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -53,28 +55,56 @@ def inference_executor(nice: int = 0) -> ThreadPoolExecutor:
 class Batcher:
     def __init__(
         self,
-        score: Callable[[np.ndarray], Scores],
+        score: Callable[[np.ndarray], Scores] | None = None,
         *,
         max_batch: int,
         max_wait_s: float,
         executor: ThreadPoolExecutor | None = None,
+        infer: Callable[[np.ndarray], Awaitable[Scores]] | None = None,
+        in_flight: int = 1,
     ) -> None:
-        self._score = score
+        """``score`` runs on ``executor`` (one thread by default); or ``infer`` is
+        awaited, ``in_flight`` batches at a time (> 1: the next batch is queued on the
+        model while the last one's results are handed out)."""
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
+        self.in_flight = in_flight
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._executor = executor or inference_executor()
+        self._executor: ThreadPoolExecutor | None = None
+        if infer is None:
+            if score is None:
+                raise ValueError("a batcher needs score or infer")
+            self._executor = executor or inference_executor()
+            infer = self._threaded(score, self._executor)
+        self._infer = infer
         self._task: asyncio.Task[None] | None = None
+        self._batches: set[asyncio.Task[None]] = set()
+
+    @staticmethod
+    def _threaded(
+        score: Callable[[np.ndarray], Scores], executor: ThreadPoolExecutor
+    ) -> Callable[[np.ndarray], Awaitable[Scores]]:
+        async def infer(batch: np.ndarray) -> Scores:
+            start = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            out = await loop.run_in_executor(executor, score, batch)
+            metrics.INFERENCE_LATENCY.observe(time.perf_counter() - start)
+            return out
+
+        return infer
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="scjepa-batcher")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        tasks = [t for t in (self._task, *self._batches) if t is not None]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        self._executor.shutdown(wait=True)
+                await t
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
     @property
     def running(self) -> bool:
@@ -107,23 +137,40 @@ class Batcher:
         return jobs
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        free = asyncio.Semaphore(self.in_flight)
         while True:
-            jobs = await self._collect()
-            start = time.perf_counter()
+            await free.acquire()
             try:
-                batch = np.concatenate([w for w, _ in jobs])
-                out = await loop.run_in_executor(self._executor, self._score, batch)
-            except Exception as e:  # hand the failure to every waiting caller
-                for _, fut in jobs:
-                    if not fut.done():
-                        fut.set_exception(e)
-                continue
-            metrics.INFERENCE_LATENCY.observe(time.perf_counter() - start)
-            metrics.BATCH_SIZE.observe(len(batch))
-            i = 0
-            for w, fut in jobs:
-                k = len(w)
+                jobs = await self._collect()
+            except BaseException:
+                free.release()
+                raise
+            task = asyncio.create_task(self._batch(jobs))
+            self._batches.add(task)
+
+            def done(t: asyncio.Task[None]) -> None:
+                self._batches.discard(t)
+                free.release()
+
+            task.add_done_callback(done)
+
+    async def _batch(self, jobs: list[Job]) -> None:
+        try:
+            batch = np.concatenate([w for w, _ in jobs])
+            out = await self._infer(batch)
+        except Exception as e:  # hand the failure to every waiting caller
+            for _, fut in jobs:
                 if not fut.done():
-                    fut.set_result(out.rows(i, i + k))
-                i += k
+                    fut.set_exception(e)
+            return
+        except asyncio.CancelledError:
+            for _, fut in jobs:
+                fut.cancel()
+            raise
+        metrics.BATCH_SIZE.observe(len(batch))
+        i = 0
+        for w, fut in jobs:
+            k = len(w)
+            if not fut.done():
+                fut.set_result(out.rows(i, i + k))
+            i += k

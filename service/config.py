@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     claim_timeout_s: Annotated[float, Field(gt=0)] = 30.0
     # queue readers per scorer process (one reads while the other's batch scores)
     scorer_concurrency: Annotated[int, Field(ge=1, le=64)] = 2
+    # where a scorer runs onnxruntime: process = a child process of its own (no GIL
+    # shared with the event loop; restarted if it dies), thread = an inference thread
+    # of this process; auto = process for role scorer, thread for role all
+    infer_in: Literal["auto", "process", "thread"] = "auto"
     # POST /ingest?wait=S waits at most S seconds for its windows' scores; the bound
     max_ingest_wait_s: Annotated[float, Field(ge=0)] = 60.0
     # out-of-order arrival: readings up to this many seconds older than the stream's

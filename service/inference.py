@@ -2,7 +2,7 @@
 
 Knows numpy and onnxruntime only (no FastAPI, no PyTorch), so it is tested without HTTP:
 
-    model = load_model(Path("artifacts/msl"), provider="auto")
+    model = load_model(Path("artifacts/msl"), provider="auto")  # an OnnxModel
     scores = model.score(windows)  # (B, window, V) float32 -> risk (B,), contrib (B, V), codes
 """
 
@@ -94,6 +94,33 @@ def validate_windows(x: np.ndarray, window: int, n_channels: int) -> np.ndarray:
 
 
 class Model:
+    """What the service knows of a loaded artifact: its manifest, the provider actually
+    running it, the precision and how a batch is split into runs. Scored by
+    :class:`OnnxModel` in this process, or by a child process of its own
+    (service/infer_process.py) that owns the onnxruntime session."""
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        *,
+        provider: str,
+        precision: Literal["fp32", "int8", "fp16"],
+        max_batch: int,
+        run_size: int,
+        parallel_runs: int = 1,
+    ) -> None:
+        self.manifest = manifest
+        self.precision = precision
+        self.max_batch = max_batch
+        self.provider = provider  # the ACTIVE one
+        self.window = manifest.window
+        self.n_channels = manifest.n_channels
+        self.run_size = run_size
+        self.parallel_runs = parallel_runs  # CPU runs of one batch side by side
+        self.warmed = False
+
+
+class OnnxModel(Model):
     """One loaded artifact: the session, its manifest and the provider actually running it.
 
     On the CPU a batch runs in chunks of ``run_size`` windows (see :func:`run_size`).
@@ -116,23 +143,23 @@ class Model:
         serial: ort.InferenceSession | None = None,
         parallel_runs: int = 1,
     ) -> None:
+        provider: str = session.get_providers()[0]  # the ACTIVE one
+        super().__init__(
+            manifest,
+            provider=provider,
+            precision=precision,
+            max_batch=max_batch,
+            run_size=run_size(manifest, provider, max_batch, cpu_chunk_tokens),
+            parallel_runs=parallel_runs if serial is not None else 1,
+        )
         self.session = session
-        self.manifest = manifest
-        self.precision = precision
-        self.max_batch = max_batch
-        self.provider: str = session.get_providers()[0]  # the ACTIVE one
-        self.window = manifest.window
-        self.n_channels = manifest.n_channels
-        self.run_size = run_size(manifest, self.provider, max_batch, cpu_chunk_tokens)
         self.serial = serial
-        self.parallel_runs = parallel_runs if serial is not None else 1
         # threads start on first use, from the scoring thread: they inherit its nice
         self._pool = (
             ThreadPoolExecutor(self.parallel_runs, thread_name_prefix="scjepa-chunk")
             if self.parallel_runs > 1
             else None
         )
-        self.warmed = False
         self._check_graph()
 
     def _check_graph(self) -> None:
@@ -270,7 +297,7 @@ def load_model(
     inter_op_threads: int = 1,
     max_batch: int = 64,
     cpu_chunk_tokens: int = CPU_CHUNK_TOKENS,
-) -> Model:
+) -> OnnxModel:
     """Open an artifact folder; raises :class:`ArtifactError` naming the failed check.
 
     ``precision="int8"`` loads ``model.int8.onnx`` (for the CPU) and ``"fp16"`` loads
@@ -324,7 +351,7 @@ def load_model(
         raise ArtifactError(f"provider 'cuda' requested but {active} is active")
     if CUDA in wanted and active != CUDA:
         log.warning("CUDA requested but inactive after loading; running on %s", active)
-    return Model(
+    return OnnxModel(
         session,
         manifest,
         precision=precision,

@@ -14,17 +14,16 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 from fastapi import FastAPI
 
 from service import alerting, auth, metrics, middleware, sched
-from service.batcher import Batcher, inference_executor
+from service.batcher import Batcher
 from service.config import Settings
 from service.handlers import Door
 from service.inference import Model
-from service.reload import ModelSlot, load_checked
+from service.reload import ModelSlot
 from service.routes import docs, health, ingest, models, risk, ui
 from service.schemas import IngestRequest
 from service.scoring import FLOAT32_MAX, Scorer
@@ -40,19 +39,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # the model is loaded and warmed on the inference thread, so that onnxruntime's
-        # threads inherit its priority and slice (batcher.inference_executor)
         loop_slice = sched.set_slice_us(settings.loop_slice_us)
         log.info(
-            "CPU slices: event loop %s, inference thread kernel default",
+            "CPU slices: event loop %s, inference kernel default",
             sched.describe(settings.loop_slice_us, loop_slice),
         )
-        executor = inference_executor(settings.infer_nice)
         loop = asyncio.get_running_loop()
-        # loaded, warmed and checked as a hot reload's model is (service/reload.py)
-        model = await loop.run_in_executor(
-            executor, partial(load_checked, settings, None)
+        role = settings.role
+
+        def swapped(new: Model) -> None:
+            app.state.model = new
+
+        # loaded, warmed and checked as a hot reload's model is (service/reload.py):
+        # in a child process of its own, or on the inference thread (so onnxruntime's
+        # threads inherit its priority and slice: batcher.inference_executor)
+        slot = await ModelSlot.open(
+            settings, in_process=not uses_child(settings), on_swap=swapped
         )
+        model = slot.current
         m = model.manifest
         metrics.PROVIDER.info(
             {
@@ -62,8 +66,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "precision": model.precision,
             }
         )
-        log.info("loaded %s %s on %s", m.name, m.version, model.provider)
-        role = settings.role
+        where = f"process {slot.child.pid}" if slot.child else "this process"
+        log.info("loaded %s %s on %s (%s)", m.name, m.version, model.provider, where)
         store = make_store(
             settings.redis_url,
             prefix=settings.key_prefix,
@@ -77,20 +81,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             on_layout_change=settings.layout_change,
             lateness_s=settings.allowed_lateness_s,
         )
-
-        def swapped(new: Model) -> None:
-            app.state.model = new
-
-        slot = ModelSlot(model, settings, executor, on_swap=swapped)
         bus = ScoredBus()  # this process's ?wait= calls, woken by scored windows
         batcher: Batcher | None = None
         worker: ScoringWorker | None = None
         if role != "api":  # this process scores the queued windows
             batcher = Batcher(
-                slot.score,  # reads the current model once per micro-batch
+                infer=slot.score,  # reads the current model once per micro-batch
                 max_batch=settings.max_batch,
                 max_wait_s=settings.max_wait_ms / 1000,
-                executor=executor,
+                # a child process: the next batch waits in its socket while the last
+                # one's scores are unpacked (it never idles on this process's GIL)
+                in_flight=2 if slot.child is not None else 1,
             )
             batcher.start()
             worker = ScoringWorker(lambda: slot.current, store, batcher, settings, bus)
@@ -138,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         await close()
             if batcher is not None:
                 await batcher.stop()
-            slot.close()
+            await slot.close()
             await store.close()
 
     app = FastAPI(
@@ -162,6 +163,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(r)
     _document_bodies(app)
     return app
+
+
+def uses_child(settings: Settings) -> bool:
+    """Whether onnxruntime runs in a child process (``SCJEPA_INFER_IN``): auto = for
+    role scorer only. Role api scores nothing: its model only describes the layout."""
+    if settings.role == "api":
+        return False
+    if settings.infer_in == "auto":
+        return settings.role == "scorer"
+    return settings.infer_in == "process"
 
 
 def _document_values(reading: dict[str, Any], n_channels: int) -> None:

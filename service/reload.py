@@ -1,9 +1,12 @@
 """Hot model reload: the artifact folder (``SCJEPA_ARTIFACT``) is read again, checked,
 warmed and swapped in atomically, while the old model keeps serving.
 
-Triggered by POST /admin/reload (an @admin key) or SIGHUP. The new model is loaded on
-a thread of its own (same nice and CPU slice as the inference thread, kept for the next
-reload), so scoring goes on meanwhile. Refused, with the old model still serving and the reason reported (log,
+Triggered by POST /admin/reload (an @admin key) or SIGHUP. Where inference runs in a
+child process (service/infer_process.py) the new model is loaded by a new child, and
+the old child is stopped once the batches it holds are scored; otherwise it is loaded
+on a thread of its own (same nice and CPU slice as the inference thread, kept for the
+next reload). Either way scoring goes on meanwhile. Refused, with the old model still
+serving and the reason reported (log,
 ``scjepa_reloads_total{what="model",outcome="failed"}``, the reload status on
 GET /admin/reload and GET /models), when:
 
@@ -13,9 +16,10 @@ GET /admin/reload and GET /models), when:
   buffered rows of the old layout: that change needs a restart);
 - a warm-up batch scores anything but finite risks in [0, 1] or the wrong shapes.
 
-The swap is one reference assignment on the event loop; the inference thread reads the
-reference once per micro-batch, so every batch is scored by one model, and each risk
-record names the model that scored it (``model.version``).
+The swap is one reference assignment on the event loop; :meth:`ModelSlot.score` reads
+the reference once per micro-batch, so every batch is scored by one model, and each
+risk record names the model that scored it (``model.version``). A child process that
+dies is replaced the same way (the artifact read again, as a restart would).
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ import numpy as np
 from service import metrics
 from service.batcher import inference_executor
 from service.config import Settings
-from service.inference import Model, Scores, load_model
+from service.infer_process import InferenceProcess, InferenceUnavailable
+from service.inference import Model, OnnxModel, Scores, load_model
 from service.manifest import ArtifactError, now_utc
 from service.schemas import ModelRef, ReloadStatus
 
@@ -55,7 +60,7 @@ def ref(model: Model) -> ModelRef:
     return ModelRef(name=model.manifest.name, version=model.manifest.version)
 
 
-def load_checked(settings: Settings, current: Model | None) -> Model:
+def load_checked(settings: Settings, current: Model | None) -> OnnxModel:
     """Load, check and warm the artifact in ``settings.artifact``; raises
     :class:`ArtifactError` naming the check that failed."""
     model = load_model(
@@ -69,14 +74,7 @@ def load_checked(settings: Settings, current: Model | None) -> Model:
     )
     try:
         if current is not None:
-            old, new = current.manifest, model.manifest
-            for what in ("window", "n_channels", "channels"):
-                a, b = getattr(old, what), getattr(new, what)
-                if a != b:
-                    raise ArtifactError(
-                        f"the new model's {what} is {b}, the loaded one's {a}: streams "
-                        "hold readings of the old layout (restart to change it)"
-                    )
+            same_layout(current, model)
         model.warmup()
         rng = np.random.default_rng(1)
         x = rng.standard_normal((3, model.window, model.n_channels))
@@ -85,6 +83,18 @@ def load_checked(settings: Settings, current: Model | None) -> Model:
         model.close()
         raise
     return model
+
+
+def same_layout(current: Model, new: Model) -> None:
+    """Raise :class:`ArtifactError` if ``new`` reads windows of another layout."""
+    old, m = current.manifest, new.manifest
+    for what in ("window", "n_channels", "channels"):
+        a, b = getattr(old, what), getattr(m, what)
+        if a != b:
+            raise ArtifactError(
+                f"the new model's {what} is {b}, the loaded one's {a}: streams "
+                "hold readings of the old layout (restart to change it)"
+            )
 
 
 def check(scores: Scores, n: int, channels: int) -> None:
@@ -99,24 +109,55 @@ def check(scores: Scores, n: int, channels: int) -> None:
 
 
 class ModelSlot:
-    """The model in service; :meth:`reload` swaps it. ``score`` is what the batcher
-    calls (on the inference thread): it reads the current model once per batch."""
+    """The model in service; :meth:`reload` swaps it and :meth:`score` is what the
+    micro-batcher awaits. ``current`` describes the model (manifest, provider) for
+    records and readers. Scoring runs either on this process's inference thread
+    (``executor``, the model an :class:`OnnxModel`) or in a child process
+    (``child``, service/infer_process.py), restarted when it dies."""
 
     def __init__(
         self,
-        model: Model,
         settings: Settings,
-        executor: ThreadPoolExecutor,
+        *,
+        local: OnnxModel | None = None,
+        executor: ThreadPoolExecutor | None = None,
+        child: InferenceProcess | None = None,
         on_swap: Callable[[Model], None] | None = None,
     ) -> None:
+        model: Model | None = child.model if child is not None else local
+        if model is None or (local is not None and executor is None):
+            raise ValueError("a slot holds a child process, or a model and its thread")
         self.current = model
+        self.local = local
+        self.child = child
         self.settings = settings
         self.executor = executor  # the inference thread: the old model closes there
         self.on_swap = on_swap
         self.status = ReloadStatus(outcome="none", serving=ref(model))
         self._lock = asyncio.Lock()
+        self._restart = asyncio.Lock()
         self._loading: ThreadPoolExecutor | None = None
         self.log = logging.getLogger(__name__)
+
+    @classmethod
+    async def open(
+        cls,
+        settings: Settings,
+        *,
+        in_process: bool,
+        on_swap: Callable[[Model], None] | None = None,
+    ) -> ModelSlot:
+        """Load, check and warm ``settings.artifact``: on an inference thread of this
+        process (its nice and slice: batcher.inference_executor) or, ``in_process``
+        false, in a child process of its own."""
+        if not in_process:
+            child = await InferenceProcess.start(settings)
+            return cls(settings, child=child, on_swap=on_swap)
+        executor = inference_executor(settings.infer_nice)
+        local = await asyncio.get_running_loop().run_in_executor(
+            executor, partial(load_checked, settings, None)
+        )
+        return cls(settings, local=local, executor=executor, on_swap=on_swap)
 
     def _loader(self) -> ThreadPoolExecutor:
         """One thread, kept for every reload, loads the new models (same nice and
@@ -125,12 +166,76 @@ class ModelSlot:
             self._loading = inference_executor(self.settings.infer_nice)
         return self._loading
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self._loading is not None:
             self._loading.shutdown(wait=False)
+        if self.child is not None:
+            await self.child.close()
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
 
-    def score(self, windows: np.ndarray) -> Scores:
-        return self.current.score(windows)
+    async def score(self, windows: np.ndarray) -> Scores:
+        """Score one micro-batch with the model in service now (read once per batch).
+        Raises :class:`InferenceUnavailable` when the child process died holding it,
+        after a new child was started (or failed to start)."""
+        child = self.child
+        if child is None:
+            local = self.local
+            assert local is not None and self.executor is not None
+            start = time.perf_counter()
+            loop = asyncio.get_running_loop()
+            out = await loop.run_in_executor(self.executor, local.score, windows)
+            metrics.INFERENCE_LATENCY.observe(time.perf_counter() - start)
+            return out
+        try:
+            return await child.score(windows)
+        except InferenceUnavailable:
+            await self._revive(child)
+            raise
+
+    async def _revive(self, dead: InferenceProcess) -> None:
+        """Start a child in place of ``dead`` (once, however many batches it failed);
+        the artifact is loaded again as a restarted process would."""
+        async with self._restart:
+            if self.child is not dead:  # replaced already (or by a reload)
+                return
+            self.log.error("inference process %s died; starting a new one", dead.pid)
+            try:
+                new = await InferenceProcess.start(self.settings)
+                same_layout(self.current, new.model)
+            except Exception as e:  # tried again on the next batch; not ready till then
+                self.current.warmed = False
+                metrics.RELOADS.labels(what="inference_process", outcome="failed").inc()
+                self.log.error("inference process could not be restarted: %s", e)
+                return
+            metrics.RELOADS.labels(what="inference_process", outcome="ok").inc()
+            self._swap(new.model, child=new)
+            await dead.close(timeout=1.0)
+
+    def _swap(
+        self,
+        model: Model,
+        *,
+        local: OnnxModel | None = None,
+        child: InferenceProcess | None = None,
+    ) -> None:
+        self.current, self.local, self.child = model, local, child
+        if self.on_swap is not None:
+            self.on_swap(model)
+
+    async def _load(self) -> tuple[Model, OnnxModel | None, InferenceProcess | None]:
+        if self.child is not None:
+            child = await InferenceProcess.start(self.settings)
+            try:
+                same_layout(self.current, child.model)
+            except ArtifactError:
+                await child.close()
+                raise
+            return child.model, None, child
+        local = await asyncio.get_running_loop().run_in_executor(
+            self._loader(), partial(load_checked, self.settings, self.current)
+        )
+        return local, local, None
 
     async def reload(self) -> ReloadStatus:
         """Load, check, warm and swap; the status says what happened. Raises
@@ -140,11 +245,9 @@ class ModelSlot:
         async with self._lock:
             loop = asyncio.get_running_loop()
             started, at = time.perf_counter(), now_utc()
-            old = self.current
+            old, old_local, old_child = self.current, self.local, self.child
             try:
-                new = await loop.run_in_executor(
-                    self._loader(), partial(load_checked, self.settings, old)
-                )
+                new, local, child = await self._load()
             except Exception as e:  # onnxruntime and numpy raise their own types
                 error = str(e) if isinstance(e, ArtifactError) else repr(e)
                 self.status = ReloadStatus(
@@ -162,16 +265,18 @@ class ModelSlot:
                     error,
                 )
                 return self.status
-            self.current = new  # the next micro-batch is scored by the new model
-            if self.on_swap is not None:
-                self.on_swap(new)
+            self._swap(new, local=local, child=child)  # scores the next micro-batch
             previous, was = ref(old), f"{old.manifest.name} {old.manifest.version}"
-            # after any batch the old model is running now (one inference thread);
-            # then, its last reference gone, its memory goes back to the system
-            retired = loop.run_in_executor(self.executor, old.close)
             del old
-            await retired
-            await loop.run_in_executor(self.executor, release_memory)
+            if old_child is not None:  # after the batches it holds
+                await old_child.close()
+            elif old_local is not None and self.executor is not None:
+                # after any batch the old model is running now (one inference
+                # thread); then, its last reference gone, its memory goes back
+                retired = loop.run_in_executor(self.executor, old_local.close)
+                del old_local
+                await retired
+                await loop.run_in_executor(self.executor, release_memory)
             m = new.manifest
             metrics.PROVIDER.info(
                 {

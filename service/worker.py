@@ -29,6 +29,7 @@ import numpy as np
 from service import metrics
 from service.batcher import Batcher
 from service.config import Settings
+from service.infer_process import InferenceUnavailable
 from service.inference import Model, Scores, WindowError
 from service.manifest import now_utc
 from service.schemas import ChannelShare, ModelRef, RiskRecord
@@ -215,6 +216,10 @@ class ScoringWorker:
                 log.warning("scorer: store unavailable: %s", e)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 1.0)
+            except InferenceUnavailable as e:  # the items stay pending: claimed later
+                log.warning("scorer: windows left pending: %s", e)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     async def _claim(self) -> None:
         """Take over what a dead scorer left pending, every half timeout."""
@@ -228,8 +233,8 @@ class ScoringWorker:
                     metrics.WINDOWS_CLAIMED.inc(len(items))
                     log.info("scorer: claimed %d windows left pending", len(items))
                     await self.process(items)
-            except StoreUnavailable as e:
-                log.warning("scorer: store unavailable: %s", e)
+            except (StoreUnavailable, InferenceUnavailable) as e:
+                log.warning("scorer: %s", e)
 
     async def _gauges(self) -> None:
         while not self._stopping:
@@ -239,7 +244,8 @@ class ScoringWorker:
 
     async def process(self, items: list[WorkItem]) -> None:
         """Score ``items``, write their records, acknowledge them, tell listeners.
-        Raises StoreUnavailable with the items left pending (claimed later).
+        Raises StoreUnavailable or InferenceUnavailable (the inference process died
+        holding them) with the items not written left pending (claimed later).
 
         A read may bring more than a batch (COUNT applies per partition): it goes to
         the micro-batcher in batches of ``max_batch``, all submitted at once, each
@@ -250,9 +256,13 @@ class ScoringWorker:
         if len(items) <= size:
             await self._process(items)
             return
-        await asyncio.gather(
-            *(self._process(items[a : a + size]) for a in range(0, len(items), size))
+        outcomes = await asyncio.gather(
+            *(self._process(items[a : a + size]) for a in range(0, len(items), size)),
+            return_exceptions=True,
         )
+        for e in outcomes:  # every batch done or failed: the first failure
+            if isinstance(e, BaseException):
+                raise e
 
     async def _process(self, items: list[WorkItem]) -> None:
         start = time.perf_counter()

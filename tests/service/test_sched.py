@@ -131,4 +131,6 @@ def test_infer_nice_is_relative_to_a_niced_parent() -> None:
         ["nice", "-n", "10", sys.executable, "-c", code],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    assert [int(x) for x in out] == [10, 15, 10, 19]
+    base = min(19, os.nice(0) + 10)  # the tests may run niced themselves
+    want = [base, min(19, base + 5), base, min(19, base + 15)]
+    assert [int(x) for x in out] == want
