@@ -703,6 +703,13 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
     return {"batches": batches, "mean_batch": size / batches}
 
 
+def _autogroup() -> int | None:
+    try:
+        return int(Path("/proc/sys/kernel/sched_autogroup_enabled").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _cpu_model() -> str:
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -723,6 +730,9 @@ def run(args: argparse.Namespace) -> int:
         "cpu": _cpu_model(),
         "roles": args.roles,
         "load_before": os.getloadavg(),
+        # 1: the kernel shares CPU between sessions first, so nice acts only between
+        # this bench's own processes, not against other sessions' (niced) jobs
+        "sched_autogroup": _autogroup(),
         "args": {k: str(x) for k, x in vars(args).items()},
     }
     base_env = {
