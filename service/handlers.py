@@ -36,6 +36,7 @@ JSON = "application/json"
 AUTH_DETAIL = "missing or unknown X-API-Key"
 AUTH_HEADERS = (("WWW-Authenticate", "X-API-Key"),)
 _STREAM = re.compile(STREAM_PATTERN)
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _STREAM_NAME = TypeAdapter(StreamName)  # only to word a refusal as FastAPI would
 
 
@@ -239,14 +240,13 @@ def stream_errors(stream: str) -> list[dict[str, Any]]:
 
 def wait_of(query: bytes, limit: float) -> float | Reply:
     """The ``wait`` query parameter of POST /ingest: seconds in [0, limit], 0 absent;
-    else the 422 naming it."""
-    values = parse_qs(query.decode("latin-1")).get("wait")
+    else the 422 naming it. A number as JSON writes one: an empty value, blanks,
+    ``inf``, ``1_0`` or digits other than ASCII ones are refused, not read by
+    Python's lenient ``float()``."""
+    values = parse_qs(query.decode("latin-1"), keep_blank_values=True).get("wait")
     if not values:
         return 0.0
-    try:
-        wait = float(values[0])
-    except ValueError:
-        wait = math.nan
+    wait = float(values[0]) if _NUMBER.fullmatch(values[0]) else math.nan
     if not 0 <= wait <= limit:  # NaN fails too
         return invalid(
             [

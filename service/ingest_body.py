@@ -1,23 +1,36 @@
 """POST /ingest bodies, parsed and validated in one pass with no model object per reading.
 
-The schema is :class:`service.schemas.IngestRequest`. A plain body is validated from the
-raw bytes against plain-dict twins of its fields (``TypedDict``s, same types and
-constraints), because a ``Reading`` object per reading costs about as much as parsing
-the JSON; anything else goes to ``IngestRequest`` itself, so every error is the model's.
+The schema is :class:`service.schemas.IngestRequest`. Three tries, the cheapest first,
+each accepting only what the schema accepts: the usual one-stream body, decoded by
+orjson and checked by hand (:func:`_one_stream`: a third of the cost of the next);
+a plain body validated from the raw bytes against plain-dict twins of the schema's
+fields (``TypedDict``s, same types and constraints), because a ``Reading`` object per
+reading costs about as much as parsing the JSON; anything else goes to
+``IngestRequest`` itself, so every error is the model's.
 """
 
 from __future__ import annotations
 
 import json
-from itertools import pairwise
+import math
+import re
+from itertools import chain, pairwise
+from operator import itemgetter
 from typing import Annotated, Any, NamedTuple
 
+import orjson
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from typing_extensions import TypedDict
 
-from service.schemas import FORBID, IngestRequest, Number, StreamName
+from service.schemas import (
+    FORBID,
+    STREAM_PATTERN,
+    IngestRequest,
+    Number,
+    StreamName,
+)
 
 
 class StreamBody(NamedTuple):
@@ -53,6 +66,47 @@ _PLAIN = TypeAdapter(_Body)
 
 def _increasing(ts: list[float]) -> bool:
     return all(a < b for a, b in pairwise(ts))
+
+
+_STREAM = re.compile(STREAM_PATTERN)
+_NUMBER = {float, int}  # a JSON number as orjson decodes it (bool is another type)
+_VALUE = {float, int, type(None)}
+_ONE = {"stream", "readings"}
+_TS, _VALUES = itemgetter("ts"), itemgetter("values")
+
+
+def _one_stream(body: bytes) -> list[StreamBody] | None:
+    """``{"stream": ..., "readings": [{"ts": ..., "values": [...]}, ...]}`` with every
+    field as the schema wants it (ts a finite number >= 0, increasing; values a
+    non-empty list of numbers or nulls), else None: the next try decides. orjson
+    refuses what the schema would also refuse (NaN, infinities, numbers that overflow
+    a double) or sends it on; types are compared exactly (``True`` is no number)."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(obj) is not dict or obj.keys() != _ONE:
+        return None
+    name, readings = obj["stream"], obj["readings"]
+    if type(name) is not str or _STREAM.fullmatch(name) is None:
+        return None
+    if type(readings) is not list or not readings:
+        return None
+    try:
+        ts, rows = list(map(_TS, readings)), list(map(_VALUES, readings))
+    except (TypeError, KeyError):  # a reading that is no object, or lacks a field
+        return None
+    if set(map(type, readings)) != {dict} or sum(map(len, readings)) != 2 * len(ts):
+        return None  # a reading with another field
+    if set(map(type, rows)) != {list} or min(map(len, rows)) == 0:
+        return None
+    if not set(map(type, ts)) <= _NUMBER:
+        return None
+    if not set(map(type, chain.from_iterable(rows))) <= _VALUE:
+        return None
+    if not (ts[0] >= 0 and math.isfinite(ts[-1]) and _increasing(ts)):
+        return None
+    return [StreamBody(name, ts, rows)]
 
 
 def _plain(body: bytes) -> tuple[list[StreamBody], bool] | None:
@@ -151,4 +205,7 @@ def _by_model(body: bytes) -> tuple[list[StreamBody], bool]:
 def parse_ingest(body: bytes) -> tuple[list[StreamBody], bool]:
     """The streams of a POST /ingest body and whether it used the ``streams`` form;
     raises :class:`RequestValidationError` (422) naming the field."""
+    one = _one_stream(body)
+    if one is not None:
+        return one, False
     return _plain(body) or _by_model(body)

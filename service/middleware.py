@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -35,6 +36,10 @@ class TimingAndLimits:
     def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        # (method, route template, status) -> its REQUEST_LATENCY child; bounded: the
+        # templates and statuses are few, and the methods are the server's (uvicorn
+        # answers an unknown one itself)
+        self.latency: dict[tuple[str, str, int], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -74,9 +79,13 @@ class TimingAndLimits:
         finally:
             took = time.perf_counter() - start
             route = route_of(scope, root_path)
-            metrics.REQUEST_LATENCY.labels(
-                method=scope["method"], route=route, status=str(code)
-            ).observe(took)
+            series = (scope["method"], route, code)
+            latency = self.latency.get(series)
+            if latency is None:  # labels() costs as much as the rest of this
+                latency = self.latency[series] = metrics.REQUEST_LATENCY.labels(
+                    method=scope["method"], route=route, status=str(code)
+                )
+            latency.observe(took)
             state = scope.get("state") or {}
             logs.access(scope["method"], route, code, took, state.get("streams"))
 

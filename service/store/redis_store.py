@@ -18,7 +18,12 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import redis.asyncio as aioredis
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError, RedisError
+from redis.exceptions import (
+    ConnectionError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+)
 from redis.retry import Retry
 
 from service import metrics
@@ -68,11 +73,13 @@ CLUSTER_CONCURRENCY = 64  # script calls in flight at once on a Cluster
 #   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges)
 #   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
 
-# KEYS: rows, seen, state, work, risk. ARGV: window, hop, ttl, horizon, max_queued, row size
-# (V values' bytes), then the readings as three packed strings: ts (one TS each),
-# flags (MISSING or COMPLETE each), values (V VALUEs each); then tenant, stream, the
-# consumer group, the layout the caller's model reads and what to do when the stream
-# was built for another (refuse | fresh), the allowed lateness (seconds; 0 = none). Window arithmetic mirrors completed_ends();
+# KEYS: rows, seen, state, work, risk, pend. ARGV: window, hop, ttl, horizon, max_queued,
+# values' size (V VALUEs' bytes), then the readings as three packed strings: ts (one TS
+# each), flags (MISSING or COMPLETE each), rows (row_dtype: TS then V VALUEs each, as
+# stored); then tenant, stream, the consumer group, the layout the caller's model reads
+# and what to do when the stream was built for another (refuse | fresh), the allowed
+# lateness (seconds; 0 = none), '1' when the timestamps are strictly increasing (else
+# '0'). Window arithmetic mirrors completed_ends();
 # the fill mirrors forward_fill(). Pushes are variadic, in chunks under Lua's unpack()
 # limit. A timestamp at or before the newest is looked up in the packed seen string
 # (binary search): a duplicate if there, else late.
@@ -81,12 +88,14 @@ local rows_k, seen, state, work, risk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS
 local pend = KEYS[6]
 local W, hop, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local horizon, maxq, size = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local ts_b, flags, vals_b = ARGV[7], ARGV[8], ARGV[9]
+local ts_b, flags, rows_b = ARGV[7], ARGV[8], ARGV[9]
+local R = $ts_size + size  -- a row's bytes
 local tenant, stream, group = ARGV[10], ARGV[11], ARGV[12]
 local layout, on_change, L = ARGV[13], ARGV[14], tonumber(ARGV[15])
+local ordered = ARGV[16]
 local built = redis.call('HGET', state, 'layout')
 if built and built ~= layout then
-  if on_change == 'refuse' then return {-1, built} end
+  if on_change == 'refuse' then return 'L ' .. built end
   redis.call('DEL', rows_k, seen, state, risk, pend)  -- 'fresh': the stream starts over
 end
 local n0 = tonumber(redis.call('HGET', state, 'n') or '0')
@@ -120,13 +129,13 @@ if L > 0 then
     elseif wm ~= nil and ts <= wm then late = late + 1
     elseif redis.call('ZCOUNT', pend, ts, ts) > 0 then dup = dup + 1
     else
-      redis.call('ZADD', pend, ts, string.sub(flags, i, i) .. ts_raw ..
-                 string.sub(vals_b, size * (i - 1) + 1, size * i))
+      redis.call('ZADD', pend, ts,
+                 string.sub(flags, i, i) .. string.sub(rows_b, R * (i - 1) + 1, R * i))
       taken = taken + 1
       if max_ts == nil or ts > max_ts then max_ts = ts end
     end
   end
-  local out_ts, out_f, out_v = {}, {}, {}
+  local out_ts, out_f, out_r = {}, {}, {}
   if max_ts ~= nil then
     local cut = string.format('%.17g', max_ts - L)
     local rel = redis.call('ZRANGEBYSCORE', pend, '-inf', cut)
@@ -135,22 +144,36 @@ if L > 0 then
       local m = rel[k]
       out_f[k] = string.sub(m, 1, 1)
       out_ts[k] = string.sub(m, 2, 1 + $ts_size)
-      out_v[k] = string.sub(m, 2 + $ts_size)
+      out_r[k] = string.sub(m, 2)
     end
     redis.call('HSET', state, 'max_ts', string.format('%.17g', max_ts), 'layout', layout)
     redis.call('HSETNX', state, 'n', 0)
     redis.call('EXPIRE', pend, ttl)
     redis.call('EXPIRE', state, ttl)
   end
-  ts_b, flags, vals_b = table.concat(out_ts), table.concat(out_f), table.concat(out_v)
+  ts_b, flags, rows_b = table.concat(out_ts), table.concat(out_f), table.concat(out_r)
 end
-for i = 1, #flags do
+local m = #flags
+-- the common call: timestamps strictly increasing (the caller checked: ARGV[16]) and
+-- all after the newest, no value missing, no lateness. Every reading is new and
+-- stored as sent: no lookup, unpack or fill per reading.
+local fast = ordered == '1' and L == 0 and m > 0
+  and not string.find(flags, '$missing_char', 1, true)
+  and (last_ts == nil or struct.unpack('$ts_format', ts_b) > last_ts)
+if fast then
+  for i = 1, m do
+    new_rows[i] = string.sub(rows_b, R * (i - 1) + 1, R * i)
+  end
+  stamps[1] = ts_b
+  total, last_ts = n0 + m, struct.unpack('$ts_format', ts_b, $ts_size * (m - 1) + 1)
+end
+for i = 1, fast and 0 or m do
   local ts_raw = string.sub(ts_b, $ts_size * (i - 1) + 1, $ts_size * i)
   local ts = struct.unpack('$ts_format', ts_raw)
   if last_ts ~= nil and ts <= last_ts then
     if was_seen(ts) then dup = dup + 1 else late = late + 1 end
   else
-    local vals = string.sub(vals_b, size * (i - 1) + 1, size * i)
+    local vals = string.sub(rows_b, R * (i - 1) + $ts_size + 1, R * i)
     if string.byte(flags, i) == $missing then  -- a value is missing
       if prev == nil then
         local tail = redis.call('LINDEX', rows_k, -1)
@@ -218,12 +241,17 @@ if total > 0 then
 end
 local held = 0
 if L > 0 then held = redis.call('ZCARD', pend) end
-return {taken or (total - n0), dup, late, total, count, queued, shed, held}
+-- one reply line (cheaper to read than an array): the counts, then the queued numbers
+local out = {string.format('%d %d %d %d %d %d %d', taken or (total - n0), dup, late,
+                           total, count, shed, held)}
+for k = 1, #queued do out[k + 1] = string.format('%d', queued[k]) end
+return table.concat(out, ' ')
 """)
 _STRUCT = {"<f8": "<d", "<f4": "<f"}  # numpy's little-endian floats in Lua's struct
 MISSING, COMPLETE = b"1", b"0"  # a reading's flag: has a missing value or not
 APPEND = _APPEND.substitute(
     missing=ord(MISSING),
+    missing_char=MISSING.decode(),
     ts_size=TS.itemsize,
     ts_format=_STRUCT[TS.str],
     value_size=VALUE.itemsize,
@@ -340,10 +368,27 @@ MEMO_MAX = 100_000  # streams remembered as registered, per replica
 
 
 def _pack(values: np.ndarray, ts: np.ndarray) -> list[Any]:
-    """Script arguments for readings: row size, then ts, missing flags, values packed."""
-    x = np.ascontiguousarray(values, dtype=VALUE)
-    flags = np.where(np.isnan(x).any(axis=1), MISSING, COMPLETE).tobytes()
-    return [VALUE.itemsize * x.shape[1], ts.astype(TS).tobytes(), flags, x.tobytes()]
+    """Script arguments for readings: the values' size, then ts, missing flags and the
+    rows (as stored: row_dtype) packed."""
+    rows = np.empty(len(ts), dtype=row_dtype(values.shape[1]))
+    rows["ts"], rows["v"] = ts, values
+    flags = np.where(np.isnan(rows["v"]).any(axis=1), MISSING, COMPLETE).tobytes()
+    size = VALUE.itemsize * values.shape[1]
+    return [size, rows["ts"].tobytes(), flags, rows.tobytes()]
+
+
+def _increasing(ts: np.ndarray) -> bool:
+    return len(ts) < 2 or bool((ts[1:] > ts[:-1]).all())
+
+
+def _resp(parts: Sequence[bytes | str | int | float]) -> bytes:
+    """One command as Redis reads it (RESP): bytes as they are, text as UTF-8,
+    numbers as their decimal text (what redis-py sends)."""
+    out = [b"*%d\r\n" % len(parts)]
+    for p in parts:
+        raw = p if type(p) is bytes else str(p).encode()
+        out += (b"$%d\r\n" % len(raw), raw, b"\r\n")
+    return b"".join(out)
 
 
 def _float(raw: bytes | None) -> float | None:
@@ -360,14 +405,13 @@ def partition(tenant: str, stream: str, partitions: int) -> int:
     return zlib.crc32(f"{tenant}/{stream}".encode()) % partitions
 
 
-def _appended(reply: Any, stream: str, layout: str) -> AppendResult:
-    if reply[0] == -1:
-        raise LayoutChanged(stream, cast(bytes, reply[1]).decode(), layout)
-    accepted, dup, late, total, count, queued, shed, held = reply
-    return AppendResult(
-        int(accepted), int(dup), int(late), int(total), int(count),
-        [int(n) for n in queued], int(shed), int(held),
-    )  # fmt: skip
+def _appended(reply: bytes, stream: str, layout: str) -> AppendResult:
+    """The append script's reply: ``accepted duplicates late total completed shed
+    held`` then the queued window numbers, or ``L <layout>`` (refused: built for it)."""
+    if reply[:2] == b"L ":
+        raise LayoutChanged(stream, reply[2:].decode(), layout)
+    accepted, dup, late, total, count, shed, held, *queued = map(int, reply.split())
+    return AppendResult(accepted, dup, late, total, count, queued, shed, held)
 
 
 def _item(pid: int, entry_id: bytes, fields: dict[bytes, bytes]) -> WorkItem | None:
@@ -440,6 +484,7 @@ class RedisStore(Store):
         self.layout = layout
         self.on_layout_change = on_layout_change
         self.cluster = url.startswith(CLUSTER_SCHEME)
+        self.timeout_s = timeout_s
         self.client: Any = connect(
             url, timeout_s=timeout_s, max_connections=max_connections
         )
@@ -465,6 +510,9 @@ class RedisStore(Store):
         self._channel = f"{prefix}:scored"  # news of scored windows (pub/sub)
         # tenant/stream -> when this replica last registered it
         self._touched: dict[str, float] = {}
+        self._latency: dict[str, Any] = {}  # op -> its STORE_LATENCY child
+        self._free: list[Any] = []  # idle connections of _send
+        self._slots = asyncio.Semaphore(max_connections)
         self._touch_every = min(TOUCH_EVERY_S, ttl_s / 10)
         self._pruned = time.monotonic()
 
@@ -479,14 +527,35 @@ class RedisStore(Store):
         return f"{self.prefix}:{{global}}:{what}"  # one slot, so one script reads both
 
     async def _call(self, op: str, coro: Awaitable[T]) -> T:
+        """One store operation, answered or failed within twice ``timeout_s``: up to
+        ``timeout_s`` waiting for a connection under a burst, as long again for Redis.
+        The client's own calls also time out each socket read and write at
+        ``timeout_s``; the packed calls of :meth:`_send` have this bound only. A call
+        cut short drops its connection: no reply is left for the next user."""
         start = time.perf_counter()
         try:
-            return await coro
-        except (RedisError, OSError) as e:
+            async with asyncio.timeout(2 * self.timeout_s):
+                if self.cluster:  # the slot map first (a flag test once loaded)
+                    await self._cluster_ready(coro)
+                return await coro
+        except (RedisError, OSError) as e:  # TimeoutError is an OSError
             metrics.STORE_ERRORS.labels(op=op).inc()
-            raise StoreUnavailable(f"redis: {e}") from None
+            raise StoreUnavailable(f"redis: {str(e) or 'timed out'}") from None
         finally:
-            metrics.STORE_LATENCY.labels(op=op).observe(time.perf_counter() - start)
+            latency = self._latency.get(op)
+            if latency is None:
+                latency = self._latency[op] = metrics.STORE_LATENCY.labels(op=op)
+            latency.observe(time.perf_counter() - start)
+
+    async def _cluster_ready(self, coro: Awaitable[Any]) -> None:
+        """Load the Cluster's slot map before a command: redis-py routes a command
+        sent before it is known to any node, and past a few MOVED replies resets the
+        connections other calls are using (they fail with an AttributeError: a 500)."""
+        try:
+            await self.client.initialize()
+        except BaseException:
+            getattr(coro, "close", lambda: None)()  # not awaited: no warning
+            raise
 
     def _pipeline(self) -> Any:
         return self.client.pipeline(transaction=False)
@@ -494,22 +563,79 @@ class RedisStore(Store):
     async def _scripts(
         self, calls: list[tuple[Any, list[str], list[Any]]]
     ) -> list[Any]:
-        """Run (script, keys, args) calls: one pipeline (one round trip) on one Redis;
-        on a Cluster, whose pipelines take no scripts, concurrent calls in groups."""
-        if not self.cluster:
-            pipe = self._pipeline()
-            for script, keys, args in calls:
-                await script(keys=keys, args=args, client=pipe)
-            return cast(list[Any], await pipe.execute())
-        out: list[Any] = []
-        for a in range(0, len(calls), CLUSTER_CONCURRENCY):
-            out += await asyncio.gather(
-                *(
-                    script(keys=k, args=v)
-                    for script, k, v in calls[a : a + CLUSTER_CONCURRENCY]
+        """Run (script, keys, args) calls: EVALSHAs written together on one pooled
+        connection (one round trip) on one Redis; on a Cluster, whose pipelines take
+        no scripts, concurrent calls in groups. A script Redis does not know (a
+        restart, SCRIPT FLUSH) is loaded and its calls run again: a NOSCRIPT call ran
+        nothing. The commands are packed here, not by redis-py's command layer, whose
+        per-argument encoding, pipeline and retry wrappers cost several times the
+        packing (redis-py's pipelined scripts also ask SCRIPT EXISTS each time)."""
+        if self.cluster:
+            out: list[Any] = []
+            for a in range(0, len(calls), CLUSTER_CONCURRENCY):
+                out += await asyncio.gather(
+                    *(
+                        script(keys=k, args=v)
+                        for script, k, v in calls[a : a + CLUSTER_CONCURRENCY]
+                    )
                 )
-            )
+            return out
+        packed = [
+            _resp([b"EVALSHA", script.sha.encode(), len(keys), *keys, *args])
+            for script, keys, args in calls
+        ]
+        out = await self._send(packed)
+        again = [i for i, r in enumerate(out) if isinstance(r, NoScriptError)]
+        if again:
+            for script in {id(calls[i][0]): calls[i][0] for i in again}.values():
+                await self._command([b"SCRIPT", b"LOAD", script.script])
+            redo = await self._send([packed[i] for i in again])
+            for i, r in zip(again, redo, strict=True):
+                out[i] = r
+        for r in out:
+            if isinstance(r, Exception):
+                raise r
         return out
+
+    async def _command(self, parts: Sequence[bytes | str | int | float]) -> Any:
+        """One command's reply, by :meth:`_send`; an error reply raised."""
+        (reply,) = await self._send([_resp(parts)])
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    async def _send(self, packed: list[bytes]) -> list[Any]:
+        """Packed commands written at once on one connection; their replies in order,
+        an error reply as its exception. A connection that fails is dropped and the
+        commands sent once more on a fresh one (a stale connection after a Redis
+        restart), as the client's retry does. The connections are the client pool's
+        kind (same URL, handshake, health checks) kept in a free list of this store's:
+        a pool's checkout and return cost a third of a call. A call cut short (its
+        timeout) leaves no reply for the next user: redis-py closes a connection
+        whose send or read is interrupted, and health-checks one whose handshake was."""
+        async with self._slots:  # at most max_connections of them at once
+            conn = self._free.pop() if self._free else self._new_connection()
+            try:
+                return await self._send_on(conn, packed)
+            finally:
+                self._free.append(conn)
+
+    async def _send_on(self, conn: Any, packed: list[bytes]) -> list[Any]:
+        for attempt in (1, 2):
+            try:
+                await conn.send_packed_command(packed)
+                out: list[Any] = []
+                for _ in packed:
+                    try:
+                        out.append(await conn.read_response())
+                    except ResponseError as e:  # the connection reads on
+                        out.append(e)
+                return out
+            except ConnectionError:
+                await conn.disconnect()  # the next send connects again
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     async def register(
         self, tenant: str, streams: list[str], max_streams: int
@@ -526,13 +652,18 @@ class RedisStore(Store):
         cutoff = repr(wall - self.ttl_s)
         keys = [self._tenant(tenant, "names"), self._tenant(tenant, "touched")]
         args: list[str | int] = [repr(wall), cutoff, max_streams, self.ttl_s, *due]
-        refused = {
-            cast(bytes, r).decode()
-            for r in await self._call("register", self._register(keys=keys, args=args))
-        }
+        (names,) = await self._call(
+            "register", self._scripts([(self._register, keys, args)])
+        )
+        refused = {cast(bytes, r).decode() for r in names}
         live = {f"{tenant}/{s}": wall for s in due if s not in refused}
-        if live:
+        if live and self.cluster:  # another slot: the cluster client routes it
             await self._call("touch", self.client.zadd(self._global("streams"), live))
+        elif live:
+            touch: list[bytes | str | int | float] = [b"ZADD", self._global("streams")]
+            for member, score in live.items():
+                touch += (score, member)
+            await self._call("touch", self._command(touch))
             if len(self._touched) > MEMO_MAX:  # bound the memo, not the streams
                 self._touched.clear()
             self._touched.update(dict.fromkeys(live, now))
@@ -574,10 +705,11 @@ class RedisStore(Store):
             args: list[Any] = [window, hop, self.ttl_s, self.dedupe_horizon]
             args += [per_partition, *_pack(values, ts)]
             args += [tenant, stream, GROUP, self.layout, self.on_layout_change]
-            args += [repr(self.lateness_s)]
-            keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state")]
-            keys += [self.work_keys[partition(tenant, stream, self.partitions)]]
-            keys += [self._key(tenant, stream, k) for k in ("risk", "pend")]
+            args += [repr(self.lateness_s), b"1" if _increasing(ts) else b"0"]
+            p = partition(tenant, stream, self.partitions)
+            base = f"{self.prefix}:{{p{p}}}:{tenant}/{stream}:"  # as _key() names them
+            keys = [base + "rows", base + "seen", base + "state", self.work_keys[p]]
+            keys += [base + "risk", base + "pend"]
             calls.append((self._append, keys, args))
         replies = await self._call("append", self._scripts(calls))
         return [
@@ -726,7 +858,7 @@ class RedisStore(Store):
                 out += self._items(reply)
             if not out and block_s > 0:
                 await asyncio.sleep(min(block_s, CLUSTER_POLL_S))
-            return out[:count] if len(out) > count else out
+            return out  # all: each entry read is pending on this consumer now
         streams = dict.fromkeys(self.work_keys, ">")
         block = int(min(block_s, MAX_BLOCK_S) * 1000) or None
         reply = await self._read(
@@ -836,7 +968,19 @@ class RedisStore(Store):
             "ping", self.client.set(self._global("ready"), b"1", px=10_000)
         )
 
+    def _new_connection(self) -> Any:
+        """A connection as the client's pool makes them, without its socket timeout
+        (redis-py runs each timed write in a task of its own, which costs more CPU
+        than the call): _call bounds each call as a whole."""
+        pool = self.client.connection_pool
+        return pool.connection_class(
+            **pool.connection_kwargs | {"socket_timeout": None}
+        )
+
     async def close(self) -> None:
+        for conn in self._free:
+            await conn.disconnect()
+        self._free.clear()
         if self.reader is not self.client:
             await self.reader.aclose()
         await self.client.aclose()

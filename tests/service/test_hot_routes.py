@@ -254,3 +254,19 @@ def test_hot_routes_are_timed_under_their_template(
     client.get("/risk/bad{name}")
     after = [metric_count(*c) for c in cases]
     assert np.subtract(after, before).tolist() == [1.0] * len(cases)
+
+
+@pytest.mark.parametrize("fast_paths", [True, False])
+def test_wait_is_a_plain_number(make_client: ClientFactory, fast_paths: bool) -> None:
+    """?wait= as the schema has it (a JSON number from 0 to the limit): an empty value,
+    blanks, digit separators, infinities and words are refused by name, nothing
+    stored; a plain number is taken."""
+    client = make_client(fast_paths=fast_paths, **LIMITS)
+    for value in ["", "%20", "1_0", "%201", "inf", "NaN", "-1", "one", "1e9"]:
+        r = client.post(f"/ingest?wait={value}", content=raw(body("s", series(3))),
+                        headers=KEY)  # fmt: skip
+        assert r.status_code == 422, value
+        (err,) = r.json()["detail"]
+        assert err["loc"] == ["query", "wait"] and err["type"] == "wait_range"
+    r = client.post("/ingest?wait=0.5", content=raw(body("s", series(3))), headers=KEY)
+    assert r.status_code == 200 and r.json()["results"][0]["accepted"] == 3

@@ -407,3 +407,169 @@ def test_allowed_lateness_merges_out_of_order_readings(
         n = it.window.n
         np.testing.assert_array_equal(it.window.values, x[n - 50 : n])
         assert it.window.end_ts == ts[n - 1]
+
+
+def test_in_order_calls_match_the_memory_store(redis_server: RedisServer) -> None:
+    """The append script's common call (timestamps increasing, all new, none missing,
+    no lateness: stored as sent, no per-reading work) between calls that take the
+    reading-by-reading path (a gap to fill, a retry overlapping the newest, readings
+    out of order in one call): the same counts and windows as the memory store and
+    the rule, on two streams written in one pipeline."""
+    rng = np.random.default_rng(5)
+    n, v = 120, 3
+    ts = T0 + np.arange(n, dtype=np.float64)
+    x = np.round(rng.normal(size=(n, v)), 4).astype(np.float32)
+    x[47, 1] = np.nan  # one call with a missing value: filled from reading 46
+    calls = [(ts[a:b], x[a:b]) for a, b in [(0, 25), (25, 40), (40, 60)]]
+    calls.append((ts[55:80], x[55:80]))  # overlaps: 5 duplicates, then new readings
+    calls.append((ts[[90, 80, 81]], x[[90, 80, 81]]))  # out of order: 2 late
+    calls += [(ts[a:b], x[a:b]) for a, b in [(91, 100), (100, 120)]]
+    kept = np.r_[0:80, 90:120]  # what the rule accepts
+    want = reference_windows(ts[kept], x[kept], 20, 10)
+
+    async def feed(store: Store) -> tuple[list[list[AppendResult]], list[WorkItem]]:
+        out = []
+        try:
+            await store.ensure_groups()
+            for t, vals in calls:
+                out.append(await store.append_many(
+                    "t", [("a", t, vals), ("b", t, vals)], window=20, hop=10,
+                    max_queued=1000,
+                ))  # fmt: skip
+            return out, await store.read_work("c", 1000, 0)
+        finally:
+            await store.close()
+
+    memory, m_items = asyncio.run(feed(fresh_store("memory", redis_server,
+                                  dedupe_horizon=1000, partitions=2)))  # fmt: skip
+    redis, r_items = asyncio.run(feed(fresh_store("redis", redis_server,
+                                 dedupe_horizon=1000, partitions=2)))  # fmt: skip
+    assert [(r.accepted, r.duplicates, r.late) for r, _ in redis] == [
+        (25, 0, 0), (15, 0, 0), (20, 0, 0), (20, 5, 0), (1, 0, 2), (9, 0, 0),
+        (20, 0, 0),
+    ]  # fmt: skip
+    assert memory == redis
+    for items in (m_items, r_items):
+        assert sorted((it.stream, it.window.n) for it in items) == [
+            (s, k) for s in "ab" for k in sorted(want)
+        ]
+        for it in items:
+            start, end, values = want[it.window.n]
+            assert (it.window.start_ts, it.window.end_ts) == (start, end)
+            np.testing.assert_array_equal(it.window.values, values)
+
+
+def test_scripts_unknown_to_redis_are_loaded_again(redis_server: RedisServer) -> None:
+    """After SCRIPT FLUSH (as after a Redis restart) an append of one stream and one
+    of several streams (a pipeline) still store every reading once."""
+    import redis as sync_redis
+
+    async def main() -> list[AppendResult]:
+        store = fresh_store("redis", redis_server, dedupe_horizon=100, partitions=4)
+        x = np.ones((5, 2), np.float32)
+        out = []
+        try:
+            for k, streams in enumerate([["a"], ["a", "b", "c"]]):
+                sync_redis.Redis.from_url(redis_server.url).script_flush()
+                t = T0 + np.arange(5.0 * k, 5.0 * k + 5)
+                out += await store.append_many(
+                    "t", [(s, t, x) for s in streams], window=10, hop=10,
+                    max_queued=100,
+                )  # fmt: skip
+        finally:
+            await store.close()
+        return out
+
+    out = asyncio.run(main())
+    assert [(r.accepted, r.duplicates, r.total) for r in out] == [
+        (5, 0, 5), (5, 0, 10), (5, 0, 5), (5, 0, 5),
+    ]  # fmt: skip
+
+
+def test_a_call_cut_short_leaves_no_reply_behind(tmp_path: Path) -> None:
+    """A Redis that stops answering (SIGSTOP) while connections are being made, and
+    again mid-stream: the ingest calls fail as StoreUnavailable within twice the
+    timeout, and once it answers again every call's reply is its own (a connection cut
+    mid-handshake or mid-call is closed, not reused with a reply still to come)."""
+    import os
+    import signal
+    import time
+
+    from support.service_helpers import RedisServer as Server
+
+    from service.store import StoreUnavailable
+
+    server = Server(tmp_path).start()
+    pid = server.proc.pid if server.proc else 0
+    x = np.ones((10, 2), np.float32)
+
+    async def append(store: RedisStore, k: int) -> AppendResult:
+        t = T0 + np.arange(10.0 * k, 10.0 * k + 10)
+        return await store.append("t", "s", t, x, window=100, hop=100, max_queued=10)
+
+    async def stopped(store: RedisStore, k: int) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            start = time.monotonic()
+            with pytest.raises(StoreUnavailable):
+                await asyncio.gather(append(store, k), append(store, k))
+            assert time.monotonic() - start < 5.0  # 2 x 0.2 s, and a loaded machine
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    async def main() -> list[AppendResult]:
+        store = RedisStore(server.url, prefix="p", ttl_s=600, history_len=10,
+                           dedupe_horizon=1000, timeout_s=0.2)  # fmt: skip
+        try:
+            await stopped(store, 0)  # no connection yet: cut mid-handshake
+            out = [await append(store, 0)]
+            await stopped(store, 1)  # cut mid-call
+            # the stopped calls ran once Redis went on, or never: sent again below
+            return out + [await append(store, k) for k in (1, 2)]
+        finally:
+            await store.close()
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        server.stop()
+    # each reply is its call's: the totals in order, and the call never cut short
+    # (k = 2) all new; a cut call may have run (its retry then finds duplicates)
+    assert [r.total for r in out] == [10, 20, 30]
+    assert out[2] == AppendResult(10, 0, 0, 30, 0, [], 0, 0)
+    assert all(r.accepted + r.duplicates == 10 and r.late == 0 for r in out)
+
+
+def test_the_first_append_after_a_redis_restart_is_stored(tmp_path: Path) -> None:
+    """Redis killed (its scripts and data gone) and started again on its port: while
+    it is down an append is StoreUnavailable; the first one after is stored, its
+    stale connection and the unknown script dealt with inside the call."""
+    from support.service_helpers import RedisServer as Server
+
+    from service.store import StoreUnavailable
+
+    server = Server(tmp_path).start()
+    x = np.ones((1, 2), np.float32)
+
+    async def append(store: RedisStore, t: float) -> AppendResult:
+        ts = np.array([T0 + t])
+        return await store.append("t", "s", ts, x, window=10, hop=10, max_queued=10)
+
+    async def main() -> list[AppendResult]:
+        store = RedisStore(server.url, prefix="p", ttl_s=600, history_len=10,
+                           dedupe_horizon=100, timeout_s=0.5)  # fmt: skip
+        try:
+            out = [await append(store, 0)]
+            server.stop()
+            with pytest.raises(StoreUnavailable):
+                await append(store, 1)
+            server.start()
+            return [*out, await append(store, 2), await append(store, 3)]
+        finally:
+            await store.close()
+
+    try:
+        out = asyncio.run(main())
+    finally:
+        server.stop()
+    assert [(r.accepted, r.total) for r in out] == [(1, 1), (1, 1), (1, 2)]
