@@ -13,7 +13,7 @@ import uuid
 from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -26,7 +26,7 @@ from support.components import (
     require,
 )
 from support.service_artifact import build_artifact
-from support.service_helpers import ClientFactory, RedisCluster, RedisServer
+from support.service_helpers import AnyRedis, ClientFactory, RedisCluster, RedisServer
 
 from service.config import Settings
 from service.main import create_app
@@ -77,27 +77,42 @@ def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 def store_kind(request: pytest.FixtureRequest) -> str:
+    """The store a service test runs on: in memory, one redis-server, or the 3-master
+    Redis Cluster (both Redis kinds started once per session)."""
     return str(request.param)
 
 
 @pytest.fixture
-def make_client(
-    request: pytest.FixtureRequest, store_kind: str, artifact_dir: Path
-) -> Iterator[ClientFactory]:
+def store_url(request: pytest.FixtureRequest, store_kind: str) -> str | None:
+    """SCJEPA_REDIS_URL for the parametrized store (None: in memory)."""
+    if store_kind == "memory":
+        return None
+    fixture = "redis_server" if store_kind == "redis" else "redis_cluster"
+    return str(request.getfixturevalue(fixture).url)
+
+
+@pytest.fixture(params=["single", "cluster"])
+def any_redis(request: pytest.FixtureRequest) -> AnyRedis:
+    """For the tests of what the service keeps in Redis: one redis-server, then the
+    3-master cluster (``url`` for the settings, ``client()`` for the test's checks)."""
+    fixture = "redis_server" if request.param == "single" else "redis_cluster"
+    return cast(AnyRedis, request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+def make_client(store_url: str | None, artifact_dir: Path) -> Iterator[ClientFactory]:
     """Start the app (lifespan included) on the parametrized store; settings overridable."""
     opened: list[TestClient] = []
 
     def factory(**overrides: Any) -> TestClient:
         settings: dict[str, Any] = {
             "artifact": artifact_dir,
-            "redis_url": None,
+            "redis_url": store_url,
             "key_prefix": f"t{uuid.uuid4().hex[:8]}",  # isolates tests sharing redis
             "max_wait_ms": 1.0,
         }
-        if store_kind == "redis":
-            settings["redis_url"] = request.getfixturevalue("redis_server").url
         settings.update(overrides)
         client = TestClient(create_app(Settings(**settings)))
         client.__enter__()

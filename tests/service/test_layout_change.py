@@ -1,7 +1,7 @@
 """A roll-out with another channel layout over live state (issue 23): the stream's
 state records the layout it was built for; SCJEPA_LAYOUT_CHANGE says what a new model
 does with it (fresh: the stream starts over; refuse: 409 naming the stream). Never a
-500, on both stores."""
+500, on every store (in memory, one Redis, a Redis Cluster)."""
 
 from __future__ import annotations
 
@@ -35,13 +35,12 @@ def five(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("policy", ["fresh", "refuse"])
 def test_another_channel_layout_over_live_state(
-    store_kind: str,
-    request: pytest.FixtureRequest,
+    store_url: str | None,
     artifact_dir: Path,
     five: Path,
     policy: str,
 ) -> None:
-    url = request.getfixturevalue("redis_server").url if store_kind == "redis" else None
+    url = store_url
     prefix = f"lay{uuid.uuid4().hex[:8]}"
 
     def settings(artifact: Path) -> Settings:

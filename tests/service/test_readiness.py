@@ -15,6 +15,7 @@ from service.config import Settings
 from service.main import create_app
 
 
+# single-only: its subject is the one redis-server killed and restarted on its port
 @pytest.mark.skipif(REDIS_BIN is None, reason="redis-server not on PATH")
 def test_readyz_fails_while_redis_is_down_and_recovers(
     tmp_path: Path, artifact_dir: Path
@@ -54,6 +55,7 @@ def test_readyz_fails_while_redis_is_down_and_recovers(
         server.stop()
 
 
+# single-only: its subject is one node's maxmemory (the admin fills that one node)
 @pytest.mark.skipif(REDIS_BIN is None, reason="redis-server not on PATH")
 def test_readyz_fails_while_redis_refuses_writes_at_maxmemory(
     tmp_path: Path, artifact_dir: Path

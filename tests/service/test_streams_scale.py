@@ -8,35 +8,35 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import redis
 from fastapi.testclient import TestClient
-from support.service_helpers import ClientFactory, RedisServer
+from support.service_helpers import AnyRedis, ClientFactory
 from test_api import body, series
 
 from service.config import Settings
 from service.main import create_app
 
 
-def median_ms(client: TestClient, path: str, n: int = 7) -> float:
+def fastest_ms(client: TestClient, path: str, n: int = 7) -> float:
+    """The fastest of ``n`` calls: other work on a shared machine only adds to a call,
+    so the minimum is the cost of the call itself."""
     lat = []
     for _ in range(n):
         t = time.perf_counter()
         assert client.get(path).status_code == 200
         lat.append(time.perf_counter() - t)
-    return 1e3 * float(np.median(lat))
+    return 1e3 * min(lat)
 
 
 def test_listing_and_scrapes_do_not_grow_with_streams(client: TestClient) -> None:
     store = client.app.state.store  # type: ignore[attr-defined]
     call = client.portal.call  # type: ignore[union-attr]
     client.post("/ingest", json=body("s-0", series(3)))
-    one = (median_ms(client, "/metrics"), median_ms(client, "/streams?limit=100"))
+    one = (fastest_ms(client, "/metrics"), fastest_ms(client, "/streams?limit=100"))
     names = [f"s-{i:05d}" for i in range(20_000)]
     for a in range(0, len(names), 1000):
         assert call(store.register, "default", names[a : a + 1000], 10**6) == []
-    many = (median_ms(client, "/metrics"), median_ms(client, "/streams?limit=100"))
+    many = (fastest_ms(client, "/metrics"), fastest_ms(client, "/streams?limit=100"))
     page = client.get("/streams?limit=100").json()
     assert len(page["streams"]) == 100 and page["next"] == "s-00098"  # after "s-0"
     text = client.get("/metrics").text
@@ -46,23 +46,28 @@ def test_listing_and_scrapes_do_not_grow_with_streams(client: TestClient) -> Non
 
 
 def test_the_idle_ttl_reclaims_streams_in_redis(
-    redis_server: RedisServer, artifact_dir: Path
+    any_redis: AnyRedis, artifact_dir: Path
 ) -> None:
     prefix = f"ttl{time.time_ns()}"
-    settings = Settings(artifact=artifact_dir, redis_url=redis_server.url,
+    settings = Settings(artifact=artifact_dir, redis_url=any_redis.url,
                         key_prefix=prefix, stream_ttl_s=4, hop=10)  # fmt: skip
-    r = redis.Redis.from_url(redis_server.url)
+    r = any_redis.client()
     with TestClient(create_app(settings)) as client:
+        store = client.app.state.store  # type: ignore[attr-defined]
         x = series(120)
+        stored = 0
         for a in range(0, 2000, 80):  # 80 x 120 readings: under the request limit
-            batch = {"streams": [body(f"s-{i}", x) for i in range(a, a + 80)]}
-            r_ = client.post("/ingest", json=batch)
+            names = [f"s-{i}" for i in range(a, a + 80)]
+            r_ = client.post("/ingest", json={"streams": [body(n, x) for n in names]})
             assert r_.status_code == 200
             assert {x["windows_queued"] for x in r_.json()["results"]} == {3}
-        assert len(list(r.scan_iter(f"{prefix}:*", count=10_000))) > 4000
-        tracked = client.get("/metrics").text.split("scjepa_streams_tracked ")[-1]
-        assert float(tracked.split()[0]) > 1000
-        store = client.app.state.store  # type: ignore[attr-defined]
+            # counted as written (the first batches' may expire before the last's)
+            stored += r.exists(*(store._key("default", n, k) for n in names
+                                 for k in ("rows", "seen", "state")))  # fmt: skip
+            if a == 0:  # the stream gauge counts them (before any TTL passes)
+                tracked = client.get("/metrics").text.split("scjepa_streams_tracked ")
+                assert float(tracked[-1].split()[0]) == 80
+        assert stored == 3 * 2000
         deadline = time.monotonic() + 60  # the scorer drains the 6,000 windows
         while client.portal.call(store.queue_stats).depth:  # type: ignore[union-attr]
             assert time.monotonic() < deadline

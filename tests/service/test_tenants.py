@@ -1,6 +1,7 @@
 """Tenants and keys: every key belongs to a tenant, every stream to the tenant that sent
 it. Tenant A cannot read, list, write or overwrite tenant B's streams, nor learn they
-exist (the same 404 as an unknown name), on every route, both stores, both adapters.
+exist (the same 404 as an unknown name), on every route, every store (in memory, one
+Redis, a Redis Cluster), both adapters.
 Keys are stored hashed, compared in constant time, rotated without a restart; the rate
 limit per key lives in the store; the stream quota per tenant holds."""
 
@@ -17,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from served import key_line
-from support.service_helpers import ClientFactory, RedisServer
+from support.service_helpers import AnyRedis, ClientFactory
 from test_api import body, series
 
 from service import auth
@@ -191,8 +192,7 @@ def test_no_keys_is_one_open_tenant(client: TestClient) -> None:
 
 
 def test_rate_limit_per_key_in_the_store(
-    store_kind: str,
-    request: pytest.FixtureRequest,
+    store_url: str | None,
     artifact_dir: Path,
     tmp_path: Path,
 ) -> None:
@@ -203,11 +203,10 @@ def test_rate_limit_per_key_in_the_store(
         "artifact": artifact_dir, "api_keys_file": keys, "key_prefix": f"rl{time.time_ns()}",
         "rate_limit_rps": 2.0, "rate_limit_burst": 5,
     }  # fmt: skip
-    if store_kind == "redis":
-        settings["redis_url"] = request.getfixturevalue("redis_server").url
+    settings["redis_url"] = store_url
     apps = [TestClient(create_app(Settings(**settings))) for _ in range(2)]
     with apps[0] as one, apps[1] as other:
-        replicas = [one, other] if store_kind == "redis" else [one, one]
+        replicas = [one, other] if store_url else [one, one]
         codes = [
             replicas[i % 2].get("/streams", headers=HA).status_code for i in range(8)
         ]
@@ -277,21 +276,19 @@ def test_streams_are_listed_a_page_at_a_time(two: TestClient) -> None:
 
 
 def test_redis_keys_carry_the_tenant(
-    redis_server: RedisServer, artifact_dir: Path, tmp_path: Path
+    any_redis: AnyRedis, artifact_dir: Path, tmp_path: Path
 ) -> None:
-    import redis
-
     keys = tmp_path / "keys.txt"
     keys.write_text(key_line("acme", A) + key_line("globex", B))
     p = f"tenants{time.time_ns()}"
-    settings = Settings(artifact=artifact_dir, redis_url=redis_server.url, key_prefix=p,
+    settings = Settings(artifact=artifact_dir, redis_url=any_redis.url, key_prefix=p,
                         api_keys_file=keys)  # fmt: skip
     with TestClient(create_app(settings)) as client:
         for h in (HA, HB):
             r = client.post("/ingest?wait=20", json=body("pump-7", series(120)),
                             headers=h)  # fmt: skip
             assert r.status_code == 200
-    r = redis.Redis.from_url(redis_server.url)
+    r = any_redis.client()
     found = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
 
     def key(t: str, k: str) -> str:  # one Cluster slot per stream and its work queue

@@ -1,4 +1,6 @@
-"""Helpers shared by the service tests: a restartable real redis-server."""
+"""Helpers shared by the service tests: a restartable real redis-server, a local
+3-master Redis Cluster, and the one interface the store tests use on either
+(``url``: what SCJEPA_REDIS_URL takes, ``client()``: a synchronous client for checks)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,10 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        """A synchronous client, for a test's own checks of what the service wrote."""
+        return redis.Redis(port=self.port)
 
     def start(self) -> RedisServer:
         assert REDIS_BIN is not None
@@ -105,6 +111,11 @@ class RedisCluster:
     def url(self) -> str:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
+    def client(self) -> redis.RedisCluster:
+        """A synchronous cluster client: ``scan_iter`` spans every master, ``keys``
+        asks one node (redis-py 8) unless given ``target_nodes=RedisCluster.PRIMARIES``."""
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
+
     def start(self, attempts: int = 3) -> RedisCluster:
         """Start the nodes and create the cluster; on a node that does not come up (a
         port taken meanwhile by another test run), again on other ports."""
@@ -151,14 +162,29 @@ class RedisCluster:
              "--cluster-replicas", "0", "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
-        first = redis.Redis(port=self.nodes[0].port)
-        for _ in range(200):
-            info = first.execute_command("CLUSTER", "INFO").decode()
-            if "cluster_state:ok" in info:
-                return self
-            time.sleep(0.05)
+        # every node ok and agreeing on who serves which slots (the configuration
+        # spreads by gossip: one node ok is not all nodes routing alike)
+        clients = [redis.Redis(port=n.port) for n in self.nodes]
+        try:
+            for _ in range(400):
+                infos = [c.execute_command("CLUSTER", "INFO").decode() for c in clients]
+                slots = [sorted(map(str, c.execute_command("CLUSTER", "SLOTS")))
+                         for c in clients]  # fmt: skip
+                if all("cluster_state:ok" in i for i in infos) and all(
+                    s == slots[0] for s in slots
+                ):
+                    return self
+                time.sleep(0.05)
+        finally:
+            for c in clients:
+                c.close()
         raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
 
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+# a Redis the store runs on: one redis-server or the 3-master cluster (tests/conftest.py
+# parametrizes the store tests over both)
+AnyRedis = RedisServer | RedisCluster
