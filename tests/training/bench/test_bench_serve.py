@@ -30,6 +30,11 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     assert ing["windows_per_s"] == 0  # scoring off: each stream's window came earlier
     assert ing["vs_bare_redis"] > 0 and res["bare_redis"]["readings_per_s"] > 0
     assert res["bare_redis"]["writes"] == "rows+seen+state"
+    # each ceiling: the mean of a run before and one after the service's
+    runs = res["bare_redis"]["runs"]
+    assert len(runs) == 2 and res["bare_redis"]["readings_per_s"] == pytest.approx(
+        sum(runs) / 2
+    )
     assert res["bare_redis_rows_only"]["writes"] == "rows"
     # hop 100, 100 readings a request: each request past the first per stream scores
     assert score["errors"] == 0 and score["windows_per_s"] > 0
