@@ -54,7 +54,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # in a child process of its own, or on the inference thread (so onnxruntime's
         # threads inherit its priority and slice: batcher.inference_executor)
         slot = await ModelSlot.open(
-            settings, in_process=not uses_child(settings), on_swap=swapped
+            model_settings(settings),
+            in_process=not uses_child(settings),
+            on_swap=swapped,
         )
         model = slot.current
         m = model.manifest
@@ -163,6 +165,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(r)
     _document_bodies(app)
     return app
+
+
+def model_settings(settings: Settings) -> Settings:
+    """How this process loads its model. Role api scores nothing: its model only
+    describes the layout (window, channels, names), so it is loaded on the CPU in fp32
+    whatever the scorers use: an API process beside a GPU scorer opens no CUDA session
+    and starts on a node without a GPU."""
+    if settings.role != "api":
+        return settings
+    return settings.model_copy(update={"provider": "cpu", "precision": "fp32"})
 
 
 def uses_child(settings: Settings) -> bool:

@@ -194,3 +194,22 @@ def test_reload_swaps_the_child(
 )
 def test_where_inference_runs(role: Any, infer_in: Any, child: bool) -> None:
     assert uses_child(Settings(role=role, infer_in=infer_in)) is child
+
+
+def test_an_api_process_loads_its_model_on_the_cpu(
+    artifact_dir: Path, redis_server: Any
+) -> None:
+    """Role api only reads the model's layout: asked for CUDA (a GPU scorer's settings)
+    on a machine without it, the API still starts, on the CPU, and stores readings."""
+    settings = Settings(
+        artifact=artifact_dir, redis_url=redis_server.url, role="api", provider="cuda"
+    )
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/readyz").status_code == 200
+        model = client.app.state.model
+        assert model.provider == "CPUExecutionProvider"
+        readings = [
+            {"ts": float(t), "values": [0.0] * model.n_channels} for t in range(3)
+        ]
+        r = client.post("/ingest", json={"stream": "s", "readings": readings})
+        assert r.status_code == 200 and r.json()["results"][0]["accepted"] == 3
