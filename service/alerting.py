@@ -14,7 +14,9 @@ windows in alert, firing or not, when last posted) lives in Redis and is stepped
 Lua script per window, atomically, so two scorers never both open (or both resolve) a
 stream's alert, and a window older than the last one seen (another scorer's, claimed
 late) changes nothing. Without Redis (the in-memory store: one process) the same steps
-run on a dict. Streams neither in a run nor firing keep no state.
+run on a dict. A stream never in alert keeps no state; one that has been keeps its last
+window number after its run ends (until ``ttl_s`` after its last window), so a window
+of an ended run, scored again late, cannot start that run again and reopen its alert.
 
 Never in scoring's way: the scorer's listener only queues the batch (a bounded queue;
 a full one drops the batch, counted); a background task steps the state and hands the
@@ -49,6 +51,7 @@ ALERTNAME = "ScjepaStreamRisk"
 # actions of one step (the Lua script returns the same numbers)
 NONE, FIRE, REFRESH, RESOLVE = 0, 1, 2, 3
 EVENTS = {FIRE: "fire", REFRESH: "refresh", RESOLVE: "resolve"}
+CONNECTIONS = 8  # the alerter's Redis connections (per node on a Cluster)
 
 ALERT_EVENTS = Counter(
     "scjepa_stream_alerts",
@@ -101,7 +104,10 @@ def step(
     state: State | None, n: int, alert: bool, now: float, policy: Policy
 ) -> tuple[State | None, int]:
     """One window's effect on a stream's alert state: (new state, action). The new
-    state is None when there is nothing to remember (no run, not firing)."""
+    state is None only for a stream never in alert: once in a run, the last window
+    number is kept, so a late window of an ended run changes nothing."""
+    if state is None and not alert:
+        return None, NONE
     if state is not None and n <= state.n:
         return state, NONE  # older than what was seen: another scorer's, late
     run = state.run if state is not None else 0
@@ -118,8 +124,6 @@ def step(
         run = 0
         if firing:
             action, firing = RESOLVE, False
-    if run == 0 and not firing:
-        return None, action
     return State(n, run, firing, sent), action
 
 
@@ -145,13 +149,10 @@ else
   run = 0
   if firing then action = 3; firing = false end
 end
-if run == 0 and not firing then
-  redis.call('DEL', KEYS[1])
-else
-  redis.call('HSET', KEYS[1], 'n', n, 'run', run, 'firing', firing and 1 or 0,
-             'sent', tostring(sent))
-  redis.call('EXPIRE', KEYS[1], ARGV[6])
-end
+if run == 0 and not s[1] then return action end  -- never in alert: no state
+redis.call('HSET', KEYS[1], 'n', n, 'run', run, 'firing', firing and 1 or 0,
+           'sent', tostring(sent))
+redis.call('EXPIRE', KEYS[1], ARGV[6])
 return action
 """
 
@@ -181,27 +182,69 @@ class MemoryStates:
 
 class RedisStates:
     """The per-stream states in Redis, shared by every scorer process: one script call
-    per window, one round trip per batch."""
+    per window. On one Redis the calls of a batch go in one pipeline (one round trip);
+    a Redis Cluster's pipeline takes no scripts, so there each stream's calls run in
+    turn (in window order) and the streams concurrently, at most ``concurrency`` at
+    once (the client's per-node connection limit: past it the cluster client fails
+    instead of waiting)."""
 
-    def __init__(self, client: Any, prefix: str, policy: Policy) -> None:
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        policy: Policy,
+        *,
+        concurrency: int = CONNECTIONS,
+    ) -> None:
+        from redis.asyncio.cluster import RedisCluster
+
         self.client = client
         self.prefix = prefix
         self.policy = policy
         self.script = client.register_script(STEP_LUA)
+        self.cluster = isinstance(client, RedisCluster)
+        self.concurrency = concurrency
 
     def key(self, tenant: str, stream: str) -> str:
         # one key per stream, no hash tag: a Redis Cluster spreads them (136 B each,
-        # only for streams in a run or firing)
+        # only for streams that have had a window in alert within ttl_s)
         return f"{self.prefix}:alert:{tenant}/{stream}"
 
     async def __call__(self, windows: Sequence[ScoredWindow], now: float) -> list[int]:
         p = self.policy
+        calls = [
+            (
+                self.key(w.tenant, w.stream),
+                [w.window_n, int(w.alert), p.windows, repr(now), p.resend_s, p.ttl_s],
+            )
+            for w in windows
+        ]
+        if self.cluster:
+            return await self._concurrent(calls)
         pipe = self.client.pipeline(transaction=False)
-        for w in windows:
-            args = [w.window_n, int(w.alert), p.windows, repr(now), p.resend_s, p.ttl_s]
-            await self.script(keys=[self.key(w.tenant, w.stream)], args=args,
-                              client=pipe)  # fmt: skip
+        for key, args in calls:
+            await self.script(keys=[key], args=args, client=pipe)
         return [int(a) for a in await pipe.execute()]
+
+    async def _concurrent(self, calls: list[tuple[str, list[Any]]]) -> list[int]:
+        by_key: dict[str, list[int]] = {}
+        for i, (key, _) in enumerate(calls):
+            by_key.setdefault(key, []).append(i)
+        out = [NONE] * len(calls)
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def stream(indices: list[int]) -> None:
+            async with gate:
+                for i in indices:  # one stream's windows in order: a later one first
+                    key, args = calls[i]  # would make the earlier one "late"
+                    out[i] = int(await self.script(keys=[key], args=args))
+
+        # the slot map first (a flag test once loaded): redis-py routes calls sent
+        # before it is known to any node, and the MOVED replies reset connections
+        # that the other calls are using
+        await self.client.initialize()
+        await asyncio.gather(*(stream(ix) for ix in by_key.values()))
+        return out
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -362,7 +405,7 @@ def build(
         return Alerter(policy, MemoryStates(policy))
     from service.store.redis_store import connect  # the store's client construction
 
-    client = connect(redis_url, timeout_s=redis_timeout_s, max_connections=8)
+    client = connect(redis_url, timeout_s=redis_timeout_s, max_connections=CONNECTIONS)
     return Alerter(policy, RedisStates(client, prefix, policy))
 
 

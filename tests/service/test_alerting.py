@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis.asyncio as aioredis
 import yaml
 from support.components import require
-from support.service_helpers import RedisServer, free_port
+from support.service_helpers import free_port
 
 from service import alerting
 from service.alerting import FIRE, NONE, REFRESH, RESOLVE, Policy, State, step
 from service.schemas import ChannelShare, ModelRef
+from service.store.redis_store import connect
 from service.worker import ScoredWindow
 
 POLICY = Policy("http://127.0.0.1:9", windows=3, resend_s=60, hold_s=600)
@@ -89,6 +89,19 @@ def test_a_late_window_changes_nothing() -> None:
     assert step(None, 100, False, 0.0, POLICY) == (None, NONE)  # nothing kept
 
 
+def test_a_late_window_of_an_ended_run_reopens_nothing() -> None:
+    """A run fires and resolves; its windows scored again late (claimed after a
+    scorer died) find the last window number kept: no second run, no second alert."""
+    state: State | None = None
+    actions = []
+    for n, alert in [(100, True), (200, True), (300, True), (400, False),
+                     (100, True), (200, True), (300, True)]:  # fmt: skip
+        state, action = step(state, n, alert, 0.0, POLICY)
+        actions.append(action)
+    assert actions == [NONE, NONE, FIRE, RESOLVE, NONE, NONE, NONE]
+    assert state == State(400, 0, False, 0.0)
+
+
 def test_policy_refuses_a_hold_shorter_than_the_resend() -> None:
     with pytest.raises(ValueError, match="hold_s > resend_s"):
         Policy("http://x", resend_s=60, hold_s=30)
@@ -97,31 +110,35 @@ def test_policy_refuses_a_hold_shorter_than_the_resend() -> None:
 # --- the Redis state: the Lua step is the Python step, shared by scorers
 
 
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    return redis_server.url
+# one redis-server, and the local 3-master Cluster (where the script calls of a batch
+# run per stream, concurrently: a Cluster pipeline takes no scripts)
+@pytest.fixture(params=["single", "cluster"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    fixture = "redis_server" if request.param == "single" else "redis_cluster"
+    return str(request.getfixturevalue(fixture).url)
 
 
 def test_redis_step_matches_the_python_step(redis_url: str) -> None:
-    """Random windows of 20 streams through both: the same action for every one."""
+    """Random windows of 20 streams through both, in batches of 25 as the scorer calls
+    (a batch holds several windows of one stream): the same action for every one."""
     rnd = random.Random(7)
-    windows, times = [], []
+    windows = []
     for n in range(1, 400):
         stream = f"s{rnd.randrange(20)}"
         windows.append(window(n, rnd.choice([0.1, 0.9, 0.95]), stream))
-        times.append(n * rnd.choice([1.0, 20.0]))
 
     async def run() -> tuple[list[int], list[int]]:
-        client = aioredis.from_url(redis_url)
+        client = connect(redis_url, timeout_s=5.0)
         states = alerting.RedisStates(client, f"t{rnd.randrange(10**9)}", POLICY)
         memory = alerting.MemoryStates(POLICY)
-        got, want = [], []
+        got, want, t = [], [], 0.0
         try:
-            for i in range(0, len(windows), 25):  # batches, as the scorer calls
-                for w, t in zip(windows[i : i + 25], times[i : i + 25], strict=True):
-                    got += await states([w], t)
-                    want += await memory([w], t)
-            left = await client.keys(f"{states.prefix}:*")
+            for i in range(0, len(windows), 25):
+                t += rnd.choice([1.0, 20.0, 70.0])
+                got += await states(windows[i : i + 25], t)
+                want += await memory(windows[i : i + 25], t)
+            # every node's keys (a Cluster client's KEYS asks one node)
+            left = [k async for k in client.scan_iter(f"{states.prefix}:*")]
         finally:
             await client.aclose()
         assert len(left) == len(memory.states)  # no state for quiet streams
@@ -137,7 +154,7 @@ def test_two_scorers_open_one_alert(redis_url: str) -> None:
     window scored again) and out of order: one FIRE, one RESOLVE in all."""
 
     async def run() -> list[int]:
-        a, b = aioredis.from_url(redis_url), aioredis.from_url(redis_url)
+        a, b = connect(redis_url, timeout_s=5.0), connect(redis_url, timeout_s=5.0)
         prefix = f"t{time.monotonic_ns()}"
         sa = alerting.RedisStates(a, prefix, POLICY)
         sb = alerting.RedisStates(b, prefix, POLICY)
@@ -154,6 +171,48 @@ def test_two_scorers_open_one_alert(redis_url: str) -> None:
     got = asyncio.run(run())
     assert got.count(FIRE) == 1 and got.count(RESOLVE) == 1, got
     assert got.index(FIRE) < got.index(RESOLVE)
+
+
+def test_three_scorers_open_one_alert_per_stream(redis_url: str) -> None:
+    """Three scorers stepping the same batches of 40 streams at once (each window
+    delivered to all three, as claimed windows are scored again), each batch holding
+    two windows of every stream: per stream, two runs of exactly ``windows`` (3) in
+    alert, each broken by a window below. Every stream's alert opens and resolves
+    exactly twice in all: a window stepped out of its stream's order would break a
+    run (it would be "late") and open nothing."""
+    risks = [0.9, 0.9, 0.9, 0.2, 0.9, 0.9, 0.9, 0.2]  # windows 100..800
+    streams = [f"s{i}" for i in range(40)]  # more than a scorer's concurrency
+
+    async def run() -> list[tuple[str, int]]:
+        clients = [connect(redis_url, timeout_s=5.0) for _ in range(3)]
+        prefix = f"t{time.monotonic_ns()}"
+        scorers = [alerting.RedisStates(c, prefix, POLICY) for c in clients]
+
+        async def score(
+            states: alerting.RedisStates, seed: int
+        ) -> list[tuple[str, int]]:
+            rnd, out = random.Random(seed), []
+            for k in range(0, len(risks), 2):
+                order = streams[:]
+                rnd.shuffle(order)  # streams in any order, each stream's in order
+                batch = [window((k + j + 1) * 100, risks[k + j], s)
+                         for s in order for j in (0, 1)]  # fmt: skip
+                actions = await states(batch, 10.0)
+                out += [(w.stream, a) for w, a in zip(batch, actions, strict=True)]
+            return out
+
+        try:
+            got = await asyncio.gather(*(score(s, i) for i, s in enumerate(scorers)))
+        finally:
+            for c in clients:
+                await c.aclose()
+        return [x for part in got for x in part]
+
+    got = asyncio.run(run())
+    for s in streams:
+        actions = [a for stream, a in got if stream == s]
+        assert actions.count(FIRE) == 2 and actions.count(RESOLVE) == 2, (s, actions)
+    assert len(got) == 3 * len(streams) * len(risks)
 
 
 # --- live: a real Alertmanager, routing to this test's webhook

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import numpy as np
-import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from served import key_line
@@ -61,14 +60,13 @@ def reloads(outcome: str) -> float:
 
 
 def test_swap_under_load(
-    artifact_dir: Path, tmp_path: Path, store_kind: str, request: pytest.FixtureRequest
+    artifact_dir: Path, tmp_path: Path, store_url: str | None
 ) -> None:
     """24 streams send a window per request while the model is swapped: no request
     fails, each stream's records switch from 0.0.1 to 0.0.2 once, and every record
     scored after the swap is the new model's."""
     art = copy_artifact(artifact_dir, tmp_path / "art")
-    url = request.getfixturevalue("redis_server").url if store_kind == "redis" else None
-    app = create_app(settings(art, tmp_path, redis_url=url, hop=100))
+    app = create_app(settings(art, tmp_path, redis_url=store_url, hop=100))
     streams = [f"s{i}" for i in range(24)]
     x = series(100 * 12)
     codes: list[int] = []

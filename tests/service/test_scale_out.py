@@ -1,7 +1,8 @@
 """The scorer tier apart from the API, as processes (``scjepa serve --role api|scorer``)
-on a real redis-server: kill -9 of a scorer, of an API process, of redis-server itself;
-two APIs and two scorers fed retried requests. Each test counts the risk records per
-window number: every stored window is scored exactly once."""
+on a real redis-server and on the local 3-master Redis Cluster: kill -9 of a scorer, of
+an API process, of redis-server itself; two APIs and two scorers fed retried requests.
+Each test counts the risk records per window number: every stored window is scored
+exactly once. The test's own reads use SCAN (a cluster client's KEYS asks one node)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,13 @@ import numpy as np
 import pytest
 import redis
 from served import Served, ServeFactory
-from support.service_helpers import RedisServer, free_port
+from support.service_helpers import AnyRedis, RedisServer, free_port
 
 from service.store import completed_ends
 
 V = 4
 T0 = 1_700_000_000.0
+Sync = redis.Redis | redis.RedisCluster  # the test's own client
 
 
 def readings(start: int, n: int) -> list[dict[str, Any]]:
@@ -33,26 +35,30 @@ def readings(start: int, n: int) -> list[dict[str, Any]]:
     return [{"ts": T0 + start + i, "values": row.tolist()} for i, row in enumerate(x)]
 
 
-def records(r: redis.Redis, prefix: str, stream: str) -> list[int]:
+def keys(r: Sync, pattern: str) -> list[Any]:
+    return list(r.scan_iter(pattern))  # every master's keys on a cluster
+
+
+def records(r: Sync, prefix: str, stream: str) -> list[int]:
     """Window numbers of the stream's risk records (one entry per record)."""
-    (key,) = r.keys(f"{prefix}:*:default/{stream}:risk") or [None]
+    (key,) = keys(r, f"{prefix}:*:default/{stream}:risk") or [None]
     if key is None:
         return []
     return sorted(int(n) for _, n in r.zrange(key, 0, -1, withscores=True))
 
 
-def stored(r: redis.Redis, prefix: str, stream: str) -> int:
-    (key,) = r.keys(f"{prefix}:*:default/{stream}:state")
+def stored(r: Sync, prefix: str, stream: str) -> int:
+    (key,) = keys(r, f"{prefix}:*:default/{stream}:state")
     return int(r.hget(key, "n") or 0)
 
 
-def queue_depth(r: redis.Redis, prefix: str) -> int:
-    return sum(int(r.xlen(k)) for k in r.keys(f"{prefix}:*:work"))
+def queue_depth(r: Sync, prefix: str) -> int:
+    return sum(int(r.xlen(k)) for k in keys(r, f"{prefix}:*:work"))
 
 
-def pending(r: redis.Redis, prefix: str) -> int:
+def pending(r: Sync, prefix: str) -> int:
     total = 0
-    for k in r.keys(f"{prefix}:*:work"):
+    for k in keys(r, f"{prefix}:*:work"):
         with_group = r.xinfo_groups(k)
         total += sum(int(g["pending"]) for g in with_group)
     return total
@@ -70,7 +76,7 @@ def kill9(s: Served) -> None:
     s.proc.wait(10)
 
 
-def every_window_once(r: redis.Redis, prefix: str, streams: list[str]) -> None:
+def every_window_once(r: Sync, prefix: str, streams: list[str]) -> None:
     for s in streams:
         want = completed_ends(0, stored(r, prefix, s), 100, 100)
         assert records(r, prefix, s) == want, s
@@ -82,12 +88,12 @@ def prefix() -> str:
 
 
 def test_killed_scorer_leaves_windows_to_another_scored_once(
-    serve: ServeFactory, redis_server: RedisServer, prefix: str
+    serve: ServeFactory, any_redis: AnyRedis, prefix: str
 ) -> None:
     """kill -9 of a scorer with windows delivered and not acknowledged: another claims
     them after SCJEPA_CLAIM_TIMEOUT_S and every window has exactly one record."""
-    r = redis.Redis.from_url(redis_server.url)
-    common = {"redis_url": redis_server.url, "key_prefix": prefix}
+    r = any_redis.client()
+    common = {"redis_url": any_redis.url, "key_prefix": prefix}
     api = serve(role="api", **common)
     streams = [f"s{i}" for i in range(20)]
     body = {"streams": [{"stream": s, "readings": readings(0, 500)} for s in streams]}
@@ -110,13 +116,13 @@ def test_killed_scorer_leaves_windows_to_another_scored_once(
 
 
 def test_two_apis_two_scorers_retried_and_concurrent_requests(
-    serve: ServeFactory, redis_server: RedisServer, prefix: str
+    serve: ServeFactory, any_redis: AnyRedis, prefix: str
 ) -> None:
     """Clients send every request to both API processes (a retry on the other
     replica) while batches of several streams go concurrently: 0 readings lost, 0
     stored twice, every window scored exactly once by one of two scorers."""
-    r = redis.Redis.from_url(redis_server.url)
-    common = {"redis_url": redis_server.url, "key_prefix": prefix}
+    r = any_redis.client()
+    common = {"redis_url": any_redis.url, "key_prefix": prefix}
     apis = [serve(role="api", **common) for _ in range(2)]
     for _ in range(2):
         serve(role="scorer", claim_timeout_s=2.0, **common)
@@ -154,12 +160,12 @@ def test_two_apis_two_scorers_retried_and_concurrent_requests(
 
 
 def test_killed_api_mid_ingest_loses_no_window(
-    serve: ServeFactory, redis_server: RedisServer, prefix: str
+    serve: ServeFactory, any_redis: AnyRedis, prefix: str
 ) -> None:
     """kill -9 of an API process while requests completing windows are in flight;
     the client retries on the other replica: every window stored is scored."""
-    r = redis.Redis.from_url(redis_server.url)
-    common = {"redis_url": redis_server.url, "key_prefix": prefix}
+    r = any_redis.client()
+    common = {"redis_url": any_redis.url, "key_prefix": prefix}
     doomed, other = serve(role="api", **common), serve(role="api", **common)
     serve(role="scorer", **common)
     streams = [f"k{i}" for i in range(32)]
@@ -190,6 +196,8 @@ def test_one_request_completing_2000_streams_under_a_small_pool(
 ) -> None:
     """The 100th reading of 2,000 streams in one request, 2 pooled connections: every
     window completed is queued in its stream's own script and scored."""
+    # single redis-server only for now: on a Cluster the client's per-node pool fails
+    # past its 2 connections instead of queueing (a 503; bug B, service/store)
     r = redis.Redis.from_url(redis_server.url)
     api = serve(redis_url=redis_server.url, key_prefix=prefix,
                 redis_max_connections=2)  # fmt: skip
@@ -216,6 +224,7 @@ def test_killed_redis_with_aof_always_loses_no_acknowledged_reading(
     down every ingest is 503 with Retry-After, within the timeout (never 500, never a
     hang); restarted on its files, the service recovers by itself and every reading
     acknowledged before the kill is there, every stored window scored once."""
+    # single redis-server only: its subject is one redis-server's AOF and restart
     port = free_port()
     server = RedisServer(tmp_path / "aof", port, aof=True)
     (tmp_path / "aof").mkdir()
@@ -257,14 +266,14 @@ def test_killed_redis_with_aof_always_loses_no_acknowledged_reading(
 
 
 def test_pipelined_batches_of_one_stream_on_two_apis_within_the_lateness(
-    serve: ServeFactory, redis_server: RedisServer, prefix: str
+    serve: ServeFactory, any_redis: AnyRedis, prefix: str
 ) -> None:
     """A client pipelining consecutive batches of one stream to two replicas (they
     race; the later may land first): with SCJEPA_ALLOWED_LATENESS_S covering a batch,
     none is rejected as late, the readings are merged in timestamp order, and every
     window is scored once with the readings in order."""
-    r = redis.Redis.from_url(redis_server.url)
-    common = {"redis_url": redis_server.url, "key_prefix": prefix,
+    r = any_redis.client()
+    common = {"redis_url": any_redis.url, "key_prefix": prefix,
               "allowed_lateness_s": 120}  # fmt: skip
     apis = [serve(role="api", **common) for _ in range(2)]
     serve(role="scorer", **common)
@@ -293,7 +302,7 @@ def test_pipelined_batches_of_one_stream_on_two_apis_within_the_lateness(
     assert stored(r, prefix, "pipe") == 2 * pairs * size  # all the others, in order
     wait_until(lambda: queue_depth(r, prefix) == 0, 60, "the queue to drain")
     every_window_once(r, prefix, ["pipe"])
-    (key,) = r.keys(f"{prefix}:*:default/pipe:risk")
+    (key,) = keys(r, f"{prefix}:*:default/pipe:risk")
     recs = [json.loads(m) for m in r.zrange(key, 0, -1)]
     assert [(x["window_start"], x["window_end"]) for x in recs] == [
         (T0 + n - 100, T0 + n - 1) for n in range(100, 1501, 100)
