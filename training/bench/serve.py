@@ -79,8 +79,8 @@ def redis_server() -> Any:
         _wait(lambda: socket.create_connection(("127.0.0.1", port), 0.2).close())
         yield f"redis://127.0.0.1:{port}/0"
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.terminate()  # a scorer finishes the batches it holds first
+        proc.wait(120)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -137,8 +137,8 @@ def _process(artifact: Path, redis_url: str, env: dict[str, str], nice: int = 0)
         )
         yield url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        proc.terminate()  # a scorer finishes the batches it holds first
+        proc.wait(120)
 
 
 def _wait(check: Any, timeout: float = 10.0) -> None:
@@ -510,6 +510,15 @@ def queue_depth(redis_url: str, prefix: str) -> Callable[[], tuple[int, int]]:
     return depth
 
 
+def drained(depth: Callable[[], tuple[int, int]], timeout: float = 600.0) -> None:
+    """Wait until the work queue is empty and nothing is pending."""
+    deadline = time.monotonic() + timeout
+    while depth() != (0, 0):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench serve: the scorer left work after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
 def scorer_drain(
     artifact: Path,
     redis_url: str,
@@ -767,6 +776,7 @@ def run(args: argparse.Namespace) -> int:
             base_env | {"SCJEPA_HOP": str(10**9), "SCJEPA_KEY_PREFIX": "ingest"},
         ) as (url, _):
             asyncio.run(drive(url, bodies[:warm_n], args.concurrency))
+            drained(queue_depth(redis_url, "ingest"))  # no scoring during the run
             ing = asyncio.run(drive(url, bodies[warm_n:], args.concurrency))
         ing["readings_per_request"] = per
         ceil_runs.append(asyncio.run(bare(window=w)))
