@@ -197,9 +197,10 @@ class Scorer:
         for res in appended:
             self._count(res)
         records: dict[str, dict[int, str]] = {}
+        scored: dict[str, int] = {}
         if wait > 0:
             due = {s: r.queued for s, r in zip(streams, appended, strict=True)}
-            records = await self._wait(
+            records, scored = await self._wait(
                 tenant, {s: q for s, q in due.items() if q}, wait
             )
         results = []
@@ -218,7 +219,7 @@ class Scorer:
                     windows_completed=res.completed,
                     windows_queued=len(res.queued),
                     windows_shed=res.shed,
-                    windows_scored=len(recs),
+                    windows_scored=scored.get(stream, 0),
                     risk=newest["risk"] if newest else None,
                     alert=newest["alert"] if newest else None,
                     window_n=newest["n"] if newest else None,
@@ -230,38 +231,45 @@ class Scorer:
 
     async def _wait(
         self, tenant: str, due: dict[str, list[int]], wait: float
-    ) -> dict[str, dict[int, str]]:
-        """The risk records of the ``due`` windows (stream -> numbers) that exist when
-        all do, or when ``wait`` seconds have passed (or the store fails: the readings
-        are stored and the windows queued, so the answer stands). Woken by news of
-        scored windows (this process's scorer, or any through the store), and re-reads
-        the store every RECHECK_S in case news was lost."""
+    ) -> tuple[dict[str, dict[int, str]], dict[str, int]]:
+        """The risk records of the ``due`` windows (stream -> numbers), and per stream
+        how many of them are known scored: read, or reported by news of scored windows
+        (whose record the history cap, SCJEPA_HISTORY_LEN, may already have trimmed).
+        Returns when each window is known scored, or when ``wait`` seconds have passed
+        (or the store fails: the readings are stored and the windows queued, so the
+        answer stands). Woken by the news (this process's scorer, or any through the
+        store), and re-reads the store every RECHECK_S in case news was lost."""
         got: dict[str, dict[int, str]] = {s: {} for s in due}
-        left = {s: set(ns) for s, ns in due.items()}
+        unread = {s: set(ns) for s, ns in due.items()}  # no record read yet
         deadline = time.monotonic() + wait
+        # w.left: not known scored yet (neither read nor reported; the news empties it)
         w = self.bus.register(tenant, {s: set(ns) for s, ns in due.items()})
         try:
-            while left:
+            while unread:
                 try:
                     found = await self.store.scored(
-                        tenant, [(s, sorted(ns)) for s, ns in left.items()]
+                        tenant, [(s, sorted(ns)) for s, ns in unread.items()]
                     )
                 except StoreUnavailable:
                     break
-                for (stream, ns), recs in zip(list(left.items()), found, strict=True):
+                for (stream, ns), recs in zip(list(unread.items()), found, strict=True):
                     got[stream].update(recs)
                     ns.difference_update(recs)
                     if not ns:
-                        del left[stream]
+                        del unread[stream]
+                    left = w.left.get(stream)
+                    if left is not None:
+                        left.difference_update(recs)
+                        if not left:
+                            del w.left[stream]
                 remaining = deadline - time.monotonic()
-                if not left or remaining <= 0:
+                if not w.left or remaining <= 0:
                     break
                 await w.wait(min(remaining, RECHECK_S))
                 w.done.clear()
-                w.left = {s: set(ns) for s, ns in left.items()}
         finally:
             self.bus.unregister(w)
-        return got
+        return got, {s: len(ns) - len(w.left.get(s, ())) for s, ns in due.items()}
 
     def _late_reason(self) -> str:
         lateness = self.settings.allowed_lateness_s

@@ -49,7 +49,6 @@ GROUP = "scorers"  # the work queue's consumer group
 CLUSTER_SCHEME = "redis+cluster://"  # SCJEPA_REDIS_URL naming a Redis Cluster node
 MAX_BLOCK_S = 0.5  # a blocking queue read, under the socket timeout
 CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
-CLUSTER_CONCURRENCY = 64  # script calls in flight at once on a Cluster
 
 # Keys. A stream's keys and its work-queue partition share one hash tag, {pP} with
 # P = crc32("tenant/stream") % partitions, so they sit in one Redis Cluster slot and
@@ -526,21 +525,26 @@ class RedisStore(Store):
     def _global(self, what: str) -> str:
         return f"{self.prefix}:{{global}}:{what}"  # one slot, so one script reads both
 
-    async def _call(self, op: str, coro: Awaitable[T]) -> T:
+    async def _call(self, op: str, coro: Awaitable[T], *, scripts: bool = False) -> T:
         """One store operation, answered or failed within twice ``timeout_s``: up to
         ``timeout_s`` waiting for a connection under a burst, as long again for Redis.
         The client's own calls also time out each socket read and write at
         ``timeout_s``; the packed calls of :meth:`_send` have this bound only. A call
-        cut short drops its connection: no reply is left for the next user."""
+        cut short drops its connection: no reply is left for the next user.
+        ``scripts``: ``coro`` is :meth:`_scripts`', which bounds each of its commands
+        on a Cluster itself (:meth:`_bounded`)."""
         start = time.perf_counter()
         try:
             async with asyncio.timeout(2 * self.timeout_s):
                 if self.cluster:  # the slot map first (a flag test once loaded)
                     await self._cluster_ready(coro)
+                    if not scripts:
+                        return await self._bounded(coro)
                 return await coro
         except (RedisError, OSError) as e:  # TimeoutError is an OSError
             metrics.STORE_ERRORS.labels(op=op).inc()
-            raise StoreUnavailable(f"redis: {str(e) or 'timed out'}") from None
+            why = str(e) or ("timed out" if isinstance(e, TimeoutError) else repr(e))
+            raise StoreUnavailable(f"redis: {why}") from None
         finally:
             latency = self._latency.get(op)
             if latency is None:
@@ -557,6 +561,14 @@ class RedisStore(Store):
             getattr(coro, "close", lambda: None)()  # not awaited: no warning
             raise
 
+    async def _bounded(self, coro: Awaitable[T]) -> T:
+        """A Cluster command (or pipeline: one connection per node) once fewer than
+        max_connections are in flight. The Cluster client's per-node pools raise
+        MaxConnectionsError when empty instead of waiting, as one Redis' blocking pool
+        does: this makes a burst queue (within :meth:`_call`'s bound) there too."""
+        async with self._slots:
+            return await coro
+
     def _pipeline(self) -> Any:
         return self.client.pipeline(transaction=False)
 
@@ -565,21 +577,15 @@ class RedisStore(Store):
     ) -> list[Any]:
         """Run (script, keys, args) calls: EVALSHAs written together on one pooled
         connection (one round trip) on one Redis; on a Cluster, whose pipelines take
-        no scripts, concurrent calls in groups. A script Redis does not know (a
+        no scripts, concurrent calls, each in a slot. A script Redis does not know (a
         restart, SCRIPT FLUSH) is loaded and its calls run again: a NOSCRIPT call ran
         nothing. The commands are packed here, not by redis-py's command layer, whose
         per-argument encoding, pipeline and retry wrappers cost several times the
         packing (redis-py's pipelined scripts also ask SCRIPT EXISTS each time)."""
-        if self.cluster:
-            out: list[Any] = []
-            for a in range(0, len(calls), CLUSTER_CONCURRENCY):
-                out += await asyncio.gather(
-                    *(
-                        script(keys=k, args=v)
-                        for script, k, v in calls[a : a + CLUSTER_CONCURRENCY]
-                    )
-                )
-            return out
+        if self.cluster:  # each call queues for a slot (_bounded), not the whole
+            return await asyncio.gather(
+                *(self._bounded(script(keys=k, args=v)) for script, k, v in calls)
+            )
         packed = [
             _resp([b"EVALSHA", script.sha.encode(), len(keys), *keys, *args])
             for script, keys, args in calls
@@ -653,7 +659,7 @@ class RedisStore(Store):
         keys = [self._tenant(tenant, "names"), self._tenant(tenant, "touched")]
         args: list[str | int] = [repr(wall), cutoff, max_streams, self.ttl_s, *due]
         (names,) = await self._call(
-            "register", self._scripts([(self._register, keys, args)])
+            "register", self._scripts([(self._register, keys, args)]), scripts=True
         )
         refused = {cast(bytes, r).decode() for r in names}
         live = {f"{tenant}/{s}": wall for s in due if s not in refused}
@@ -711,7 +717,7 @@ class RedisStore(Store):
             keys = [base + "rows", base + "seen", base + "state", self.work_keys[p]]
             keys += [base + "risk", base + "pend"]
             calls.append((self._append, keys, args))
-        replies = await self._call("append", self._scripts(calls))
+        replies = await self._call("append", self._scripts(calls), scripts=True)
         return [
             _appended(reply, stream, self.layout)
             for reply, (stream, _, _) in zip(replies, items, strict=True)
@@ -741,7 +747,7 @@ class RedisStore(Store):
             for n, rec, _ in records:
                 args += [n, rec]
             calls.append((self._put, [self._key(tenant, stream, "risk")], args))
-        replies = await self._call("put_risks", self._scripts(calls))
+        replies = await self._call("put_risks", self._scripts(calls), scripts=True)
         latest: dict[str, float] = {}
         written = []
         for (tenant, stream, records), (flags, top) in zip(items, replies, strict=True):

@@ -5,16 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-import redis
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
-from support.service_helpers import ClientFactory, RedisServer
+from support.service_helpers import AnyRedis, ClientFactory
 
 from service.config import Settings
 from service.main import create_app
@@ -387,23 +387,30 @@ def test_readyz(client: TestClient) -> None:
 
 
 def test_history_is_capped(make_client: ClientFactory) -> None:
+    """Only the newest SCJEPA_HISTORY_LEN records are kept; a ?wait= call counts the
+    windows scored whose records the cap trimmed at once, and answers when all are
+    scored, not at its deadline."""
     client = make_client(hop=10, history_len=3)
-    ingest(client, "s", series(150))  # windows end at 100, 110, ..., 150
+    start = time.monotonic()
+    res = ingest(client, "s", series(150), wait=20)  # windows end at 100, ..., 150
+    assert time.monotonic() - start < 20  # not waited out: 100-120's records are gone
+    counts = (res["windows_queued"], res["windows_scored"], res["window_n"])
+    assert counts == (6, 6, 150)
     hist = client.get("/risk/s/history", params={"limit": 50}).json()["items"]
     assert [h["n"] for h in hist] == [150, 140, 130]
     assert client.get("/risk/s/history", params={"limit": 0}).status_code == 422
 
 
 def test_redis_keys_hash_tag_trim_and_ttl(
-    redis_server: RedisServer, artifact_dir: Path
+    any_redis: AnyRedis, artifact_dir: Path
 ) -> None:
     p = "layout"
-    settings = Settings(artifact=artifact_dir, redis_url=redis_server.url, key_prefix=p,
+    settings = Settings(artifact=artifact_dir, redis_url=any_redis.url, key_prefix=p,
                         stream_ttl_s=600)  # fmt: skip
     with TestClient(create_app(settings)) as client:
         x = series(130)
         ingest(client, "pump-7", x)
-    r = redis.Redis.from_url(redis_server.url)
+    r = any_redis.client()
     keys = sorted(k.decode() for k in r.scan_iter(f"{p}:*"))
     # every stream key carries the tenant (here the default one, no keys configured)
     # and its partition's hash tag, which its work queue's key shares
@@ -428,11 +435,11 @@ def test_redis_keys_hash_tag_trim_and_ttl(
 
 
 def test_concurrent_retries_store_each_reading_once(
-    store_kind: str, request: pytest.FixtureRequest, artifact_dir: Path
+    store_url: str | None, artifact_dir: Path
 ) -> None:
     """Five copies of one request racing: exactly one set of readings is stored."""
-    url = request.getfixturevalue("redis_server").url if store_kind == "redis" else None
-    settings = Settings(artifact=artifact_dir, redis_url=url, key_prefix="race", hop=10)
+    settings = Settings(artifact=artifact_dir, redis_url=store_url, key_prefix="race",
+                        hop=10)  # fmt: skip
     payload = body("s", series(120))
 
     async def main() -> list[dict[str, Any]]:
@@ -452,3 +459,40 @@ def test_concurrent_retries_store_each_reading_once(
     assert sum(r["duplicates"] for r in results) == 4 * 120
     assert sum(r["windows_scored"] for r in results) == 3  # 100, 110, 120, each once
     assert sorted(h["n"] for h in last["hist"]) == [100, 110, 120]
+
+
+def test_wait_ends_when_each_window_is_known_scored(
+    store_url: str | None, artifact_dir: Path
+) -> None:
+    """?wait= answers once each window of the call is known scored, by its record or
+    by the news of scored windows alone (a record the history cap trimmed is gone):
+    not while one is still to be scored, not at its deadline once all are. An API
+    process without a scorer (role api); the news is delivered by hand."""
+    settings = Settings(artifact=artifact_dir, redis_url=store_url, hop=10,
+                        key_prefix=f"w{uuid.uuid4().hex[:8]}", role="api")  # fmt: skip
+
+    async def main() -> tuple[dict[str, Any], bool, float]:
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            bus = app.state.scorer.bus
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                start = time.monotonic()
+                post = asyncio.create_task(c.post(
+                    "/ingest", json=body("s", series(150)), params={"wait": 30}
+                ))  # fmt: skip
+                while ("default", "s") not in bus._waits:  # the call waits now
+                    assert time.monotonic() - start < 20 and not post.done()
+                    await asyncio.sleep(0.01)
+                bus.deliver([("default", "s", [100, 110, 120, 130, 140])])
+                await asyncio.sleep(1.0)  # two store re-reads (RECHECK_S)
+                early = post.done()  # 150: not scored yet
+                bus.deliver([("default", "s", [150])])
+                r = await post
+                return r.json()["results"][0], early, time.monotonic() - start
+
+    res, early, took = asyncio.run(main())
+    assert not early
+    assert took < 30  # answered at the news, not at the deadline
+    counts = (res["windows_queued"], res["windows_scored"], res["risk"])
+    assert counts == (6, 6, None)  # known scored, no record to read (none written)

@@ -9,11 +9,12 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
-from support.service_helpers import RedisServer
+from support.service_helpers import AnyRedis
 
 from service.batcher import Batcher
 from service.config import Settings
@@ -135,13 +136,13 @@ def test_settings_from_environment(
         Settings()
 
 
-def test_redis_pool_queues_instead_of_failing(redis_server) -> None:  # type: ignore[no-untyped-def]
-    """More concurrent operations than pooled connections wait; none fails."""
-    from service.store.redis_store import RedisStore
+def test_redis_pool_queues_instead_of_failing(any_redis: AnyRedis) -> None:
+    """More concurrent operations than pooled connections wait; none fails (one Redis:
+    its blocking pool; a Cluster: the store's bound on commands in flight)."""
 
     async def burst() -> None:
-        store = RedisStore(redis_server.url, prefix="pooltest", ttl_s=60, history_len=10,
-                           dedupe_horizon=100, timeout_s=5.0, max_connections=2)  # fmt: skip
+        store = RedisStore(any_redis.url, prefix="pooltest", ttl_s=60, history_len=10,
+                           dedupe_horizon=100, timeout_s=30.0, max_connections=2)  # fmt: skip
         try:
             # a non-blocking pool of 2 raises MaxConnectionsError here
             await asyncio.gather(*(store.ping() for _ in range(200)))
@@ -149,6 +150,46 @@ def test_redis_pool_queues_instead_of_failing(redis_server) -> None:  # type: ig
             await store.close()
 
     asyncio.run(burst())
+
+
+def test_a_burst_of_every_kind_of_call_queues_for_the_pool(any_redis: AnyRedis) -> None:
+    """Many times more concurrent calls than connections, by every path through the
+    store (appends of several streams, whose script calls run one a stream on a
+    Cluster; pipelined reads; single commands and read scripts): each waits its turn
+    and succeeds, every reading is stored once and every window queued once. (A long
+    timeout: the subject is waiting instead of failing, not speed on a busy machine.)"""
+    ts, x = T0 + np.arange(100.0), np.ones((100, 2), np.float32)
+    names = [[f"c{k}s{i}" for i in range(12)] for k in range(20)]  # 12 a call
+
+    async def burst() -> tuple[list[Any], list[WorkItem]]:
+        store = RedisStore(any_redis.url, prefix=uuid.uuid4().hex, ttl_s=60,
+                           history_len=10, dedupe_horizon=1000, timeout_s=30.0,
+                           max_connections=2, partitions=4)  # fmt: skip
+        try:
+            await store.ensure_groups()
+            calls: list[Any] = []
+            for streams in names:  # 240 script calls at once
+                batch = [(s, ts, x) for s in streams]
+                calls.append(
+                    store.append_many("t", batch, window=50, hop=50, max_queued=9999)
+                )
+            calls += [store.ping() for _ in range(60)]
+            calls += [store.latest("t", s) for s in names[0] * 5]
+            calls += [store.state("t", s) for s in names[1] * 5]
+            calls += [store.queue_stats() for _ in range(20)]
+            out = await asyncio.gather(*calls)
+            return out, await store.read_work("c", 1000, 0)
+        finally:
+            await store.close()
+
+    out, items = asyncio.run(burst())
+    appended = [r for call in out[: len(names)] for r in call]
+    assert [(r.accepted, r.total, r.queued) for r in appended] == [
+        (100, 100, [50, 100])
+    ] * 240
+    assert sorted((it.stream, it.window.n) for it in items) == sorted(
+        (s, n) for streams in names for s in streams for n in (50, 100)
+    )
 
 
 def reference_windows(
@@ -185,7 +226,7 @@ def test_forward_fill() -> None:
 
 @pytest.mark.parametrize(("window", "hop", "max_queued"), [(20, 7, 1000), (20, 20, 2)])
 def test_both_stores_cut_identical_windows(
-    redis_server: RedisServer, window: int, hop: int, max_queued: int
+    any_redis: AnyRedis, window: int, hop: int, max_queued: int
 ) -> None:
     """Gaps at the start, across window and request boundaries, a channel never
     observed, with duplicates and late readings mixed in: the same windows queued by
@@ -223,7 +264,7 @@ def test_both_stores_cut_identical_windows(
             await store.close()
 
     memory, m_items = asyncio.run(feed(MemoryStore(ttl_s=600, history_len=10)))
-    redis_store = RedisStore(redis_server.url, prefix=uuid.uuid4().hex, ttl_s=600,
+    redis_store = RedisStore(any_redis.url, prefix=uuid.uuid4().hex, ttl_s=600,
                              history_len=10, dedupe_horizon=10_000, timeout_s=5.0,
                              partitions=1)  # fmt: skip
     redis, r_items = asyncio.run(feed(redis_store))
@@ -252,19 +293,18 @@ def test_both_stores_cut_identical_windows(
 
 
 def fresh_store(
-    kind: str,
-    redis_server: RedisServer,
+    url: str | None,
     *,
     dedupe_horizon: int,
     partitions: int,
     lateness_s: float = 0.0,
 ) -> Store:
-    """An empty store of ``kind`` (memory, or redis under a new prefix): TTL 600 s,
-    history 10; the Redis-only knobs apply to the Redis store."""
-    if kind == "memory":
+    """An empty store: in memory (``url`` None), or on the Redis at ``url`` under a new
+    prefix; TTL 600 s, history 10; the Redis-only knobs apply to the Redis store."""
+    if url is None:
         return MemoryStore(ttl_s=600, history_len=10, lateness_s=lateness_s)
     return RedisStore(
-        redis_server.url,
+        url,
         prefix=uuid.uuid4().hex,
         ttl_s=600,
         history_len=10,
@@ -275,16 +315,13 @@ def fresh_store(
     )
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
-def test_work_queue_claims_and_first_write_wins(
-    redis_server: RedisServer, kind: str
-) -> None:
+def test_work_queue_claims_and_first_write_wins(store_url: str | None) -> None:
     """An item read and not acknowledged is claimed by another consumer after the
     timeout (not before); a window's record written twice is kept once (the first);
     acknowledged items leave the queue."""
 
     async def main() -> None:
-        store = fresh_store(kind, redis_server, dedupe_horizon=100, partitions=4)
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=4)
         try:
             await store.ensure_groups()
             await store.register("t", ["a", "b"], 10)
@@ -323,16 +360,14 @@ def test_work_queue_claims_and_first_write_wins(
     asyncio.run(main())
 
 
-def test_dedupe_horizon_is_packed_and_bounded(redis_server: RedisServer) -> None:
+def test_dedupe_horizon_is_packed_and_bounded(any_redis: AnyRedis) -> None:
     """The accepted timestamps rest as 8 bytes each, trimmed to the horizon (with a
     slack of a quarter); a retry inside the horizon counts as duplicates, older
     readings as late."""
-    import redis as sync_redis
-
     prefix = uuid.uuid4().hex
 
     async def main() -> list[AppendResult]:
-        store = RedisStore(redis_server.url, prefix=prefix, ttl_s=600, history_len=10,
+        store = RedisStore(any_redis.url, prefix=prefix, ttl_s=600, history_len=10,
                            dedupe_horizon=256, timeout_s=5.0, partitions=1)  # fmt: skip
         out = []
         try:
@@ -355,17 +390,14 @@ def test_dedupe_horizon_is_packed_and_bounded(redis_server: RedisServer) -> None
     out = asyncio.run(main())
     assert (out[-2].duplicates, out[-2].late) == (100, 0)
     assert (out[-1].duplicates, out[-1].late) == (0, 100)
-    r = sync_redis.Redis.from_url(redis_server.url)
+    r = any_redis.client()
     (key,) = list(r.scan_iter(f"{prefix}:*:seen"))
     seen = np.frombuffer(r.get(key), "<f8")
     assert 256 <= len(seen) <= 256 + 64 + 100
     np.testing.assert_array_equal(seen, T0 + np.arange(1000 - len(seen), 1000))
 
 
-@pytest.mark.parametrize("kind", ["memory", "redis"])
-def test_allowed_lateness_merges_out_of_order_readings(
-    redis_server: RedisServer, kind: str
-) -> None:
+def test_allowed_lateness_merges_out_of_order_readings(store_url: str | None) -> None:
     """With SCJEPA_ALLOWED_LATENESS_S = 30, batches arriving out of order within 30 s
     are merged in timestamp order: the windows equal those of in-order arrival; a
     reading at or below the watermark (newest - 30 s) is late; a retry of a held
@@ -378,7 +410,7 @@ def test_allowed_lateness_merges_out_of_order_readings(
 
     async def main() -> tuple[list[AppendResult], list[WorkItem]]:
         store = fresh_store(
-            kind, redis_server, dedupe_horizon=1000, partitions=1, lateness_s=30.0
+            store_url, dedupe_horizon=1000, partitions=1, lateness_s=30.0
         )
         out = []
         try:
@@ -409,7 +441,7 @@ def test_allowed_lateness_merges_out_of_order_readings(
         assert it.window.end_ts == ts[n - 1]
 
 
-def test_in_order_calls_match_the_memory_store(redis_server: RedisServer) -> None:
+def test_in_order_calls_match_the_memory_store(any_redis: AnyRedis) -> None:
     """The append script's common call (timestamps increasing, all new, none missing,
     no lateness: stored as sent, no per-reading work) between calls that take the
     reading-by-reading path (a gap to fill, a retry overlapping the newest, readings
@@ -440,10 +472,10 @@ def test_in_order_calls_match_the_memory_store(redis_server: RedisServer) -> Non
         finally:
             await store.close()
 
-    memory, m_items = asyncio.run(feed(fresh_store("memory", redis_server,
-                                  dedupe_horizon=1000, partitions=2)))  # fmt: skip
-    redis, r_items = asyncio.run(feed(fresh_store("redis", redis_server,
-                                 dedupe_horizon=1000, partitions=2)))  # fmt: skip
+    memory, m_items = asyncio.run(feed(fresh_store(None, dedupe_horizon=1000,
+                                                   partitions=2)))  # fmt: skip
+    redis, r_items = asyncio.run(feed(fresh_store(any_redis.url, dedupe_horizon=1000,
+                                                  partitions=2)))  # fmt: skip
     assert [(r.accepted, r.duplicates, r.late) for r, _ in redis] == [
         (25, 0, 0), (15, 0, 0), (20, 0, 0), (20, 5, 0), (1, 0, 2), (9, 0, 0),
         (20, 0, 0),
@@ -459,18 +491,17 @@ def test_in_order_calls_match_the_memory_store(redis_server: RedisServer) -> Non
             np.testing.assert_array_equal(it.window.values, values)
 
 
-def test_scripts_unknown_to_redis_are_loaded_again(redis_server: RedisServer) -> None:
+def test_scripts_unknown_to_redis_are_loaded_again(any_redis: AnyRedis) -> None:
     """After SCRIPT FLUSH (as after a Redis restart) an append of one stream and one
     of several streams (a pipeline) still store every reading once."""
-    import redis as sync_redis
 
     async def main() -> list[AppendResult]:
-        store = fresh_store("redis", redis_server, dedupe_horizon=100, partitions=4)
+        store = fresh_store(any_redis.url, dedupe_horizon=100, partitions=4)
         x = np.ones((5, 2), np.float32)
         out = []
         try:
             for k, streams in enumerate([["a"], ["a", "b", "c"]]):
-                sync_redis.Redis.from_url(redis_server.url).script_flush()
+                any_redis.client().script_flush()  # every master's, on a Cluster
                 t = T0 + np.arange(5.0 * k, 5.0 * k + 5)
                 out += await store.append_many(
                     "t", [(s, t, x) for s in streams], window=10, hop=10,
