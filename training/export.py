@@ -3,8 +3,9 @@
     scjepa export --checkpoint runs/msl/best.pt --probe results/msl \\
         --out artifacts/msl [--dataset msl --root DIR --int8]
 
-``--probe RESULTS_DIR`` serves the model `scjepa evaluate` chose on validation
-(probe-served.pt; its leaderboard, validation figures only, goes into the manifest's
+``--probe RESULTS_DIR`` serves the model `scjepa evaluate` chose on the non-test data
+(probe-served.pt: cross-validation over train + validation, training/evaluate/select.py;
+its leaderboard, train and validation figures only, goes into the manifest's
 eval_metrics); a probe file serves that probe.
 
 Writes ARTIFACT/model.onnx (window (B, T, V_in) -> risk, channel_contrib, codes; T =

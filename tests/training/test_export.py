@@ -56,6 +56,8 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 "10",
                 "--probe",
                 "max_epochs=20",
+                "--cv-seeds",
+                "1",
                 "--out",
                 str(d / "eval"),
             ]
@@ -555,14 +557,19 @@ def test_served_codes_plus_stats_probe(
 def test_export_serves_the_validation_winner(
     artifact: dict[str, Path], tmp_path: Path
 ) -> None:
-    """`scjepa export --probe RESULTS_DIR` serves the candidate ranked first on
-    validation (warned rate at the false-alarm budget, then PR AUC), and the manifest
-    records that leaderboard with validation figures only."""
+    """`scjepa export --probe RESULTS_DIR` serves the candidate chosen by
+    cross-validation on train + validation (training/evaluate/select.py: the fewest
+    inputs among those within one SD of the best), and the manifest records that
+    leaderboard with non-test figures only."""
     results = artifact["probe"].parent
     board = json.loads((results / "results.json").read_text())["leaderboard"]
-    ranked = [(e["val_warned_rate"], e["val_pr_auc"]) for e in board["rows"]]
-    assert ranked == sorted(ranked, reverse=True) and len(ranked) == 4
-    assert board["winner"] == board["rows"][0]["row"]
+    assert board["winner"] == board["rows"][0]["row"] and len(board["rows"]) == 4
+    assert board["cv"]["blocks"] == 4 and board["cv"]["events"] > 0
+    kept = [e for e in board["rows"] if e["cv_stage"] == 2]
+    assert board["rows"][0] in kept
+    assert board["rows"][0]["n_inputs"] == min(e["n_inputs"] for e in kept)
+    rest = [(e["cv_warned_rate"], e["cv_pr_auc"]) for e in board["rows"][1:]]
+    assert rest == sorted(rest, reverse=True)
     out = tmp_path / "art"
     args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(results)]
     assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
@@ -570,7 +577,9 @@ def test_export_serves_the_validation_winner(
     assert m.eval_metrics["row"] == board["winner"]
     assert m.eval_metrics["leaderboard"] == board
     assert all(
-        k.startswith(("row", "features", "val_")) for e in board["rows"] for k in e
+        k.startswith(("row", "features", "val_", "cv_", "n_inputs"))
+        for e in board["rows"]
+        for k in e
     )
     assert m.probe_features == board["rows"][0]["features"]
     assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
@@ -647,3 +656,26 @@ def test_leaderboard_ranks_on_validation_only() -> None:
     assert board["winner_without_scjepa"] == "probe on stats + kNN + PCA (no SC-JEPA)"
     assert without_scjepa("codes+stats") == "stats" and without_scjepa("codes") is None
     assert leaderboard({STATS_ROW: rows[STATS_ROW]})["winner_without_scjepa"] is None
+    # with a cross-validated choice: its winner first, the rest by its keys
+    cv = {
+        n: {"row": n, "cv_warned_rate": w, "cv_pr_auc": 0.5, "n_inputs": i}
+        for n, w, i in (
+            ("SC-JEPA probe", 0.3, 80),
+            (STATS_ROW, 0.2, 98),
+            (DET_ROW, 0.1, 102),
+            (RAW_ROW, 0.25, 18),
+        )
+    }
+    choice = {"winner": RAW_ROW, "rows": list(cv.values()), "cv": {"blocks": 4}}
+    board = leaderboard(rows, choice)  # type: ignore[arg-type]
+    assert [e["row"] for e in board["rows"]] == [
+        RAW_ROW,
+        "SC-JEPA probe",
+        STATS_ROW,
+        DET_ROW,
+    ]
+    assert board["winner"] == RAW_ROW and board["cv"] == {"blocks": 4}
+    assert board["winner_without_scjepa"] is None  # it reads no SC-JEPA input
+    assert (
+        board["rows"][0]["n_inputs"] == 18 and "cross-validation" in board["chosen_on"]
+    )

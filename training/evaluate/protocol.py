@@ -84,6 +84,7 @@ from training.evaluate.results import (
     git_commit,
     write_results,
 )
+from training.evaluate.select import CVConfig
 from training.evaluate.warning import (
     EventConfig,
     Stretch,
@@ -572,9 +573,67 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (0 = torch default)"
     )
+    p.add_argument(
+        "--cv-blocks",
+        type=int,
+        default=CVConfig.blocks,
+        help="blocks of the train + validation portion for choosing the served model "
+        "by cross-validation (training/evaluate/select.py; 0 = choose on the "
+        f"validation split alone; default {CVConfig.blocks})",
+    )
+    p.add_argument(
+        "--cv-seeds",
+        type=int,
+        default=CVConfig.seeds,
+        help=f"probe seeds per held-out block (default {CVConfig.seeds})",
+    )
     from training.data.cli import add_table_arguments
 
     add_table_arguments(p)
+
+
+def _cross_validate(
+    ds: Dataset,
+    folds: list[FoldData],
+    inputs: dict[int, dict[str, ProbeInputs]],
+    rows: dict[str, Row],
+    probe: ProbeConfig,
+    events: EventConfig,
+    cv: CVConfig,
+) -> dict[str, Any] | None:
+    """The served-model choice on every fold's train + validation portion
+    (training/evaluate/select.py); None when a fold has fewer than 3 blocks with
+    windows or no candidate (then the leaderboard ranks on validation alone)."""
+    from training.evaluate.select import choose, cv_blocks, out_of_fold
+
+    names = [
+        n
+        for n in CANDIDATES
+        if n in rows and all(n in inputs.get(fd.fold, {}) for fd in folds)
+    ]
+    blocks = [cv_blocks(ds, fd.fold, cv.blocks, events.stride) for fd in folds]
+    if not names or any(len(b) < 3 for b in blocks):
+        sys.stderr.write(
+            "evaluate: too little train + validation data for "
+            f"{cv.blocks} blocks: the served model is chosen on validation alone\n"
+        )
+        return None
+    t0 = time.time()
+    oof = {
+        n: [
+            out_of_fold(b, inputs[fd.fold][n], probe, range(cv.seeds))
+            for fd, b in zip(folds, blocks, strict=True)
+        ]
+        for n in names
+    }
+    choice = choose(blocks, oof, events.lookback, cv)
+    _say(
+        f"served model chosen by {cv.blocks}-block cross-validation "
+        f"({len(names)} candidates, {cv.seeds} seed(s), {time.time() - t0:.0f} s): "
+        f"{choice['winner']}",
+        True,
+    )
+    return choice
 
 
 def _probe_config(pairs: list[str]) -> ProbeConfig:
@@ -628,6 +687,11 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             raise UserError(f"--{flag.replace('_', '-')}: must be >= 1")
     events = event_config(ds, args.stride, args.lookback, args.fa_budget)
+    if args.cv_blocks and args.cv_blocks < 3:
+        raise UserError(f"--cv-blocks {args.cv_blocks}: 0 (off) or at least 3")
+    if args.cv_seeds < 1:
+        raise UserError(f"--cv-seeds {args.cv_seeds}: must be >= 1")
+    cv = CVConfig(blocks=args.cv_blocks, seeds=args.cv_seeds, n_boot=args.n_boot)
     ts2vec = TS2VecConfig(iters=args.ts2vec_iters) if args.ts2vec_iters else None
     checkpoints = (
         [_checkpoint(args.checkpoint, k, ds) for k in range(n_folds(ds))]
@@ -705,7 +769,12 @@ def run(args: argparse.Namespace) -> int:
         folds=folds,
         progress=True,
     )
-    board = leaderboard(ev.rows)
+    choice = (
+        _cross_validate(ds, folds, inputs, ev.rows, probe_cfg, events, cv)
+        if cv.blocks
+        else None
+    )
+    board = leaderboard(ev.rows, choice)
     if board["rows"]:
         ev.extra["leaderboard"] = board
     run_info: RunInfo = {
@@ -749,7 +818,7 @@ def run(args: argparse.Namespace) -> int:
         served_probe(ev, winner, ckpt, ds, inputs=got[winner], board=board).save(
             args.out / SERVED_PROBE
         )
-        sys.stderr.write(f"evaluate: served model (chosen on validation): {winner}\n")
+        sys.stderr.write(f"evaluate: served model: {winner} ({board['chosen_on']})\n")
         for name in CANDIDATES:  # each candidate, to serve or compare explicitly
             if name in got and name in ev.fitted:
                 served_probe(ev, name, ckpt, ds, inputs=got[name]).save(
@@ -783,9 +852,14 @@ ABLATIONS = {
     f"probe on stats + kNN + PCA {NO_SCJEPA}": "stats+knn+pca",
     f"probe on kNN + PCA {NO_SCJEPA}": "knn+pca",
 }
-CHOSEN_ON = (
+CHOSEN_ON_VAL = (
     "validation only: warned-event rate at the false-alarm budget (mean over seeds), "
     "then PR AUC"
+)
+CHOSEN_ON = (
+    "train + validation only, time-blocked cross-validation: out-of-fold warned-event "
+    "rate averaged over 1, 2, 5 and 10 false alarms per 1,000 windows, then PR AUC, "
+    "each within one bootstrap SD of the best; of those, the fewest probe inputs"
 )
 
 
@@ -796,13 +870,18 @@ def without_scjepa(features: str) -> str | None:
     return "+".join(rest) or None
 
 
-def leaderboard(rows: dict[str, Row]) -> dict[str, Any]:
-    """The candidates present in ``rows`` ranked on VALIDATION figures only (warned
-    rate at the false-alarm budget, then PR AUC); the winner, and the row that is
-    the winner without SC-JEPA's inputs."""
+def leaderboard(
+    rows: dict[str, Row], choice: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The candidates present in ``rows`` with their validation figures; with
+    ``choice`` (:func:`training.evaluate.select.choose`, on train + validation only)
+    its figures too, its winner first and the rest by its keys; without, ranked by
+    validation warned rate at the false-alarm budget, then PR AUC. Names the winner
+    and the row that is the winner without SC-JEPA's inputs."""
+    cv = {e["row"]: e for e in choice["rows"]} if choice else {}
     board = []
     for name, features in CANDIDATES.items():
-        if name not in rows:
+        if name not in rows or (choice and name not in cv):
             continue
         r = rows[name]
         ve = r.get("val_events", {})
@@ -817,27 +896,46 @@ def leaderboard(rows: dict[str, Row]) -> dict[str, Any]:
                 "val_pr_auc": r["val"]["pr_auc"]["mean"],
                 "val_roc_auc": r["val"]["roc_auc"]["mean"],
             }
+            | {k: v for k, v in cv.get(name, {}).items() if k != "row"}
         )
 
-    def key(e: dict[str, Any]) -> tuple[float, float]:
-        w, p = e["val_warned_rate"], e["val_pr_auc"]
-        return (w if np.isfinite(w) else -1.0, p if np.isfinite(p) else -1.0)
+    def num(v: float | None) -> float:
+        return v if v is not None and np.isfinite(v) else -1.0
 
-    board.sort(key=key, reverse=True)
+    if choice:
+        board.sort(
+            key=lambda e: (
+                e["row"] == choice["winner"],
+                num(e["cv_warned_rate"]),
+                num(e["cv_pr_auc"]),
+            ),
+            reverse=True,
+        )
+    else:
+        board.sort(
+            key=lambda e: (num(e["val_warned_rate"]), num(e["val_pr_auc"])),
+            reverse=True,
+        )
     winner = board[0]["row"] if board else None
     ablation = None
     if winner is not None:
         rest = without_scjepa(CANDIDATES[winner])
         by_features = {f: n for n, f in (CANDIDATES | ABLATIONS).items()}
-        ablation = by_features.get(rest) if rest else None
+        # (a winner reading no SC-JEPA input has no such refit: it is its own)
+        ablation = (
+            by_features.get(rest) if rest and rest != CANDIDATES[winner] else None
+        )
         if ablation not in rows:
             ablation = None
-    return {
-        "chosen_on": CHOSEN_ON,
+    out = {
+        "chosen_on": CHOSEN_ON if choice else CHOSEN_ON_VAL,
         "rows": board,
         "winner": winner,
         "winner_without_scjepa": ablation,
     }
+    if choice:
+        out["cv"] = choice["cv"]
+    return out
 
 
 RECON_ROW = "SC-JEPA reconstruction error (label-free)"
@@ -861,8 +959,7 @@ def served_probe(
     board: dict[str, Any] | None = None,
 ) -> SavedProbe:
     """The probe `scjepa export` will serve from row ``name``: the seed with the best
-    validation PR AUC (with ``board``, the leaderboard it won: the best validation
-    warned rate at the budget, then PR AUC).
+    validation PR AUC (``board``: the leaderboard it won, recorded with it).
 
     Its ``features`` say what it reads: "codes" (the spec's probe, P * K inputs) or,
     with ``stats``, "codes+stats" (also the 18 pooled window statistics, with their
@@ -873,11 +970,8 @@ def served_probe(
     if any(f.fold != 0 for f in runs):
         raise ValueError(f"{ev.dataset}: a data set split into folds serves no probe")
 
-    def key(f: Fitted) -> tuple[float, float]:
-        warned = f.val_counts.warned_rate if f.val_counts is not None else 0.0
-        return (warned if board is not None else 0.0, f.val["pr_auc"])
-
-    i = max(range(len(runs)), key=lambda j: key(runs[j]))  # on validation only
+    # on validation only; by PR AUC, not by the warned count (a fraction of one event)
+    i = max(range(len(runs)), key=lambda j: runs[j].val["pr_auc"])
     chosen = runs[i]
     features = (
         inputs.features

@@ -323,12 +323,14 @@ def _steps(n: float, steps_per_day: float | None) -> str:
 
 
 def operator_line(res: Mapping[str, Any]) -> str:
-    """'What an operator gets' from the row chosen on validation (warned rate at the
-    false-alarm budget, then fewer false alarms), at its budget threshold."""
+    """'What an operator gets' from the served model (the leaderboard's winner), or
+    else the row chosen on validation (warned rate at the false-alarm budget, then
+    fewer false alarms), at its budget threshold."""
     rows = {n: r for n, r in res["rows"].items() if "events" in r}
     if not rows:
         return ""
     ev = res["events"]
+    served = _merged_name(rows, (res.get("leaderboard") or {}).get("winner"))
 
     def key(n: str) -> tuple[float, float]:
         v = rows[n].get("val_events", {})
@@ -336,12 +338,13 @@ def operator_line(res: Mapping[str, Any]) -> str:
         fa = v.get("false_alarms_per_1000_windows", {}).get("mean", float("nan"))
         return (w if np.isfinite(w) else -1.0, -fa if np.isfinite(fa) else -1e9)
 
-    name = max(rows, key=key)
+    name = served or max(rows, key=key)
     b = rows[name]["events"]["budget"]
     n = b["events"]
     spd = ev.get("steps_per_day")
     w = b["warned"]["mean"]
-    text = f"with **{name}** (chosen on validation), at its budget threshold: warns {w:.3g} of {n} incidents"
+    how = "the served model" if served else "chosen on validation"
+    text = f"with **{name}** ({how}), at its budget threshold: warns {w:.3g} of {n} incidents"
     if b["lead_quartiles"]:
         text += f", median {_steps(b['lead_quartiles'][1], spd)} ahead"
     text += f"; {b['late']['mean']:.3g} more caught late"
@@ -410,15 +413,33 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
         if res.get("folds", 1) == 1
         else "one model per fold, none exported: the candidate that would be served"
     )
-    lines = [
-        f"**Served model** ({how}; chosen on {board['chosen_on']}): "
-        f"**{winner}**. Candidates, ranked on validation; test columns read once after "
-        "the choice; Δ = paired difference with the best baseline (chosen on "
-        "validation), * where its interval excludes 0:",
-        "",
-        "| candidate | reads | val warned rate | val FA / 1,000 | val PR AUC | val ROC AUC | test PR AUC | test ROC AUC | test warned / events (FA / 1,000) | Δ test PR AUC | Δ test warned rate |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    cv = board.get("cv")
+    if cv:
+        budgets = ", ".join(f"{b:g}" for b in cv["budgets_per_1000"])
+        lines = [
+            f"**Served model** ({how}; chosen on {board['chosen_on']}): "
+            f"**{winner}**. The cross-validation: {cv['blocks']} blocks per fold, "
+            f"{cv['seeds']} probe seeds; pooled out-of-fold {cv['events']} events, "
+            f"{cv['positives']} positive windows, {cv['bootstrap_units']} bootstrap "
+            "units. Candidates, the winner first, then by the cross-validated keys; "
+            "gap = below the best, ± the bootstrap SD of that paired difference; kept "
+            "= within one SD on warned rate (1) and then on PR AUC (2); test columns "
+            "read once after the choice; Δ = paired difference with the best baseline "
+            "(chosen on validation), * where its interval excludes 0:",
+            "",
+            f"| candidate | reads | inputs | CV warned rate ({budgets} FA / 1,000) | CV warned rate at 1 / 1,000 | CV PR AUC | kept | val warned rate | val PR AUC | test PR AUC | test ROC AUC | test warned / events (FA / 1,000) | Δ test PR AUC | Δ test warned rate |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        lines = [
+            f"**Served model** ({how}; chosen on {board['chosen_on']}): "
+            f"**{winner}**. Candidates, ranked on validation; test columns read once "
+            "after the choice; Δ = paired difference with the best baseline (chosen on "
+            "validation), * where its interval excludes 0:",
+            "",
+            "| candidate | reads | val warned rate | val FA / 1,000 | val PR AUC | val ROC AUC | test PR AUC | test ROC AUC | test warned / events (FA / 1,000) | Δ test PR AUC | Δ test warned rate |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for e in board["rows"]:
         name = _merged_name(rows, e["row"])
         if name is None:
@@ -434,12 +455,36 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
         )
         small_w = r["all"]["positives"] < MIN_EVENTS
         small_e = not b or b["events"] < MIN_EVENTS
+        if cv:
+
+            def gap(key: str, of: str, e: Mapping[str, Any] = e) -> str:
+                g, sd = e[f"{of}_gap"], e[f"{of}_gap_sd"]
+                return (
+                    f"{_f(e[key])} (-{_f(g)} ± {_f(sd)})"
+                    if g is not None and g > 0
+                    else _f(e[key])
+                )
+
+            head = [
+                f"`{e['features']}`",
+                str(e["n_inputs"]),
+                gap("cv_warned_rate", "cv_warned"),
+                _f(e["cv_warned_rate_at_budget"]),
+                gap("cv_pr_auc", "cv_pr_auc") if e["cv_stage"] else _f(e["cv_pr_auc"]),
+                {2: "1, 2", 1: "1"}.get(e["cv_stage"], "-"),
+                _f(e["val_warned_rate"]),
+                _f(e["val_pr_auc"]),
+            ]
+        else:
+            head = [
+                f"`{e['features']}`",
+                _f(e["val_warned_rate"]),
+                _f(e["val_false_alarms_per_1000"], 2),
+                _f(e["val_pr_auc"]),
+                _f(e["val_roc_auc"]),
+            ]
         cells = [
-            f"`{e['features']}`",
-            _f(e["val_warned_rate"]),
-            _f(e["val_false_alarms_per_1000"], 2),
-            _f(e["val_pr_auc"]),
-            _f(e["val_roc_auc"]),
+            *head,
             _cell(r["all"]["pr_auc"]),
             _cell(r["all"]["roc_auc"]),
             warned,
@@ -472,7 +517,8 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             f"SC-JEPA inputs ({abl}): {fig(a)}; the winner: {fig(w)}.",
         ]
     elif winner:
-        parts = board["rows"][0]["features"].split("+")
+        won = next(e for e in board["rows"] if e["row"] == board["winner"])
+        parts = won["features"].split("+")
         own = [p for p in parts if p in ("codes", "surprise", "recon")]
         lines += [
             "",

@@ -1,0 +1,192 @@
+"""Choosing the served model on train + validation (training/evaluate/select.py):
+blocks that never hold a test window, out-of-fold scores that never saw their block,
+the one-standard-error rule, and the choice itself on known cases."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from training.data import Samples, load_dataset, split_segments
+from training.evaluate.events import events as event_runs
+from training.evaluate.metrics import roc_auc
+from training.evaluate.probe import ProbeConfig
+from training.evaluate.select import (
+    CVConfig,
+    HeldOut,
+    OutOfFold,
+    choose,
+    cv_blocks,
+    one_se,
+    out_of_fold,
+)
+from training.evaluate.warning import Stretch
+
+FAST_PROBE = ProbeConfig(hidden=16, max_epochs=40, patience=10)
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset("synthetic", seed=1, n_entities=3)
+
+
+def test_blocks_split_in_time_hold_no_test_window(ds) -> None:
+    """K contiguous, disjoint stretches per entity covering train + validation; every
+    window and its target inside its block, none in the test range."""
+    k = 4
+    blocks = cv_blocks(ds, 0, k, stride=10)
+    assert [b.block for b in blocks] == list(range(k))
+    test_lo = {i: lo for i, lo, _ in split_segments(ds)["test"]}
+    val_hi = {i: hi for i, _, hi in split_segments(ds)["val"]}
+    for e in test_lo:
+        spans = []
+        for b in blocks:
+            for s in (b.hop, b.dense):
+                m = s.entity == e
+                assert (s.end[m] + 100 <= test_lo[e]).all()  # target before the test
+            m = b.dense.entity == e
+            spans.append((b.dense.end[m].min() - 100, b.dense.end[m].max() + 100))
+        spans.sort()
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+        assert spans[-1][1] <= val_hi[e]
+    # the stretches index their block's dense windows and carry its labels
+    for b in blocks:
+        for st in b.stretches:
+            assert (b.dense.entity[st.idx] == st.entity).all()
+            assert np.array_equal(b.dense.end[st.idx] - st.start, st.ends)
+    with pytest.raises(ValueError, match="need 3"):
+        cv_blocks(ds, 0, 2, stride=10)
+
+
+def test_blocks_split_by_entity_are_whole_train_and_val_entities(
+    skab_root: Path,
+) -> None:
+    skab = load_dataset("skab", skab_root)
+    for fold in range(len(skab.folds)):
+        blocks = cv_blocks(skab, fold, 3, stride=10)
+        got = [set(np.unique(b.hop.entity).tolist()) for b in blocks]
+        assert all(not (a & b) for i, a in enumerate(got) for b in got[i + 1 :])
+        want = set(skab.folds[fold]["train"]) | set(skab.folds[fold]["val"])
+        assert set().union(*got) == want
+        assert not want & set(skab.folds[fold]["test"])
+
+
+def _block(x: np.ndarray, y: np.ndarray, block: int) -> HeldOut:
+    n = len(y)
+    s = Samples(
+        x=x.astype(np.float32),
+        y=y.astype(np.int8),
+        cur=np.zeros(n, np.int8),
+        entity=np.zeros(n, np.int32),
+        t=np.arange(n, dtype=np.int32),
+        end=np.arange(1, n + 1, dtype=np.int64) * 100,
+    )
+    return HeldOut(0, block, s, s, [])
+
+
+def test_out_of_fold_scores_never_saw_their_block(rng) -> None:
+    """Block 0's labels follow the opposite rule to the other blocks': fitted without
+    it, its out-of-fold scores rank it backwards (fitted on it, they would not)."""
+    n = 200
+    blocks = []
+    for j in range(3):
+        f = rng.normal(size=(n, 1, 1))
+        y = (f[:, 0, 0] > 0) if j == 0 else (f[:, 0, 0] < 0)
+        blocks.append(_block(f, y.astype(int), j))
+    oof = out_of_fold(blocks, lambda x: x.reshape(len(x), -1), FAST_PROBE, [0, 1])
+    assert oof.n_inputs == 1
+    assert [h.shape for h in oof.hop] == [(2, n)] * 3
+    # held out j: fitted on the third block, calibrated (Platt sets the sign) on j + 1
+    assert roc_auc(blocks[0].hop.y, oof.hop[0].mean(0)) < 0.1  # calibrated on 1
+    assert roc_auc(blocks[1].hop.y, oof.hop[1].mean(0)) > 0.9  # calibrated on 2
+    assert roc_auc(blocks[2].hop.y, oof.hop[2].mean(0)) < 0.1  # calibrated on 0
+
+
+def test_one_standard_error_rule() -> None:
+    r = np.random.default_rng(0)
+    base = r.normal(0, 0.01, 500)
+    keys = {"a": 0.50, "b": 0.47, "c": 0.10, "d": float("nan")}
+    reps = {
+        "a": 0.50 + base,
+        "b": 0.47 + base + r.normal(0, 0.05, 500),  # gap 0.03 < its SD 0.05: kept
+        "c": 0.10 + base + r.normal(0, 0.05, 500),  # gap 0.40 > SD: dropped
+        "d": np.full(500, np.nan),
+    }
+    keep, info = one_se(keys, reps, list(keys))
+    assert keep == ["a", "b"]
+    assert info["a"]["gap"] == 0 and info["b"]["se"] == pytest.approx(0.05, rel=0.2)
+    nan = {"x": float("nan"), "y": float("nan")}
+    assert one_se(nan, {"x": np.zeros(3), "y": np.zeros(3)}, ["x", "y"])[0] == [
+        "x",
+        "y",
+    ]
+
+
+def _event_blocks(rng: np.random.Generator, k: int = 4) -> list[HeldOut]:
+    """K held-out blocks of one entity stretch each: 20 events, dense windows every
+    10 steps; the hop windows are every 10th dense one."""
+    out = []
+    for j in range(k):
+        labels = np.zeros(6000, np.int8)
+        for onset in rng.choice(np.arange(300, 5700, 270), 20, replace=False):
+            labels[onset : onset + 40] = 1
+        ends = np.arange(100, 5901, 10, dtype=np.int64)
+        n = len(ends)
+        nxt = np.array([labels[e : e + 100].any() for e in ends], np.int8)
+        s = Samples(
+            x=np.zeros((n, 1, 1), np.float32),
+            y=nxt,
+            cur=np.array([labels[e - 100 : e].any() for e in ends], np.int8),
+            entity=np.zeros(n, np.int32),
+            t=np.arange(n, dtype=np.int32),
+            end=ends,
+        )
+        st = Stretch(0, 0, 0, labels, ends, np.arange(n))
+        hop = s.take(np.arange(0, n, 10))
+        out.append(HeldOut(0, j, hop, s, [st]))
+    return out
+
+
+def _oof(blocks: list[HeldOut], score, n_inputs: int) -> OutOfFold:
+    dense = [np.stack([score(b.dense, s) for s in range(2)]) for b in blocks]
+    hop = [d[:, ::10] for d in dense]
+    return OutOfFold(hop, dense, n_inputs)
+
+
+def test_choice_prefers_what_warns_then_the_simpler(rng) -> None:
+    """A candidate whose risk rises before onsets beats noise though it reads more
+    inputs; two that warn alike go to the one with fewer inputs."""
+    blocks = _event_blocks(rng)
+    onset_near = [
+        np.array(
+            [
+                any(o - 100 <= e <= o for o, _ in event_runs(st.labels).tolist())
+                for e in st.ends
+            ]
+        )
+        for b in blocks
+        for st in b.stretches
+    ]
+
+    def warns(s: Samples, seed: int) -> np.ndarray:
+        j = next(i for i, b in enumerate(blocks) if b.dense is s)
+        noise = np.random.default_rng(seed + 10 * j).random(len(s))
+        return onset_near[j] * 0.8 + 0.2 * noise
+
+    def noise(s: Samples, seed: int) -> np.ndarray:
+        return np.random.default_rng(100 + seed).random(len(s))
+
+    cfg = CVConfig(blocks=4, seeds=2, n_boot=200)
+    oof = {"noise": [_oof(blocks, noise, 4)], "warns": [_oof(blocks, warns, 640)]}
+    got = choose([blocks], oof, 100, cfg)
+    assert got["winner"] == "warns"
+    by = {r["row"]: r for r in got["rows"]}
+    assert by["warns"]["cv_warned_rate"] > 0.9 > 0.2 > by["noise"]["cv_warned_rate"]
+    assert by["noise"]["cv_stage"] == 0 and by["warns"]["cv_stage"] == 2
+    assert got["cv"]["events"] == 80 and got["cv"]["seeds"] == 2
+    # the same risks read from fewer inputs: indistinguishable, the simpler wins
+    oof["also warns"] = [_oof(blocks, warns, 4)]
+    assert choose([blocks], oof, 100, cfg)["winner"] == "also warns"

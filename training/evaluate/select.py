@@ -1,0 +1,299 @@
+"""Choosing the served model on the non-test data (issue 20): time-blocked
+cross-validation over the probe's train + validation portion, and a rule that prefers
+the simpler candidate unless the data can tell the candidates apart.
+
+Why not the validation split alone: at one false alarm per 1,000 windows every
+candidate warns 0-2 validation events (MSL, SMD-19, SKAB), so a ranking by that count
+is decided by a fraction of one event. Here:
+
+1. *Blocks.* Each fold's train + validation portion is cut into K blocks
+   (:func:`cv_blocks`): per entity, K contiguous stretches of equal length for a data
+   set split in time (windows and targets never straddle a cut); K groups of whole
+   entities for a data set split by entity (its test is on unseen entities).
+2. *Out-of-fold scores.* For held-out block j each candidate's probe is fitted with
+   the same recipe (MLP, BCE, early stopping and Platt calibration on a validation
+   block) on the blocks other than j and j + 1 (mod K), stopped and calibrated on
+   block j + 1, and scores block j: every train + validation window gets one
+   out-of-fold (calibrated) risk per seed, about 4x the events and positives the
+   validation split alone has. No test window is read.
+3. *Keys,* pooled over the held-out blocks (and the folds): the warned-event rate at
+   the false-alarm budgets :data:`BUDGETS` per 1,000 windows, averaged (the low end of
+   the warning curve: more warned events per key than the one budget, so less
+   variance, at the cost of weighting budgets an operator might also use), and the
+   window PR AUC; means over seeds.
+4. *Rule.* The one-standard-error rule (Breiman et al. 1984; Hastie et al., ESL
+   7.10) on paired differences: the candidates whose warned key is below the best's
+   by no more than the bootstrap standard deviation of that paired difference (blocks
+   of events resampled, one seed drawn per resample, as in the test intervals) stay;
+   among them the same on PR AUC; of those the one with the fewest probe inputs
+   wins (the simplest, a priori the least prone to fit validation noise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from training.data import WINDOW, Dataset, Samples, entity_samples, split_segments
+from training.evaluate.events import (
+    EventCounts,
+    Segment,
+    segment_counts,
+    threshold_at_budget,
+)
+from training.evaluate.metrics import pr_auc
+from training.evaluate.power import (
+    count_replicates,
+    draw_blocks,
+    draw_seeds,
+    window_replicates,
+)
+from training.evaluate.probe import Probe, ProbeConfig
+from training.evaluate.warning import (
+    FIELDS,
+    Stretch,
+    make_blocks,
+    stretches,
+    window_members,
+)
+
+BUDGETS = (1.0, 2.0, 5.0, 10.0)  # false alarms per 1,000 windows, averaged
+
+
+@dataclass
+class CVConfig:
+    blocks: int = 4  # K held-out blocks per fold
+    seeds: int = 3  # probe seeds per held-out block (0..seeds-1)
+    budgets: tuple[float, ...] = BUDGETS
+    n_boot: int = 1000
+
+
+@dataclass
+class HeldOut:
+    """One block of one fold's train + validation portion."""
+
+    fold: int
+    block: int
+    hop: Samples  # windows at hop = window: what the probes fit on
+    dense: Samples  # dense windows: event counts
+    stretches: list[Stretch]  # its entities' stretches over ``dense``
+
+
+@dataclass
+class OutOfFold:
+    """One candidate's out-of-fold risks: per held-out block, (seeds, windows)."""
+
+    hop: list[np.ndarray]
+    dense: list[np.ndarray]
+    n_inputs: int
+
+
+def cv_blocks(
+    ds: Dataset, fold: int, k: int, stride: int, window: int = WINDOW
+) -> list[HeldOut]:
+    """The K blocks of ``fold``'s train + validation portion (never its test split);
+    blocks without a window are left out."""
+    if k < 3:
+        raise ValueError(f"{k} blocks: need 3 (fit, stop and calibrate, held out)")
+    segs = split_segments(ds, window, fold)
+    parts: list[list[tuple[int, int, int]]] = [[] for _ in range(k)]
+    if ds.folds:  # whole entities, dealt round-robin
+        ents = sorted({i for s in ("train", "val") for i, _, _ in segs[s]})
+        for n, i in enumerate(ents):
+            test = ds.entities[i].test
+            assert test is not None
+            parts[n % k].append((i, 0, len(test)))
+    else:  # per entity, K equal stretches of [train start, validation end)
+        span: dict[int, tuple[int, int]] = {}
+        for s in ("train", "val"):
+            for i, lo, hi in segs[s]:
+                a, b = span.get(i, (lo, hi))
+                span[i] = (min(a, lo), max(b, hi))
+        for i, (lo, hi) in sorted(span.items()):
+            n = (hi - lo) // window
+            cuts = [lo + (n * j // k) * window for j in range(k)] + [hi]
+            for j in range(k):
+                parts[j].append((i, cuts[j], cuts[j + 1]))
+    out = []
+    for j, ranges in enumerate(parts):
+        hop = [entity_samples(ds, i, window, None, lo, hi) for i, lo, hi in ranges]
+        dense = [entity_samples(ds, i, window, stride, lo, hi) for i, lo, hi in ranges]
+        keep = [n for n, h in enumerate(hop) if len(h)]
+        if not keep:
+            continue
+        d = Samples.concat([dense[n] for n in keep])
+        r = [ranges[n] for n in keep]
+        out.append(
+            HeldOut(
+                fold,
+                j,
+                Samples.concat([hop[n] for n in keep]),
+                d,
+                stretches(ds, d, r, fold),
+            )
+        )
+    return out
+
+
+def out_of_fold(
+    blocks: Sequence[HeldOut],
+    featurize: Callable[[np.ndarray], np.ndarray],
+    cfg: ProbeConfig,
+    seeds: Sequence[int],
+) -> OutOfFold:
+    """One candidate's probe, fitted K times per seed (held out j, stopped and
+    calibrated on j + 1 mod K, fitted on the rest), scoring its held-out block."""
+    k = len(blocks)
+    if k < 3:
+        raise ValueError(f"{k} blocks with windows: need 3")
+    f_hop = [featurize(b.hop.x) for b in blocks]
+    f_dense = [featurize(b.dense.x) for b in blocks]
+    hop, dense = [], []
+    for j in range(k):
+        v = (j + 1) % k
+        fit = [i for i in range(k) if i not in (j, v)]
+        f_tr = np.concatenate([f_hop[i] for i in fit])
+        y_tr = np.concatenate([blocks[i].hop.y for i in fit])
+        h, d = [], []
+        for seed in seeds:
+            probe = Probe(f_tr.shape[1], cfg, seed).fit(
+                f_tr, y_tr, f_hop[v], blocks[v].hop.y
+            )
+            h.append(probe.predict(f_hop[j]))
+            d.append(probe.predict(f_dense[j]))
+        hop.append(np.stack(h))
+        dense.append(np.stack(d))
+    return OutOfFold(hop, dense, int(f_hop[0].shape[1]))
+
+
+def _vector(c: EventCounts) -> list[float]:
+    return [float(getattr(c, f)) for f in FIELDS]
+
+
+def _warned(v: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return v[..., FIELDS.index("warned")] / v[..., FIELDS.index("events")]
+
+
+def one_se(
+    keys: dict[str, float], reps: dict[str, np.ndarray], among: Sequence[str]
+) -> tuple[list[str], dict[str, dict[str, float]]]:
+    """The candidates of ``among`` whose key is below the best's by no more than the
+    bootstrap standard deviation of the paired difference (all of them when no key is
+    finite); per candidate its gap to the best and that deviation."""
+    finite = [c for c in among if np.isfinite(keys[c])]
+    if not finite:
+        nan = float("nan")
+        return list(among), {c: {"gap": nan, "se": nan} for c in among}
+    best = max(finite, key=lambda c: keys[c])
+    keep, info = [], {}
+    for c in among:
+        d = reps[best] - reps[c]
+        d = d[np.isfinite(d)]
+        se = float(np.std(d)) if len(d) > 1 else 0.0
+        gap = keys[best] - keys[c]
+        info[c] = {"gap": float(gap), "se": se}
+        if c == best or (np.isfinite(gap) and gap <= se):
+            keep.append(c)
+    return keep, info
+
+
+def choose(
+    folds: Sequence[Sequence[HeldOut]],
+    oof: dict[str, list[OutOfFold]],
+    lookback: int,
+    cfg: CVConfig,
+) -> dict[str, Any]:
+    """The rule of the module docstring on the out-of-fold risks of every candidate
+    (``oof[name]``: one per fold, its blocks in ``folds``' order); candidates in
+    ``oof``'s order break ties of the input count. Returns the winner and the per
+    candidate figures (results.json's leaderboard)."""
+    names = list(oof)
+    held = [b for bl in folds for b in bl]
+    # relabel each held-out block as a fold of its own: warning.make_blocks cuts its
+    # stretches into bootstrap units (one per event with its look-back)
+    sts = [
+        dataclasses.replace(s, fold=g) for g, b in enumerate(held) for s in b.stretches
+    ]
+    offsets = np.cumsum([0] + [len(b.dense) for b in held])
+    units = make_blocks(sts, offsets, lookback)
+    hop = Samples.concat([b.hop for b in held])
+    fold_of = np.repeat(np.arange(len(held)), [len(b.hop) for b in held])
+    members = window_members(hop, fold_of, units)
+    n_seeds = oof[names[0]][0].hop[0].shape[0]
+    n_units = len(members)  # make_blocks' units, then any windows left outside them
+    draws = draw_blocks(n_units, cfg.n_boot)
+    seed_draw = draw_seeds(n_seeds, cfg.n_boot, len(names))
+    w_key, w_rep, p_key, p_rep, w_one = {}, {}, {}, {}, {}
+    n_events = 0
+    for c, name in enumerate(names):
+        dense = np.concatenate([d for o in oof[name] for d in o.dense], axis=1)
+        hops = np.concatenate([h for o in oof[name] for h in o.hop], axis=1)
+        rates, reps = [], []
+        for budget in cfg.budgets:
+            per_unit = np.zeros((n_seeds, n_units, len(FIELDS)))
+            for s in range(n_seeds):
+                segs = [Segment(u.labels, u.ends, dense[s][u.gidx]) for u in units]
+                thr = threshold_at_budget(segs, lookback, budget)
+                for u, seg in enumerate(segs):
+                    per_unit[s, u] = _vector(segment_counts(seg, thr, lookback))
+            n_events = int(per_unit[0, :, FIELDS.index("events")].sum())
+            rates.append(_warned(per_unit.sum(1)))  # (seeds,)
+            reps.append(_warned(count_replicates(per_unit, draws, seed_draw[:, c])))
+        w_one[name] = float(np.mean(rates[0]))
+        w_key[name] = float(np.mean(rates))
+        w_rep[name] = np.mean(reps, axis=0)
+        p_key[name] = float(np.mean([pr_auc(hop.y, h) for h in hops]))
+        p_rep[name] = window_replicates(
+            hop.y,
+            hops,
+            [0.5] * n_seeds,
+            members,
+            draws,
+            seed_draw[:, c],
+            names=("pr_auc",),
+        )["pr_auc"]
+    n_inputs = {n: oof[n][0].n_inputs for n in names}
+    stage1, gap_w = one_se(w_key, w_rep, names)
+    stage2, gap_p = one_se(p_key, p_rep, stage1)
+    winner = min(stage2, key=lambda n: (n_inputs[n], names.index(n)))
+    rows = [
+        {
+            "row": n,
+            "n_inputs": n_inputs[n],
+            "cv_warned_rate": _num(w_key[n]),
+            "cv_warned_rate_at_budget": _num(w_one[n]),
+            "cv_pr_auc": _num(p_key[n]),
+            "cv_warned_gap": _num(gap_w[n]["gap"]),
+            "cv_warned_gap_sd": _num(gap_w[n]["se"]),
+            # (PR AUC is compared only among those kept on the warned rate)
+            "cv_pr_auc_gap": _num(gap_p.get(n, {}).get("gap")),
+            "cv_pr_auc_gap_sd": _num(gap_p.get(n, {}).get("se")),
+            "cv_stage": 2 if n in stage2 else 1 if n in stage1 else 0,
+        }
+        for n in names
+    ]
+    return {
+        "winner": winner,
+        "rows": rows,
+        "cv": {
+            "blocks": max((len(bl) for bl in folds), default=0),
+            "folds": len(folds),
+            "seeds": n_seeds,
+            "budgets_per_1000": list(cfg.budgets),
+            "events": n_events,
+            "windows": int(sum(len(b.dense) for b in held)),
+            "positives": int(hop.y.sum()),
+            "bootstrap_units": len(units),
+            "n_boot": cfg.n_boot,
+        },
+    }
+
+
+def _num(v: float | None) -> float | None:
+    """JSON-safe: None for a missing or undefined figure (no NaN in results.json)."""
+    return float(v) if v is not None and np.isfinite(v) else None
