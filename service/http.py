@@ -46,6 +46,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     read_timer: asyncio.TimerHandle | None = None
     head_bytes = 0
     in_head = True
+    heads = 0  # requests whose headers ended on this connection
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -81,9 +82,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         )
 
     def data_received(self, data: bytes) -> None:
-        counting = self.in_head
+        counting, heads = self.in_head, self.heads
         super().data_received(data)
-        if counting and self.in_head:  # still no end of headers after these bytes
+        # still no end of headers after these bytes (not: a whole request, headers and
+        # body, came in this read and left the parser at the next one's start)
+        if counting and self.in_head and self.heads == heads:
             self.head_bytes += len(data)
             if self.head_bytes > MAX_HEADER_BYTES:
                 self._refuse(
@@ -99,6 +102,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.in_head = False
+        self.heads += 1
         super().on_headers_complete()
         self._arm()  # the body's deadline
 
