@@ -854,36 +854,57 @@ class RedisStore(Store):
     async def read_work(
         self, consumer: str, count: int, block_s: float
     ) -> list[WorkItem]:
-        out: list[WorkItem] = []
+        """Up to ``count`` windows: each partition gives its share (``count`` over the
+        partitions, rounded up), then, if that left the read short, the partitions
+        that had more give the rest. XREADGROUP's COUNT is per partition: unbounded, one
+        read brought up to 16 batches, all pending on this scorer until scored, so
+        with a slow model they waited past the claim timeout and were claimed and
+        scored again, and other scorers of a pool found nothing to read."""
+        share = -(-count // len(self.work_keys))
+        got = await self._read_parts(consumer, self.work_keys, share, block_s)
+        out = [it for items in got.values() for it in items]
+        more = [
+            self.work_keys[pid] for pid, items in got.items() if len(items) == share
+        ]
+        if len(out) < count and more:
+            rest = -(-(count - len(out)) // len(more))
+            again = await self._read_parts(consumer, more, rest, 0.0)
+            out += [it for items in again.values() for it in items]
+        return out
+
+    async def _read_parts(
+        self, consumer: str, keys: list[str], count: int, block_s: float
+    ) -> dict[int, list[WorkItem]]:
+        """New entries of the partitions ``keys``, at most ``count`` each, by partition."""
+        got: dict[int, list[WorkItem]] = {}
         if self.cluster:  # one slot per call: every partition, then a pause if idle
             pipe = self._pipeline()
-            for key in self.work_keys:
+            for key in keys:
                 pipe.xreadgroup(GROUP, consumer, {key: ">"}, count=count)
-            replies = await self._read(pipe.execute())
-            for reply in replies:
-                out += self._items(reply)
-            if not out and block_s > 0:
+            for reply in await self._read(pipe.execute()):
+                self._by_part(reply, got)
+            if not got and block_s > 0:
                 await asyncio.sleep(min(block_s, CLUSTER_POLL_S))
-            return out  # all: each entry read is pending on this consumer now
-        streams = dict.fromkeys(self.work_keys, ">")
+            return got
         block = int(min(block_s, MAX_BLOCK_S) * 1000) or None
         reply = await self._read(
-            self.reader.xreadgroup(GROUP, consumer, streams, count=count, block=block)
+            self.reader.xreadgroup(
+                GROUP, consumer, dict.fromkeys(keys, ">"), count=count, block=block
+            )
         )
-        return self._items(reply)
+        self._by_part(reply, got)
+        return got
 
-    def _items(self, reply: Any) -> list[WorkItem]:
-        """XREADGROUP's reply ([[key, [(id, fields)]]] or a dict in RESP3)."""
+    def _by_part(self, reply: Any, got: dict[int, list[WorkItem]]) -> None:
+        """XREADGROUP's reply ([[key, [(id, fields)]]] or a dict in RESP3), by partition."""
         pairs = reply.items() if isinstance(reply, dict) else (reply or [])
-        out = []
         for key, entries in pairs:
             pid = self._pid(key)
-            for entry in entries or ():
-                entry_id, fields = entry
+            part = got.setdefault(pid, [])
+            for entry_id, fields in entries or ():
                 item = _item(pid, entry_id, fields)
                 if item is not None:
-                    out.append(item)
-        return out
+                    part.append(item)
 
     def _pid(self, key: bytes | str) -> int:
         k = key.decode() if isinstance(key, bytes) else key

@@ -360,6 +360,36 @@ def test_work_queue_claims_and_first_write_wins(store_url: str | None) -> None:
     asyncio.run(main())
 
 
+def test_a_read_takes_at_most_count_windows(store_url: str | None) -> None:
+    """A scorer's read brings at most ``count`` windows (each stays pending on it until
+    acknowledged: an unbounded read of a deep queue waited past the claim timeout and
+    was scored twice), whether they are spread over the partitions or piled in one
+    (a short first pass is topped up from the partitions that had more)."""
+
+    async def main() -> tuple[list[int], int]:
+        store = fresh_store(store_url, dedupe_horizon=1000, partitions=4)
+        try:
+            await store.ensure_groups()
+            streams = [f"s{i}" for i in range(12)]
+            await store.register("t", [*streams, "solo"], 100)
+            x = np.ones((100, 2), np.float32)
+            for s in streams:  # 10 windows each, over the 4 partitions
+                await store.append("t", s, T0 + np.arange(100.0), x, window=10, hop=10,
+                                   max_queued=1000)  # fmt: skip
+            sizes = []
+            while items := await store.read_work("c", 16, 0):
+                sizes.append(len(items))
+            await store.append("t", "solo", T0 + np.arange(100.0), x, window=10,
+                               hop=10, max_queued=1000)  # fmt: skip
+            return sizes, len(await store.read_work("c", 8, 0))
+        finally:
+            await store.close()
+
+    sizes, solo = asyncio.run(main())
+    assert sum(sizes) == 120 and max(sizes) == 16, sizes
+    assert solo == 8  # one partition's share is 2 of 8: topped up
+
+
 def test_dedupe_horizon_is_packed_and_bounded(any_redis: AnyRedis) -> None:
     """The accepted timestamps rest as 8 bytes each, trimmed to the horizon (with a
     slack of a quarter); a retry inside the horizon counts as duplicates, older
