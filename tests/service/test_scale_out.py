@@ -200,8 +200,8 @@ def test_one_request_completing_2000_streams_under_a_small_pool(
 ) -> None:
     """The 100th reading of 2,000 streams in one request, 2 pooled connections: every
     window completed is queued in its stream's own script and scored."""
-    # single redis-server only for now: on a Cluster the client's per-node pool fails
-    # past its 2 connections instead of queueing (a 503; bug B, service/store)
+    # single redis-server only: minutes long; that a burst past the pool queues on a
+    # Cluster too is test_store_units' test_a_burst_of_every_kind_of_call_queues_...
     r = redis.Redis.from_url(redis_server.url)
     api = serve(redis_url=redis_server.url, key_prefix=prefix,
                 redis_max_connections=2)  # fmt: skip
