@@ -2,9 +2,9 @@
 
 Callers ``await batcher.score(windows)``; one worker task takes every submission queued
 (up to ``max_batch`` windows), has the model score them once and hands each caller its
-slice of the result. The model runs in a worker thread (``score``, a plain function) or
-wherever an ``infer`` coroutine sends it (a child process: service/infer_process.py);
-the event loop keeps serving either way. While ``in_flight`` batches run the next one
+slice of the result. ``infer`` sends the batch to the model (service.reload.ModelSlot:
+its inference thread or its child process, service/infer_process.py), so the event loop
+keeps serving. While ``in_flight`` batches run the next one
 fills, so batches grow with load and a lone request waits for nothing; ``max_wait_s >
 0`` additionally holds a batch that long for more windows.
 """
@@ -55,43 +55,23 @@ def inference_executor(nice: int = 0) -> ThreadPoolExecutor:
 class Batcher:
     def __init__(
         self,
-        score: Callable[[np.ndarray], Scores] | None = None,
+        infer: Callable[[np.ndarray], Awaitable[Scores]],
         *,
         max_batch: int,
         max_wait_s: float,
-        executor: ThreadPoolExecutor | None = None,
-        infer: Callable[[np.ndarray], Awaitable[Scores]] | None = None,
         in_flight: int = 1,
     ) -> None:
-        """``score`` runs on ``executor`` (one thread by default); or ``infer`` is
-        awaited, ``in_flight`` batches at a time (> 1: the next batch is queued on the
-        model while the last one's results are handed out)."""
+        """``infer`` scores one batch (service.reload.ModelSlot.score: on the inference
+        thread or in the child process), awaited ``in_flight`` batches at a time (> 1:
+        the next batch is queued on the model while the last one's results are handed
+        out)."""
         self.max_batch = max_batch
         self.max_wait_s = max_wait_s
         self.in_flight = in_flight
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
-        self._executor: ThreadPoolExecutor | None = None
-        if infer is None:
-            if score is None:
-                raise ValueError("a batcher needs score or infer")
-            self._executor = executor or inference_executor()
-            infer = self._threaded(score, self._executor)
         self._infer = infer
         self._task: asyncio.Task[None] | None = None
         self._batches: set[asyncio.Task[None]] = set()
-
-    @staticmethod
-    def _threaded(
-        score: Callable[[np.ndarray], Scores], executor: ThreadPoolExecutor
-    ) -> Callable[[np.ndarray], Awaitable[Scores]]:
-        async def infer(batch: np.ndarray) -> Scores:
-            start = time.perf_counter()
-            loop = asyncio.get_running_loop()
-            out = await loop.run_in_executor(executor, score, batch)
-            metrics.INFERENCE_LATENCY.observe(time.perf_counter() - start)
-            return out
-
-        return infer
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="scjepa-batcher")
@@ -103,8 +83,6 @@ class Batcher:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await t
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
 
     @property
     def running(self) -> bool:

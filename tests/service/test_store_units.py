@@ -8,6 +8,7 @@ import hashlib
 import subprocess
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,15 @@ def test_fill_leading() -> None:
     np.testing.assert_array_equal(fill_leading(never), np.zeros((3, 1)))
 
 
+def infer(score: Callable[[np.ndarray], Scores]) -> Callable[[np.ndarray], Any]:
+    """A batcher's model: ``score`` awaited, as ModelSlot.score is."""
+
+    async def run(x: np.ndarray) -> Scores:
+        return score(x)
+
+    return run
+
+
 def test_batcher_merges_concurrent_requests() -> None:
     calls: list[int] = []
 
@@ -59,7 +69,7 @@ def test_batcher_merges_concurrent_requests() -> None:
         return Scores(s, x[:, 0, :], np.zeros((len(x), 1), np.int64))
 
     async def main() -> list[Scores]:
-        b = Batcher(score, max_batch=64, max_wait_s=0.05)
+        b = Batcher(infer(score), max_batch=64, max_wait_s=0.05)
         b.start()
         try:
             jobs = [
@@ -87,7 +97,7 @@ def test_batcher_respects_max_batch_and_reports_errors() -> None:
         return Scores(x[:, 0, 0], x[:, 0, :], np.zeros((len(x), 1), np.int64))
 
     async def main() -> None:
-        b = Batcher(score, max_batch=2, max_wait_s=0.05)
+        b = Batcher(infer(score), max_batch=2, max_wait_s=0.05)
         b.start()
         try:
             ones = np.ones((1, 1, 1), np.float32)
