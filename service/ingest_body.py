@@ -1,8 +1,9 @@
 """POST /ingest bodies, parsed and validated in one pass with no model object per reading.
 
 The schema is :class:`service.schemas.IngestRequest`. Three tries, the cheapest first,
-each accepting only what the schema accepts: the usual one-stream body, decoded by
-orjson and checked by hand (:func:`_one_stream`: a third of the cost of the next);
+each accepting only what the schema accepts: the usual one-stream body, decoded and
+type-checked by msgspec into typed records (:func:`_one_stream`: a fifth of the cost of
+the next);
 a plain body validated from the raw bytes against plain-dict twins of the schema's
 fields (``TypedDict``s, same types and constraints), because a ``Reading`` object per
 reading costs about as much as parsing the JSON; anything else goes to
@@ -14,11 +15,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from itertools import chain, pairwise
-from operator import itemgetter
+from itertools import pairwise
 from typing import Annotated, Any, NamedTuple
 
-import orjson
+import msgspec
 from fastapi.exceptions import RequestValidationError
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import from_json
@@ -69,40 +69,38 @@ def _increasing(ts: list[float]) -> bool:
 
 
 _STREAM = re.compile(STREAM_PATTERN)
-_NUMBER = {float, int}  # a JSON number as orjson decodes it (bool is another type)
-_VALUE = {float, int, type(None)}
-_ONE = {"stream", "readings"}
-_TS, _VALUES = itemgetter("ts"), itemgetter("values")
+
+
+class _FastReading(msgspec.Struct, forbid_unknown_fields=True):
+    ts: float
+    values: list[float | None]
+
+
+class _FastBody(msgspec.Struct, forbid_unknown_fields=True):
+    stream: str
+    readings: list[_FastReading]
+
+
+_FAST = msgspec.json.Decoder(_FastBody)
 
 
 def _one_stream(body: bytes) -> list[StreamBody] | None:
     """``{"stream": ..., "readings": [{"ts": ..., "values": [...]}, ...]}`` with every
     field as the schema wants it (ts a finite number >= 0, increasing; values a
-    non-empty list of numbers or nulls), else None: the next try decides. orjson
-    refuses what the schema would also refuse (NaN, infinities, numbers that overflow
-    a double) or sends it on; types are compared exactly (``True`` is no number)."""
+    non-empty list of numbers or nulls), else None: the next try decides. msgspec
+    decodes and type-checks in one pass in C, with no dict per reading: a bool is no
+    number, an unknown or missing field, NaN, a number that overflows a double are
+    refused (the next try gives the model's error)."""
     try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
+        obj = _FAST.decode(body)
+    except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    if type(obj) is not dict or obj.keys() != _ONE:
+    name, readings = obj.stream, obj.readings
+    if not readings or _STREAM.fullmatch(name) is None:
         return None
-    name, readings = obj["stream"], obj["readings"]
-    if type(name) is not str or _STREAM.fullmatch(name) is None:
-        return None
-    if type(readings) is not list or not readings:
-        return None
-    try:
-        ts, rows = list(map(_TS, readings)), list(map(_VALUES, readings))
-    except (TypeError, KeyError):  # a reading that is no object, or lacks a field
-        return None
-    if set(map(type, readings)) != {dict} or sum(map(len, readings)) != 2 * len(ts):
-        return None  # a reading with another field
-    if set(map(type, rows)) != {list} or min(map(len, rows)) == 0:
-        return None
-    if not set(map(type, ts)) <= _NUMBER:
-        return None
-    if not set(map(type, chain.from_iterable(rows))) <= _VALUE:
+    ts = [r.ts for r in readings]
+    rows = [r.values for r in readings]
+    if min(map(len, rows)) == 0:
         return None
     if not (ts[0] >= 0 and math.isfinite(ts[-1]) and _increasing(ts)):
         return None
