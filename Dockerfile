@@ -125,7 +125,8 @@ HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=5 \
 CMD ["scjepa", "serve", "--host", "0.0.0.0", "--port", "8000"]
 
 # ------------------------------------------------------------------------ runtime-cpu
-# The default target (last stage). The compose deployment runs it as `api`; its root
+# The default target (last stage). The compose deployment runs it as `api` and
+# `scorer` (`scorer-gpu` runs `runtime`); its root
 # file system can be read-only (a tmpfs at /tmp): nothing is written at run time.
 FROM ${PYTHON_IMAGE} AS runtime-cpu
 LABEL org.opencontainers.image.title="scjepa risk service (CPU)" \

@@ -45,10 +45,10 @@ test: lint
 
 # Builds the images (Dockerfile target runtime-cpu on a base made from Debian packages,
 # Redis, Prometheus, Alertmanager and redis_exporter stand-ins) and runs
-# docker-compose.yml's api + redis + alertmanager + redis-exporter + prometheus on
-# loopback ports with their secrets and hardening, then checks ingest, /risk,
-# Prometheus' scrape, rules and Alertmanager, stream alerts and a Redis restart through
-# the running stack; tears it all down (tests/deploy/test_stack.py). Needs root,
+# docker-compose.yml's api + scorer + redis + alertmanager + redis-exporter + prometheus
+# on loopback ports with their secrets and hardening, then checks ingest scored by the
+# scorer container, /risk, Prometheus' scrape of both tiers, rules and Alertmanager,
+# stream alerts and a Redis restart through the running stack; tears it all down (tests/deploy/test_stack.py). Needs root,
 # docker.io, docker-compose, mmdebstrap; about 5-7 minutes (under 15).
 deploy-test: venv
 	$(BIN)/python -m pytest -m deploy -s -v -p no:cacheprovider tests/deploy/test_stack.py

@@ -1,9 +1,10 @@
 """docker-compose.yml: validated by docker-compose (v1) `config -q` with every profile,
 plus the deployment's contract checked structurally (healthchecks, depends_on
-conditions, Redis persistence, read-only model mount, CPU by default and GPU and replay
-profiles, limits, log rotation, no-new-privileges, read-only roots, loopback ports,
-secrets from files) and every SCJEPA_* variable checked against
-service.config.Settings; deploy/docker/make-secrets.sh run for real."""
+conditions, Redis persistence, read-only model mount, the api and scorer tiers and a
+scorer that `--scale` can multiply, CPU by default and GPU and replay profiles, limits,
+log rotation, no-new-privileges, read-only roots, loopback ports, secrets from files)
+and every SCJEPA_* variable checked against service.config.Settings;
+deploy/docker/make-secrets.sh run for real."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 from support.deploy_helpers import (
     COMPOSE_FILE,
     DOCKERFILE,
+    PROM_DIR,
     REPO,
     explain,
     load_yaml,
@@ -91,16 +93,90 @@ def _env(service: dict[str, Any]) -> dict[str, Any]:
 
 
 DEFAULT_SERVICES = (
-    "redis", "api", "alertmanager", "redis-exporter", "prometheus", "grafana",
+    "redis", "api", "scorer", "alertmanager", "redis-exporter", "prometheus", "grafana",
 )  # fmt: skip
+# the services that run `scjepa serve`, and the role and port each one runs it with
+SERVE = {
+    "api": ("api", 8000),
+    "scorer": ("scorer", 8001),
+    "scorer-gpu": ("scorer", 8001),
+}
+SCORERS = ("scorer", "scorer-gpu")
+
+
+def serve_command(service: dict[str, Any]) -> tuple[str, list[str]]:
+    """``sh -c SCRIPT $0 ARGS...``: the script (the password into the Redis URL, then
+    `exec scjepa serve "$@"`) and the arguments `scjepa serve` gets."""
+    cmd = [str(c) for c in service["command"]]
+    assert cmd[:2] == ["sh", "-c"], cmd
+    assert cmd[2].endswith('exec scjepa serve "$$@"'), cmd[2]
+    return cmd[2], cmd[4:]
+
+
+def serve_flags(service: dict[str, Any]) -> dict[str, str]:
+    args = serve_command(service)[1]
+    return dict(zip(args[::2], args[1::2], strict=True))
 
 
 def test_expected_services_and_profiles(services: dict[str, Any]) -> None:
-    assert {*DEFAULT_SERVICES, "api-gpu", "replay"} <= set(services)
+    assert {*DEFAULT_SERVICES, "scorer-gpu", "replay"} <= set(services)
     for name in DEFAULT_SERVICES:
         assert not services[name].get("profiles"), f"{name} must start by default"
-    assert services["api-gpu"]["profiles"] == ["gpu"]
+    assert services["scorer-gpu"]["profiles"] == ["gpu"]
     assert services["replay"]["profiles"] == ["replay"]
+    assert "api-gpu" not in services  # only scorers run inference
+
+
+@pytest.mark.parametrize("name", list(SERVE))
+def test_each_tier_runs_its_role_on_its_port(
+    services: dict[str, Any], name: str
+) -> None:
+    role, port = SERVE[name]
+    flags = serve_flags(services[name])
+    assert flags == {"--role": role, "--host": "0.0.0.0", "--port": str(port)}
+    # the role is the command's, not a variable a shell could leave at `all`
+    assert "SCJEPA_ROLE" not in _env(services[name])
+
+
+def test_the_scorer_scales(services: dict[str, Any]) -> None:
+    """`docker compose up --scale scorer=N`: no fixed host port or container name that
+    a second replica would clash on; Prometheus finds every replica by DNS on the
+    port the scorers serve."""
+    jobs = {
+        j["job_name"]: j
+        for j in load_yaml(PROM_DIR / "prometheus.yml")["scrape_configs"]
+    }
+    for name, job in (("scorer", "scjepa-scorer"), ("scorer-gpu", "scjepa-scorer-gpu")):
+        svc = services[name]
+        assert "ports" not in svc and "container_name" not in svc, name
+        port = SERVE[name][1]
+        assert svc["expose"] == [str(port)], name
+        (sd,) = jobs[job]["dns_sd_configs"]
+        assert (sd["names"], sd["type"], sd["port"]) == ([name], "A", port), job
+        assert "static_configs" not in jobs[job], job
+    # the api keeps its published port; only the scorers run inference on a GPU
+    assert services["api"]["ports"]
+    assert "deploy" not in services["api"] and "deploy" not in services["scorer"]
+
+
+def test_api_and_scorers_share_one_configuration(rendered: dict[str, Any]) -> None:
+    """One anchor: the same settings (what both tiers must agree on cannot differ),
+    Redis, secret, model mount, health check and hardening; the GPU scorer differs
+    in its image and provider only."""
+    shared = ("environment", "volumes", "secrets", "depends_on", "healthcheck",
+              "tmpfs", "security_opt", "read_only", "logging", "pids_limit")  # fmt: skip
+    api, scorer, gpu = (rendered[n] for n in ("api", "scorer", "scorer-gpu"))
+    for key in shared:
+        assert api[key] == scorer[key], key
+        if key != "environment":
+            assert gpu[key] == scorer[key], key
+    assert api["image"] == scorer["image"] != gpu["image"]
+    assert {
+        k: v for k, v in gpu["environment"].items() if v != scorer["environment"][k]
+    } == {"SCJEPA_PROVIDER": "cuda"}
+    assert serve_command(api)[0] == serve_command(scorer)[0] == serve_command(gpu)[0]
+    # a lower CPU weight than the api's default (1024): the api's requests first
+    assert 0 < int(scorer["cpu_shares"]) < 1024 and "cpu_shares" not in api
 
 
 def test_long_running_services_have_healthchecks(services: dict[str, Any]) -> None:
@@ -145,8 +221,8 @@ def test_redis_persists_and_never_evicts(services: dict[str, Any]) -> None:
     assert "redis-cli ping" in check and "PONG" in check  # NOAUTH also exits 0
 
 
-@pytest.mark.parametrize("name", ["api", "api-gpu"])
-def test_api_mounts_the_model_read_only_and_checks_readiness(
+@pytest.mark.parametrize("name", list(SERVE))
+def test_service_mounts_the_model_read_only_and_checks_readiness(
     services: dict[str, Any], name: str
 ) -> None:
     api = services[name]
@@ -159,21 +235,21 @@ def test_api_mounts_the_model_read_only_and_checks_readiness(
     assert model[0]["type"] in ("bind", "volume")
     assert "/readyz" in " ".join(api["healthcheck"]["test"])
     assert api["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert "8000" in " ".join(api["command"])
 
 
 def test_cpu_is_the_default_image_and_gpu_a_profile(services: dict[str, Any]) -> None:
-    assert services["api"]["build"]["target"] == "runtime-cpu"
-    assert services["api"]["image"] == "${API_IMAGE:-scjepa:cpu}"
-    assert _env(services["api"])["SCJEPA_PROVIDER"] == "${SCJEPA_PROVIDER:-cpu}"
-    assert services["api-gpu"]["build"]["target"] == "runtime"
-    assert services["api-gpu"]["image"] != services["api"]["image"]
+    for name in ("api", "scorer"):
+        assert services[name]["build"]["target"] == "runtime-cpu"
+        assert services[name]["image"] == "${API_IMAGE:-scjepa:cpu}"
+        assert _env(services[name])["SCJEPA_PROVIDER"] == "${SCJEPA_PROVIDER:-cpu}"
+    assert services["scorer-gpu"]["build"]["target"] == "runtime"
+    assert services["scorer-gpu"]["image"] == "${GPU_IMAGE:-scjepa:gpu}"
     stages = re.findall(r"^FROM\s+\S+\s+AS\s+(\S+)", DOCKERFILE.read_text(), re.M)
     assert stages[-1] == "runtime-cpu", "`docker build .` must build the CPU image"
 
 
-@pytest.mark.parametrize("name", ["api", "api-gpu"])
-def test_api_healthcheck_follows_the_serve_port(
+@pytest.mark.parametrize("name", list(SERVE))
+def test_healthcheck_follows_the_serve_port(
     services: dict[str, Any], name: str
 ) -> None:
     # the image's script reads --port from the running `scjepa serve`: a `command:`
@@ -184,17 +260,15 @@ def test_api_healthcheck_follows_the_serve_port(
 
 
 def test_gpu_profile_reserves_an_nvidia_gpu(services: dict[str, Any]) -> None:
-    gpu = services["api-gpu"]
+    gpu = services["scorer-gpu"]
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert any(
         d["driver"] == "nvidia" and "gpu" in d["capabilities"] for d in devices
     ), devices
     assert _env(gpu)["SCJEPA_PROVIDER"] == "cuda"
-    assert "deploy" not in services["api"], "the default api must not need a GPU"
-    host_ports = {
-        str(p).split(":")[-2] for s in ("api", "api-gpu") for p in services[s]["ports"]
-    }
-    assert len(host_ports) == 2, "api and api-gpu must not publish the same host port"
+    assert serve_flags(gpu)["--role"] == "scorer"  # role api opens no CUDA session
+    for name in ("api", "scorer"):
+        assert "deploy" not in services[name], f"the default {name} must not need a GPU"
 
 
 def test_replay_profile_targets_the_api(services: dict[str, Any]) -> None:
@@ -255,7 +329,7 @@ def test_published_ports_bind_loopback_by_default(rendered: dict[str, Any]) -> N
             published += 1
             ip = port.get("host_ip") if isinstance(port, dict) else port.split(":")[0]
             assert ip == "127.0.0.1", (name, port)
-    assert published >= 5
+    assert published >= 4  # api, alertmanager, prometheus, grafana; no scorer
 
 
 def test_every_service_is_hardened(services: dict[str, Any]) -> None:
@@ -290,10 +364,11 @@ def test_passwords_come_from_secret_files(
         assert secrets[name]["file"].startswith("${SECRETS_DIR:-./deploy/secrets}/")
     redis_cmd = services["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--aclfile") + 1] == "/run/secrets/redis_acl"
-    for api in ("api", "api-gpu"):
-        assert "redis_password" in services[api]["secrets"]
-        assert "$$(cat /run/secrets/redis_password)" in services[api]["command"][-1]
-        assert "@" not in _env(services[api])["SCJEPA_REDIS_URL"]  # no password
+    for name in SERVE:
+        assert "redis_password" in services[name]["secrets"]
+        script = serve_command(services[name])[0]
+        assert "$$(cat /run/secrets/redis_password)" in script
+        assert "@" not in _env(services[name])["SCJEPA_REDIS_URL"]  # no password
     graf = _env(services["grafana"])
     assert (
         graf["GF_SECURITY_ADMIN_PASSWORD__FILE"]
@@ -308,9 +383,10 @@ def test_alertmanager_serves_the_repo_config(services: dict[str, Any]) -> None:
     am = services["alertmanager"]
     assert "./deploy/alertmanager:/etc/alertmanager:ro" in am["volumes"]
     assert "--cluster.listen-address=" in am["command"]  # one instance, no gossip port
-    assert _env(services["api"])["SCJEPA_ALERTMANAGER_URL"].endswith(
-        "http://alertmanager:9093}"
-    )
+    for name in SCORERS:  # the scorers post the stream alerts (role api: none)
+        assert _env(services[name])["SCJEPA_ALERTMANAGER_URL"].endswith(
+            "http://alertmanager:9093}"
+        )
     assert services["prometheus"]["depends_on"]["alertmanager"] == {
         "condition": "service_healthy"}  # fmt: skip
 
@@ -383,22 +459,23 @@ def test_every_scjepa_variable_is_a_real_setting(path: Path) -> None:
     )
 
 
-def test_api_environment_keys_are_settings(services: dict[str, Any]) -> None:
+def test_service_environment_keys_are_settings(services: dict[str, Any]) -> None:
     fields = settings_fields()
-    for name in ("api", "api-gpu"):
+    for name in SERVE:
         keys = {k for k in _env(services[name]) if k.startswith("SCJEPA_")}
         assert keys, name
         assert keys <= fields, sorted(keys - fields)
 
 
-@pytest.mark.parametrize("name", ["api", "api-gpu"])
-def test_every_setting_reaches_the_api_container(
+@pytest.mark.parametrize("name", list(SERVE))
+def test_every_setting_reaches_the_service_containers(
     services: dict[str, Any], name: str
 ) -> None:
     # the reverse drift: a setting added to service/config.py but not listed in the
     # compose environment could not be set in the deployment without editing the file
+    # (the role excepted: each service's `--role` sets it)
     keys = set(_env(services[name]))
-    missing = settings_fields() - keys
+    missing = settings_fields() - keys - {"SCJEPA_ROLE"}
     assert not missing, f"{name}'s environment does not pass {sorted(missing)}"
 
 

@@ -1,7 +1,8 @@
-"""The monitoring chain end to end, without Docker: the real service (`scjepa serve`, a
-real redis-server with a maxmemory, a tiny ONNX artifact) and redis_exporter are
-scraped by a real Prometheus server loaded with deploy/prometheus (targets and
-intervals shortened), which sends its alerts to a real Alertmanager loaded with
+"""The monitoring chain end to end, without Docker: the real service as compose runs it
+(`scjepa serve --role api` and `--role scorer`, a real redis-server with a maxmemory, a
+tiny ONNX artifact) and redis_exporter are scraped by a real Prometheus server loaded
+with deploy/prometheus (targets and intervals shortened; the scorer job's DNS discovery
+replaced by the scorer's address), which sends its alerts to a real Alertmanager loaded with
 deploy/alertmanager; the service posts its stream alerts there too. Every recording and
 alert rule must evaluate without error, every recording rule and every dashboard query
 must return data from the live service, and Alertmanager must hold one alert per
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from support.components import require
 from support.deploy_helpers import DASHBOARDS, DEPLOY, PROM_DIR, load_yaml
 from support.service_artifact import build_artifact
@@ -91,7 +93,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("live")
     build_tiny_artifact(tmp / "artifact")
 
-    ports = {k: free_port() for k in ("api", "prom", "redis", "exporter", "am")}
+    names = ("api", "scorer", "prom", "redis", "exporter", "am")
+    ports: dict[str, int] = {}
+    while len(set(ports.values())) < len(names):
+        ports = {k: free_port() for k in names}
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
     env.update(
         SCJEPA_ARTIFACT=str(tmp / "artifact"),
@@ -125,15 +130,19 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 tmp / "alertmanager.log",
             )
         )  # fmt: skip
-        procs.append(
-            Proc(
-                [scjepa, "serve", "--host", "127.0.0.1", "--port", str(ports["api"])],
-                tmp / "api.log",
-                env,
-            )
-        )
+        for role in ("api", "scorer"):  # the two tiers, as docker-compose.yml runs them
+            procs.append(
+                Proc(
+                    [scjepa, "serve", "--role", role, "--host", "127.0.0.1",
+                     "--port", str(ports[role])],
+                    tmp / f"{role}.log",
+                    env,
+                )
+            )  # fmt: skip
         base = f"http://127.0.0.1:{ports['api']}"
-        wait_for(lambda: get_json(base + "/readyz")["status"] == "ok", 60, "api ready")
+        for role in ("api", "scorer"):
+            url = f"http://127.0.0.1:{ports[role]}/readyz"
+            wait_for(lambda u=url: get_json(u)["status"] == "ok", 60, f"{role} ready")
 
         conf = tmp / "prometheus"
         shutil.copytree(PROM_DIR, conf)
@@ -143,7 +152,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             assert f'"{compose}"' in text, compose
             text = text.replace(f'"{compose}"', f'"127.0.0.1:{ports[port]}"')
         text = re.sub(r"(scrape|evaluation)_interval: \S+", r"\1_interval: 1s", text)
-        (conf / "prometheus.yml").write_text(text)
+        config = yaml.safe_load(text)
+        jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+        # the scorers' DNS discovery (compose's DNS; here the host's resolver would
+        # answer): the scorer's address instead; no GPU scorer runs here
+        scorer = jobs["scjepa-scorer"]
+        assert scorer.pop("dns_sd_configs")[0]["names"] == ["scorer"]
+        scorer["static_configs"] = [{"targets": [f"127.0.0.1:{ports['scorer']}"]}]
+        del jobs["scjepa-scorer-gpu"]
+        config["scrape_configs"] = list(jobs.values())
+        (conf / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         for rules in (conf / "rules").glob("*.yml"):
             rules.write_text(
                 re.sub(r"\binterval: \S+", "interval: 1s", rules.read_text())
@@ -168,6 +186,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         )
         yield {
             "api": base,
+            "scorer": f"http://127.0.0.1:{ports['scorer']}",
             "prom": prom_url,
             "am": f"http://127.0.0.1:{ports['am']}",
             "procs": procs,
@@ -240,6 +259,7 @@ def test_every_rule_evaluates_without_error(fed: dict[str, Any]) -> None:
     # a healthy service: no health alert fires (streams in alert are not its health)
     assert not [n for n, r in alerts.items() if r["state"] == "firing"]
     assert alerts["ScjepaApiDown"]["state"] == "inactive"
+    assert alerts["ScjepaNoScorerUp"]["state"] == "inactive"
     assert alerts["ScjepaRedisMemoryHigh"]["state"] == "inactive"
     managers = get_json(fed["prom"] + "/api/v1/alertmanagers")["data"]
     assert [a["url"] for a in managers["activeAlertmanagers"]] == [
@@ -250,12 +270,21 @@ def test_every_rule_evaluates_without_error(fed: dict[str, Any]) -> None:
 def test_service_metrics_reach_prometheus(fed: dict[str, Any]) -> None:
     prom = fed["prom"]
     assert query(prom, 'up{job="scjepa-api"} == 1')
+    assert query(prom, 'up{job="scjepa-scorer"} == 1')
     assert query(prom, 'up{job="redis"} == 1 and on () redis_up == 1')
     assert query(prom, 'up{job="alertmanager"} == 1')
-    (alerting,) = query(prom, "sum(scjepa_streams_in_alert)")
-    assert float(alerting["value"][1]) == 2
-    (info,) = query(prom, "scjepa_inference_info")
-    assert info["metric"]["provider"] == "CPUExecutionProvider"
+    # store-wide gauges: both tiers report the same count (the dashboard takes max)
+    in_alert = query(prom, "scjepa_streams_in_alert")
+    assert {r["metric"]["job"]: float(r["value"][1]) for r in in_alert} == {
+        "scjepa-api": 2, "scjepa-scorer": 2}  # fmt: skip
+    info = query(prom, "scjepa_inference_info")
+    assert {r["metric"]["job"] for r in info} == {"scjepa-api", "scjepa-scorer"}
+    assert {r["metric"]["provider"] for r in info} == {"CPUExecutionProvider"}
+    # the scorer scores, the api does not; the api counts the readings
+    scored = query(prom, "sum by (job) (scjepa_windows_scored_total)")
+    by_job = {r["metric"]["job"]: float(r["value"][1]) for r in scored}
+    assert by_job["scjepa-scorer"] > 0 and by_job["scjepa-api"] == 0, by_job
+    assert query(prom, 'scjepa_scorer_batch_seconds_count{job="scjepa-scorer"} > 0')
     outcomes = {
         r["metric"]["outcome"] for r in query(prom, "job:scjepa_readings:rate1m")
     }

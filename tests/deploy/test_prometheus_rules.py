@@ -30,6 +30,8 @@ RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 TEST_FILES = sorted((PROM_DIR / "tests").glob("*.yml"))
 REQUIRED_ALERTS = {
     "ScjepaApiDown",
+    "ScjepaScorerDown",
+    "ScjepaNoScorerUp",
     "ScjepaHttp5xxRatio",
     "ScjepaStoreErrors",
     "ScjepaWindowsShed",
@@ -227,15 +229,20 @@ def test_the_metric_check_catches_a_renamed_metric() -> None:
     assert not referenced_metrics("job:scjepa_readings:rate1m")
 
 
-def test_scrape_config_targets_the_compose_api() -> None:
+def test_scrape_config_targets_the_compose_api_and_scorers() -> None:
     config = load_yaml(PROM_DIR / "prometheus.yml")
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     api = jobs["scjepa-api"]
     assert api.get("metrics_path", "/metrics") == "/metrics"
     targets = [t for sc in api["static_configs"] for t in sc["targets"]]
     assert targets == ["api:8000"]
-    gpu = jobs["scjepa-api-gpu"]
-    assert gpu["dns_sd_configs"][0]["names"] == ["api-gpu"]
+    # the scorers by DNS (one target per `--scale` replica; none without the gpu
+    # profile), on the port their compose command serves (test_compose.py)
+    for job, name in (("scjepa-scorer", "scorer"), ("scjepa-scorer-gpu", "scorer-gpu")):
+        assert jobs[job].get("metrics_path", "/metrics") == "/metrics"
+        (sd,) = jobs[job]["dns_sd_configs"]
+        assert (sd["names"], sd["type"], sd["port"]) == ([name], "A", 8001), job
+    assert "scjepa-api-gpu" not in jobs  # the api runs no inference: no GPU api
     assert config["rule_files"] == ["rules/*.yml"]
     (am,) = config["alerting"]["alertmanagers"]
     assert am["static_configs"][0]["targets"] == ["alertmanager:9093"]

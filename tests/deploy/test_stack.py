@@ -15,22 +15,27 @@ network to the Debian mirror and PyPI. No image registry is needed:
 2. the stack: the project's docker-compose.yml merged with a generated override
    (`docker-compose config`): local images, host networking (no bridge; `ports`, which
    host networking refuses and an override cannot remove, dropped from the rendered
-   file), free loopback ports chosen now for every service, Redis at 127.0.0.1, the
-   secrets made by deploy/docker/make-secrets.sh in the work folder (Redis runs with
-   its password; the api reads it from the secret as in compose), a tiny model
-   artifact (tests/support/service_artifact.py) mounted read-only, and a copy of
-   deploy/prometheus whose targets are the stack's ports, intervals 2 s. api + redis
-   + alertmanager + redis-exporter + prometheus: Grafana's image cannot be obtained
-   here (its provisioning is validated by test_grafana.py).
+   file), free loopback ports chosen now for every service (the api and the scorer
+   each its own), Redis at 127.0.0.1, the secrets made by deploy/docker/make-secrets.sh
+   in the work folder (Redis runs with its password; api and scorer read it from the
+   secret as in compose), a tiny model artifact (tests/support/service_artifact.py)
+   mounted read-only, and a copy of deploy/prometheus whose targets are the stack's
+   ports (the scorer's instead of its DNS discovery), intervals 2 s. api + scorer +
+   redis + alertmanager + redis-exporter + prometheus: Grafana's image cannot be
+   obtained here (its provisioning is validated by test_grafana.py). One scorer: with
+   host networking a second replica would need a port of its own, which `--scale`
+   cannot give (test_compose.py checks that nothing stops `--scale` in compose).
 3. through the running stack: the compose file's hardening in force (read-only roots,
-   no-new-privileges, rotated logs, memory and process limits); readings for three
-   streams (`?wait=` for the scorer tier), /risk and its history; Prometheus' scrape of
-   /metrics (the counter equals what was sent), every rule healthy and none firing,
+   no-new-privileges, rotated logs, memory and process limits), each tier on its role;
+   readings for three streams (`?wait=`: the scorer container scores their windows,
+   its /metrics counts them, the api's counts none), /risk and its history;
+   Prometheus' scrape of both tiers (the api's readings counter equals what was sent,
+   the scorer's windows counter what was scored), every rule healthy and none firing,
    Alertmanager connected, Redis' memory scraped from the exporter; one Alertmanager
-   alert per stream in alert; then
-   Redis is stopped (readiness drops), its container removed and recreated on the
-   same volume: buffered readings, dedupe state and risk history are all still there
-   (AOF), and the first ingest after the restart loses no window.
+   alert per stream in alert (posted by the scorer); then Redis is stopped (neither
+   tier ready), its container removed and recreated on the same volume: both tiers
+   ready again by themselves, buffered readings, dedupe state and risk history all
+   still there (AOF), and the first ingest after the restart loses no window.
 Knobs (environment): DEPLOY_TEST_BASE_IMAGE (default local/python:3.11-slim-bookworm),
 DEPLOY_TEST_REBUILD_BASE=1, DEPLOY_TEST_STORAGE_DRIVER (dockerd's, default vfs),
 DEPLOY_TEST_KEEP=1 (leave the stack up for a look: tear down by hand). pip inside the
@@ -72,7 +77,8 @@ API_IMAGE = "scjepa-test/api:runtime-cpu"  # rebuilt every run, removed at the e
 STAND_INS = REPO / "deploy/test/Dockerfile"  # stand-ins from Debian packages
 STAND_IN_TARGETS = ("redis", "prometheus", "alertmanager", "redis-exporter")
 # grafana: no image obtainable here
-STACK = ("redis", "api", "alertmanager", "redis-exporter", "prometheus")
+STACK = ("redis", "api", "scorer", "alertmanager", "redis-exporter", "prometheus")
+TIERS = {"api": "api", "scorer": "scorer"}  # compose service -> its `--role`
 SECRETS = REPO / "deploy/docker/make-secrets.sh"
 NO_HEALTHCHECK = {"redis-exporter"}  # no shell in its image: running is all there is
 STREAMS = ("pump-1", "pump-2", "fan-9")
@@ -233,6 +239,23 @@ def ingest(api: str, start: int, n: int) -> dict[str, dict[str, Any]]:
         time.sleep(0.5)
     assert status == 200, out
     return {r["stream"]: r for r in out["results"]}
+
+
+def scraped(base: str, name: str, **labels: str) -> float:
+    """The sum of a metric's samples on a service's own /metrics whose labels include
+    ``labels``."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    values = []
+    for line in text.splitlines():
+        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if not m or m[1] != name:
+            continue
+        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m[2] or ""))
+        if labels.items() <= have.items():
+            values.append(float(m[3]))
+    assert values, f"{name} {labels} not in {base}/metrics"
+    return sum(values)
 
 
 def prom_query(prom: str, expr: str) -> list[dict[str, Any]]:
@@ -535,6 +558,7 @@ def images(docker: Docker) -> Iterator[Images]:
 @dataclass
 class Stack:
     api: str
+    scorer: str
     prom: str
     ports: dict[str, int]
     docker: Docker
@@ -542,9 +566,10 @@ class Stack:
 
 def prometheus_config(dest: Path, ports: dict[str, int]) -> None:
     """deploy/prometheus for this run: the stack's loopback ports as targets (api,
-    Alertmanager, redis_exporter, itself), 2 s intervals; the api-gpu job (DNS service
-    discovery of a service this stack does not run, which would query the host's
-    resolver) left out."""
+    scorer, Alertmanager, redis_exporter, itself), 2 s intervals. The scorer job's DNS
+    service discovery (compose's DNS; here it would query the host's resolver) becomes
+    the scorer's address; the scorer-gpu job (the same, for a service this stack does
+    not run) is left out."""
     shutil.copytree(PROM_DIR, dest)
     conf_path = dest / "prometheus.yml"
     conf = yaml.safe_load(conf_path.read_text())
@@ -563,8 +588,12 @@ def prometheus_config(dest: Path, ports: dict[str, int]) -> None:
     (am,) = conf["alerting"]["alertmanagers"]
     assert am["static_configs"][0]["targets"] == ["alertmanager:9093"]
     am["static_configs"][0]["targets"] = [f"127.0.0.1:{ports['alertmanager']}"]
+    scorer = jobs["scjepa-scorer"]
+    (sd,) = scorer.pop("dns_sd_configs")
+    assert (sd["names"], sd["port"]) == (["scorer"], 8001), sd
+    scorer["static_configs"] = [{"targets": [f"127.0.0.1:{ports['scorer']}"]}]
     conf["scrape_configs"] = [
-        j for j in jobs.values() if j["job_name"] != "scjepa-api-gpu"
+        j for j in jobs.values() if j["job_name"] != "scjepa-scorer-gpu"
     ]
     conf_path.write_text(yaml.safe_dump(conf, sort_keys=False))
     for rules in (dest / "rules").glob("*.yml"):
@@ -602,11 +631,29 @@ def write_stack(
     env = dict(docker.env, ARTIFACT_DIR=str(artifact), API_IMAGE=images.api,
                SECRETS_DIR=str(secrets))  # fmt: skip
     project = render(docker, COMPOSE_FILE, env=env)["services"]
-    r, a, p = ports["redis"], ports["api"], ports["prometheus"]
+    r, p = ports["redis"], ports["prometheus"]
     am, ex = ports["alertmanager"], ports["redis-exporter"]
     local = "127.0.0.1"
-    serve = project["api"]["command"]
-    assert serve[-1].endswith("exec scjepa serve --host 0.0.0.0 --port 8000"), serve
+
+    def serve_on(service: str, port: int) -> list[str]:
+        """The service's command (`sh -c SCRIPT scjepa ARGS`: the password from the
+        secret, then `scjepa serve ARGS`) on a loopback port of its own; the image's
+        (and compose's) health check follows that port by itself."""
+        cmd = [str(c) for c in project[service]["command"]]
+        assert cmd[2].endswith('exec scjepa serve "$$@"'), cmd
+        assert cmd[4:6] == ["--role", TIERS[service]], cmd
+        assert cmd[6:8] == ["--host", "0.0.0.0"] and cmd[8] == "--port", cmd
+        return [*cmd[:6], "--host", local, "--port", str(port)]
+
+    # the password still comes from the secret, as in the compose file
+    environment = {
+        "SCJEPA_REDIS_URL": f"redis://{local}:{r}/0",
+        "SCJEPA_ALERTMANAGER_URL": f"http://{local}:{am}",
+        "SCJEPA_ALERT_WINDOWS": "2",  # threshold 0: 2 windows open an alert
+        # a window delivered to a scorer whose connection died with Redis is
+        # claimed after this (default 30 s)
+        "SCJEPA_CLAIM_TIMEOUT_S": "5",
+    }
     auth = 'REDISCLI_AUTH="$$(cat /run/secrets/redis_password)"'
     stand_in = images.stand_ins
     override = {"services": {
@@ -618,20 +665,13 @@ def write_stack(
             "healthcheck": {"test": ["CMD-SHELL", f"{auth} redis-cli -h {local} "
                                      f"-p {r} ping | grep -q PONG"]},
         },
-        "api": {
-            # the image's (and compose's) health check follows this port by itself;
-            # the password still comes from the secret, as in the compose file
-            "network_mode": "host",
-            "command": [*serve[:-1], serve[-1].replace(
-                "--host 0.0.0.0 --port 8000", f"--host {local} --port {a}")],
-            "environment": {
-                "SCJEPA_REDIS_URL": f"redis://{local}:{r}/0",
-                "SCJEPA_ALERTMANAGER_URL": f"http://{local}:{am}",
-                "SCJEPA_ALERT_WINDOWS": "2",  # threshold 0: 2 windows open an alert
-                # a window delivered to a scorer whose connection died with Redis is
-                # claimed after this (default 30 s)
-                "SCJEPA_CLAIM_TIMEOUT_S": "5",
-            },
+        **{
+            service: {
+                "network_mode": "host",
+                "command": serve_on(service, ports[service]),
+                "environment": environment,
+            }
+            for service in TIERS
         },
         "alertmanager": {
             "image": stand_in["alertmanager"],
@@ -672,6 +712,7 @@ def write_stack(
         svc.pop("build", None)
     mounts = services["prometheus"]["volumes"]
     assert not any(str(v).startswith(f"{PROM_DIR}:") for v in mounts), mounts
+    assert "ports" not in project["scorer"], "a published port would stop --scale"
     (docker.work / "stack.yml").write_text(yaml.safe_dump(merged, sort_keys=False))
     docker.compose_cmd("config", "-q")
 
@@ -711,6 +752,7 @@ def stack(
                 RUN.say(f"{service} healthy")
         stack = Stack(
             api=f"http://127.0.0.1:{ports['api']}",
+            scorer=f"http://127.0.0.1:{ports['scorer']}",
             prom=f"http://127.0.0.1:{ports['prometheus']}",
             ports=ports,
             docker=docker,
@@ -737,7 +779,8 @@ def stack(
 
 def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
     d = stack.docker
-    assert stack.ports["api"] != 8000  # the health check followed the port
+    # the health checks followed the ports
+    assert stack.ports["api"] != 8000 and stack.ports["scorer"] != 8001
     for service in STACK:
         cid = d.container(service)
         want = "running" if service in NO_HEALTHCHECK else "healthy"
@@ -750,17 +793,30 @@ def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
         assert host["LogConfig"]["Type"] == "json-file", service
         assert host["LogConfig"]["Config"]["max-size"], service
         assert host["Memory"] > 0 and host["PidsLimit"] > 0, service
-    api = d.container("api")
-    assert d("inspect", "-f", "{{.Config.User}}", api).stdout.strip() == "10001:10001"
-    mounts = json.loads(d("inspect", "-f", "{{json .Mounts}}", api).stdout)
-    model = [m for m in mounts if m["Destination"] == "/models/current"]
-    assert model and model[0]["RW"] is False, mounts
+    for service, role in TIERS.items():
+        cid = d.container(service)
+        user = d("inspect", "-f", "{{.Config.User}}", cid).stdout.strip()
+        assert user == "10001:10001", service
+        mounts = json.loads(d("inspect", "-f", "{{json .Mounts}}", cid).stdout)
+        model = [m for m in mounts if m["Destination"] == "/models/current"]
+        assert model and model[0]["RW"] is False, (service, mounts)
+        cmd = json.loads(d("inspect", "-f", "{{json .Config.Cmd}}", cid).stdout)
+        assert cmd[cmd.index("--role") + 1] == role, (service, cmd)
+        host = json.loads(d("inspect", "-f", "{{json .HostConfig}}", cid).stdout)
+        # the scorer's lower CPU weight (the api's requests first); the api's default
+        assert host["CpuShares"] == (256 if service == "scorer" else 0), service
     models = get(f"{stack.api}/models")
     RUN.say(f"/models: {json.dumps(models)[:300]}")
     assert get(f"{stack.api}/readyz")["status"] == "ok"
+    ready = get(f"{stack.scorer}/readyz")
+    assert ready["status"] == "ok" and ready["checks"]["batcher"] is True, ready
+    # the scorer serves probes and /metrics only
+    assert http("GET", f"{stack.scorer}/streams")[0] == 404
 
 
 def test_ingest_and_risk(stack: Stack) -> None:
+    scored = "scjepa_windows_scored_total"
+    assert scraped(stack.scorer, scored) == 0
     with RUN.step(f"ingest 250 readings x {len(STREAMS)} streams, read /risk"):
         out = ingest(stack.api, 0, 250)
         for s in STREAMS:
@@ -774,20 +830,38 @@ def test_ingest_and_risk(stack: Stack) -> None:
             items = get(f"{stack.api}/risk/{s}/history?limit=10")["items"]
             assert [i["n"] for i in items] == [200, 100], items
         assert set(STREAMS) <= set(get(f"{stack.api}/streams")["streams"])
+    with RUN.step("the scorer container scored the windows, the api none"):
+        windows = 2 * len(STREAMS)
+        wait_for(lambda: scraped(stack.scorer, scored) == windows, 10,
+                 f"the scorer's {scored} == {windows}")  # fmt: skip
+        assert scraped(stack.scorer, "scjepa_scorer_batch_seconds_count") >= 1
+        assert scraped(stack.api, scored) == 0
+        assert scraped(stack.api, "scjepa_scorer_batch_seconds_count") == 0
+        accepted = scraped(stack.api, "scjepa_readings_total", outcome="accepted")
+        assert accepted == 250 * len(STREAMS)
 
 
-def test_prometheus_scrapes_the_api(stack: Stack) -> None:
-    with RUN.step("Prometheus scraped the api's metrics"):
+def test_prometheus_scrapes_the_api_and_the_scorer(stack: Stack) -> None:
+    with RUN.step("Prometheus scraped the api's and the scorer's metrics"):
         accepted = 'sum(scjepa_readings_total{job="scjepa-api",outcome="accepted"})'
         sent = 250 * len(STREAMS)
         wait_for(lambda: scalar(stack.prom, accepted) == sent, 60,
                  f"scraped {accepted} == {sent}")  # fmt: skip
-        assert scalar(stack.prom, 'up{job="scjepa-api"}') == 1
-        assert scalar(stack.prom, "scjepa_streams_in_alert") == len(STREAMS)
+        scored = 'sum(scjepa_windows_scored_total{job="scjepa-scorer"})'
+        windows = 2 * len(STREAMS)
+        wait_for(lambda: scalar(stack.prom, scored) == windows, 60,
+                 f"scraped {scored} == {windows}")  # fmt: skip
+        batches = 'sum(scjepa_scorer_batch_seconds_count{job="scjepa-scorer"})'
+        assert (scalar(stack.prom, batches) or 0) >= 1
+        for job in ("scjepa-api", "scjepa-scorer"):
+            assert scalar(stack.prom, f'up{{job="{job}"}}') == 1, job
+        assert scalar(stack.prom, "max(scjepa_streams_in_alert)") == len(STREAMS)
         targets = get(f"{stack.prom}/api/v1/targets")["data"]["activeTargets"]
-        api = [t for t in targets if t["labels"]["job"] == "scjepa-api"]
-        assert api and api[0]["health"] == "up", api
-        assert f":{stack.ports['api']}/metrics" in api[0]["scrapeUrl"], api
+        for job, service in (("scjepa-api", "api"), ("scjepa-scorer", "scorer")):
+            found = [t for t in targets if t["labels"]["job"] == job]
+            assert len(found) == 1 and found[0]["health"] == "up", found
+            port = stack.ports[service]
+            assert f":{port}/metrics" in found[0]["scrapeUrl"], found
 
 
 def test_prometheus_rules_alertmanager_and_redis_exporter(stack: Stack) -> None:
@@ -805,7 +879,8 @@ def test_prometheus_rules_alertmanager_and_redis_exporter(stack: Stack) -> None:
         assert scalar(stack.prom, "redis_memory_max_bytes") == 512 * 1024 * 1024
         groups = get(f"{stack.prom}/api/v1/rules")["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        assert {r["name"] for r in rules} >= {"ScjepaRedisMemoryHigh", "ScjepaApiDown"}
+        assert {r["name"] for r in rules} >= {
+            "ScjepaRedisMemoryHigh", "ScjepaApiDown", "ScjepaNoScorerUp"}  # fmt: skip
         bad = [r for r in rules if r["health"] != "ok"]
         assert not bad, bad  # every recording and alert rule evaluates
         firing = [r["name"] for r in rules if r.get("state") == "firing"]
@@ -834,24 +909,44 @@ def test_stream_alerts_reach_alertmanager(stack: Stack) -> None:
             assert a["annotations"]["top_channels"], a
 
 
+def test_scorer_reloads_its_model_on_sighup(stack: Stack) -> None:
+    """A scorer serves no admin route: `docker compose kill -s SIGHUP scorer` reloads
+    its model (docs/reference/operations.md); the signal reaches `scjepa serve`, which
+    the command's `exec` made the container's main process."""
+
+    def reloads(outcome: str) -> float:
+        return scraped(stack.scorer, "scjepa_reloads_total", what="model",
+                       outcome=outcome)  # fmt: skip
+
+    with RUN.step("SIGHUP to the scorer container: its model reloaded"):
+        before = reloads("ok")
+        stack.docker("kill", "-s", "SIGHUP", stack.docker.container("scorer"))
+        wait_for(lambda: reloads("ok") == before + 1, 60, "the scorer's model reloaded")
+        assert reloads("failed") == 0
+        assert get(f"{stack.scorer}/readyz")["status"] == "ok"
+
+
 def test_redis_recreated_keeps_buffer_and_history(stack: Stack) -> None:
     d = stack.docker
     before = {s: get(f"{stack.api}/risk/{s}/history?limit=100") for s in STREAMS}
     risk_before = {s: get(f"{stack.api}/risk/{s}") for s in STREAMS}
     old = d.container("redis")
-    with RUN.step("stop redis: the api reports not ready"):
+    tiers = {"api": stack.api, "scorer": stack.scorer}
+    with RUN.step("stop redis: the api and the scorer report not ready"):
         time.sleep(1.5)  # past appendfsync everysec (a clean stop syncs anyway)
         d.compose_cmd("stop", "-t", "10", "redis")
-        wait_for(lambda: http("GET", f"{stack.api}/readyz", timeout=5)[0] == 503,
-                 30, "/readyz 503 without Redis")  # fmt: skip
+        for name, base in tiers.items():
+            wait_for(lambda b=base: http("GET", f"{b}/readyz", timeout=5)[0] == 503,
+                     30, f"{name} /readyz 503 without Redis")  # fmt: skip
     with RUN.step("remove and recreate the redis container on its volume"):
         d.compose_cmd("rm", "-f", "redis")
         d.compose_cmd("up", "-d", "--no-build", "--no-deps", "redis", timeout=120)
         new = d.container("redis")
         assert new != old, "the container was not recreated"
         wait_for(lambda: d.health(new) == "healthy", 60, "redis healthy", every=1.0)
-        wait_for(lambda: http("GET", f"{stack.api}/readyz", timeout=5)[0] == 200,
-                 60, "/readyz 200 again")  # fmt: skip
+        for name, base in tiers.items():
+            wait_for(lambda b=base: http("GET", f"{b}/readyz", timeout=5)[0] == 200,
+                     60, f"{name} /readyz 200 again")  # fmt: skip
         aof = d("exec", new, "ls", "/data/appendonlydir").stdout.split()
         assert any(f.endswith(".aof") for f in aof), aof
     with RUN.step("history, buffered readings and dedupe state survived"):
@@ -903,3 +998,10 @@ def test_first_ingest_after_a_redis_restart_loses_no_window(stack: Stack) -> Non
 
     with RUN.step("window 300 of every stream scored (claimed if need be)"):
         wait_for(scored, 60, "window 300 scored in every stream", every=1.0)
+        # by the scorer container, the only process that scores (a window scored
+        # twice after a claim is recorded once, counted twice)
+        # (the counter moves once the records are written: it may trail them)
+        windows = 3 * len(STREAMS)
+        wait_for(lambda: scraped(stack.scorer, "scjepa_windows_scored_total") >= windows,
+                 10, f"the scorer's windows scored >= {windows}")  # fmt: skip
+        assert scraped(stack.api, "scjepa_windows_scored_total") == 0
