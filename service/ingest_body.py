@@ -71,7 +71,7 @@ def _increasing(ts: list[float]) -> bool:
 _STREAM = re.compile(STREAM_PATTERN)
 
 
-class _FastReading(msgspec.Struct, forbid_unknown_fields=True):
+class _FastReading(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     ts: float
     values: list[float | None]
 
