@@ -187,6 +187,7 @@ class Scorer:
         if refused:
             metrics.REFUSED.labels(reason="stream_quota").inc()
             raise StreamQuotaExceeded(tenant, refused, limit)
+        news = self.bus.delivered  # news from here on may be of these windows
         appended = await self.store.append_many(
             tenant,
             [(s, x.ts, x.values) for s, x in zip(streams, arrays, strict=True)],
@@ -201,7 +202,7 @@ class Scorer:
         if wait > 0:
             due = {s: r.queued for s, r in zip(streams, appended, strict=True)}
             records, scored = await self._wait(
-                tenant, {s: q for s, q in due.items() if q}, wait
+                tenant, {s: q for s, q in due.items() if q}, wait, news
             )
         results = []
         for stream, res in zip(streams, appended, strict=True):
@@ -230,7 +231,7 @@ class Scorer:
         return results
 
     async def _wait(
-        self, tenant: str, due: dict[str, list[int]], wait: float
+        self, tenant: str, due: dict[str, list[int]], wait: float, news: int
     ) -> tuple[dict[str, dict[int, str]], dict[str, int]]:
         """The risk records of the ``due`` windows (stream -> numbers), and per stream
         how many of them are known scored: read, or reported by news of scored windows
@@ -238,14 +239,24 @@ class Scorer:
         Returns when each window is known scored, or when ``wait`` seconds have passed
         (or the store fails: the readings are stored and the windows queued, so the
         answer stands). Woken by the news (this process's scorer, or any through the
-        store), and re-reads the store every RECHECK_S in case news was lost."""
+        store), and re-reads the store every RECHECK_S in case news was lost. ``news``:
+        the bus's delivery count before the windows were queued; when no news came
+        since, none of them can be scored unreported (the waiter is registered before
+        the next news is delivered, on this loop), so the first read is skipped: a
+        round trip fewer for most calls."""
         got: dict[str, dict[int, str]] = {s: {} for s in due}
         unread = {s: set(ns) for s, ns in due.items()}  # no record read yet
         deadline = time.monotonic() + wait
         # w.left: not known scored yet (neither read nor reported; the news empties it)
         w = self.bus.register(tenant, {s: set(ns) for s, ns in due.items()})
+        read = self.bus.delivered != news
         try:
             while unread:
+                if not read:  # nothing can be scored yet: wait for news first
+                    read = True
+                    await w.wait(min(deadline - time.monotonic(), RECHECK_S))
+                    w.done.clear()
+                    continue
                 try:
                     found = await self.store.scored(
                         tenant, [(s, sorted(ns)) for s, ns in unread.items()]

@@ -91,6 +91,7 @@ class ScoredBus:
 
     def __init__(self) -> None:
         self._waits: dict[tuple[str, str], list[_Wait]] = {}
+        self.delivered = 0  # news delivered so far: unchanged, no window was reported
 
     def register(self, tenant: str, due: dict[str, set[int]]) -> _Wait:
         w = _Wait(tenant, due)
@@ -107,6 +108,7 @@ class ScoredBus:
                     del self._waits[w.tenant, stream]
 
     def deliver(self, scored: Scored) -> None:
+        self.delivered += 1
         for tenant, stream, ns in scored:
             for w in self._waits.get((tenant, stream), ()):
                 left = w.left.get(stream)

@@ -390,6 +390,16 @@ def _resp(parts: Sequence[bytes | str | int | float]) -> bytes:
     return b"".join(out)
 
 
+def _pairs(reply: Any) -> list[Any]:
+    """A WITHSCORES reply as (member, score) pairs: RESP3 sends pairs, RESP2 a flat
+    list; an error reply is raised."""
+    if isinstance(reply, Exception):
+        raise reply
+    if reply and not isinstance(reply[0], list):
+        return list(zip(reply[::2], reply[1::2], strict=True))
+    return cast(list[Any], reply)
+
+
 def _float(raw: bytes | None) -> float | None:
     return None if raw is None else float(raw)
 
@@ -778,11 +788,23 @@ class RedisStore(Store):
     async def scored(
         self, tenant: str, items: list[tuple[str, list[int]]]
     ) -> list[dict[int, str]]:
-        pipe = self._pipeline()
-        for stream, ns in items:
-            key = self._key(tenant, stream, "risk")
-            pipe.zrangebyscore(key, min(ns), max(ns), withscores=True)
-        replies = await self._call("scored", pipe.execute())
+        reads = [
+            (self._key(tenant, stream, "risk"), min(ns), max(ns))
+            for stream, ns in items
+        ]
+        if self.cluster:
+            pipe = self._pipeline()
+            for key, lo, hi in reads:
+                pipe.zrangebyscore(key, lo, hi, withscores=True)
+            replies = await self._call("scored", pipe.execute())
+        else:  # packed on the store's own connections, as the scripts are
+            packed = [
+                _resp([b"ZRANGEBYSCORE", key, lo, hi, b"WITHSCORES"])
+                for key, lo, hi in reads
+            ]
+            replies = [
+                _pairs(r) for r in await self._call("scored", self._send(packed))
+            ]
         out = []
         for (_, ns), raw in zip(items, replies, strict=True):
             want = set(ns)
@@ -799,11 +821,13 @@ class RedisStore(Store):
     async def latest(
         self, tenant: str, stream: str
     ) -> tuple[StreamState | None, str | None]:
-        """State and newest risk record in one round trip: one read-only script, which
-        costs redis-py less than a pipeline of the three reads (docs/notebook/
-        benchmarks.md, Service)."""
+        """State and newest risk record in one round trip: one read-only script (cheaper
+        than a pipeline of the three reads), packed on the store's own connections as
+        the ingest scripts are (docs/notebook/benchmarks.md, Service)."""
         keys = [self._key(tenant, stream, k) for k in ("state", "rows", "risk")]
-        n, last_ts, buffered, rec = await self._call("latest", self._latest(keys=keys))
+        ((n, last_ts, buffered, rec),) = await self._call(
+            "latest", self._scripts([(self._latest, keys, [])]), scripts=True
+        )
         state = (
             None if n is None else StreamState(int(n), int(buffered), _float(last_ts))
         )

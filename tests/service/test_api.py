@@ -461,6 +461,56 @@ def test_concurrent_retries_store_each_reading_once(
     assert sorted(h["n"] for h in last["hist"]) == [100, 110, 120]
 
 
+@pytest.mark.parametrize("news_during_append", [False, True])
+def test_wait_reads_the_store_first_only_if_news_came_during_the_append(
+    store_url: str | None, artifact_dir: Path, news_during_append: bool
+) -> None:
+    """A ?wait= call whose windows were just queued reads their records once the news
+    says they are scored: no read before (none can be scored unreported, as the call
+    waits before the next news is delivered). Unless news came while the readings
+    were being stored: one of its windows may be among them, so it reads first."""
+    settings = Settings(artifact=artifact_dir, redis_url=store_url, hop=10,
+                        key_prefix=f"r{uuid.uuid4().hex[:8]}", role="api")  # fmt: skip
+
+    async def main() -> tuple[dict[str, Any], int, int]:
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            bus, store = app.state.scorer.bus, app.state.store
+            reads = 0
+            scored, append_many = store.scored, store.append_many
+
+            async def counted(*args: Any, **kwargs: Any) -> Any:
+                nonlocal reads
+                reads += 1
+                return await scored(*args, **kwargs)
+
+            async def with_news(*args: Any, **kwargs: Any) -> Any:
+                out = await append_many(*args, **kwargs)
+                if news_during_append:  # another stream's, delivered meanwhile
+                    bus.deliver([("default", "other", [100])])
+                return out
+
+            store.scored, store.append_many = counted, with_news
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+                post = asyncio.create_task(c.post(
+                    "/ingest", json=body("s", series(110)), params={"wait": 30}
+                ))  # fmt: skip
+                start = time.monotonic()
+                while ("default", "s") not in bus._waits:  # the call waits now
+                    assert time.monotonic() - start < 20 and not post.done()
+                    await asyncio.sleep(0)
+                await asyncio.sleep(0.2)  # a first read, if any, is answered
+                before = reads
+                bus.deliver([("default", "s", [100, 110])])
+                r = await post
+                return r.json()["results"][0], before, reads
+
+    res, before, reads = asyncio.run(main())
+    assert (res["windows_queued"], res["windows_scored"]) == (2, 2)
+    assert (before, reads) == ((1, 2) if news_during_append else (0, 1))
+
+
 def test_wait_ends_when_each_window_is_known_scored(
     store_url: str | None, artifact_dir: Path
 ) -> None:
