@@ -93,7 +93,7 @@ def _one_stream(body: bytes) -> list[StreamBody] | None:
     refused (the next try gives the model's error)."""
     try:
         obj = _FAST.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, ValueError):  # and a string that is not UTF-8
         return None
     name, readings = obj.stream, obj.readings
     if not readings or _STREAM.fullmatch(name) is None:

@@ -130,6 +130,7 @@ RAW = [  # bodies json.dumps does not write: the fast reader agrees with the mod
     b'{"stream": "s\\u0000", "readings": [{"ts": 5, "values": [1, 2, 3, 4]}]}',
     b'\xef\xbb\xbf{"stream": "s", "readings": [{"ts": 5, "values": [1, 2, 3, 4]}]}',
     b' {"stream":"s","readings":[{"values":[1,2,3,4],"ts":5}]} \n',
+    b'{"stream": "s\xff", "readings": [{"ts": 5, "values": [1, 2, 3, 4]}]}',
 ]
 
 
