@@ -15,27 +15,38 @@ network to the Debian mirror and PyPI. No image registry is needed:
 2. the stack: the project's docker-compose.yml merged with a generated override
    (`docker-compose config`): local images, host networking (no bridge; `ports`, which
    host networking refuses and an override cannot remove, dropped from the rendered
-   file), free loopback ports chosen now for every service (the api and the scorer
-   each its own), Redis at 127.0.0.1, the secrets made by deploy/docker/make-secrets.sh
-   in the work folder (Redis runs with its password; api and scorer read it from the
+   file), free loopback ports chosen now for every service (the api and each scorer
+   its own), Redis at 127.0.0.1, the secrets made by deploy/docker/make-secrets.sh in
+   the work folder (Redis runs with its password; api and scorers read it from the
    secret as in compose), a tiny model artifact (tests/support/service_artifact.py)
    mounted read-only, and a copy of deploy/prometheus whose targets are the stack's
-   ports (the scorer's instead of its DNS discovery), intervals 2 s. api + scorer +
-   redis + alertmanager + redis-exporter + prometheus: Grafana's image cannot be
-   obtained here (its provisioning is validated by test_grafana.py). One scorer: with
-   host networking a second replica would need a port of its own, which `--scale`
-   cannot give (test_compose.py checks that nothing stops `--scale` in compose).
+   ports (the two scorers' instead of their DNS discovery), intervals 2 s. api + two
+   scorers + redis + alertmanager + redis-exporter + prometheus: Grafana's image cannot
+   be obtained here (its provisioning is validated by test_grafana.py). Two scorers,
+   `--scale scorer=2` as far as host networking allows: `--scale` itself would start
+   both replicas on one port of the shared network, so the rendered `scorer` service
+   is copied into `scorer-2` with only its `--port` and its host name its own (a
+   replica's container ID names it under compose; on the host's network both would
+   take the host's name, and their Redis consumer names, host name and PID 1, would be
+   one). test_compose.py checks that nothing stops `--scale` in compose.
 3. through the running stack: the compose file's hardening in force (read-only roots,
    no-new-privileges, rotated logs, memory and process limits), each tier on its role;
-   readings for three streams (`?wait=`: the scorer container scores their windows,
-   its /metrics counts them, the api's counts none), /risk and its history;
-   Prometheus' scrape of both tiers (the api's readings counter equals what was sent,
-   the scorer's windows counter what was scored), every rule healthy and none firing,
-   Alertmanager connected, Redis' memory scraped from the exporter; one Alertmanager
-   alert per stream in alert (posted by the scorer); then Redis is stopped (neither
-   tier ready), its container removed and recreated on the same volume: both tiers
-   ready again by themselves, buffered readings, dedupe state and risk history all
-   still there (AOF), and the first ingest after the restart loses no window.
+   scorer-2 the same container as scorer but for its port and host name (rendered
+   service and `docker inspect`); readings for three streams (`?wait=`: the scorer
+   containers score their windows, their /metrics count them, the api's none), /risk
+   and its history; Prometheus' scrape of the api and of both scorers, one target each
+   (the api's readings counter equals what was sent, the scorers' windows counters
+   what was scored), every rule healthy and none firing, Alertmanager connected,
+   Redis' memory scraped from the exporter; one Alertmanager alert per stream in alert
+   (posted by the scorers); one POST /ingest completing 80 windows on 40 streams at
+   once: each scorer scores a share (each counter > 0), their counters add up to the
+   80 windows (none scored twice), every window has its one record, none pending or
+   claimed, the work queue's consumer group has both scorers' consumers, Prometheus
+   has each scorer's count from its own target; SIGHUP to both scorers (each reloads
+   its model); then Redis is stopped (no tier ready), its container removed and
+   recreated on the same volume: every tier ready again by itself, buffered readings,
+   dedupe state and risk history all still there (AOF), and the first ingest after
+   the restart loses no window.
 Knobs (environment): DEPLOY_TEST_BASE_IMAGE (default local/python:3.11-slim-bookworm),
 DEPLOY_TEST_REBUILD_BASE=1, DEPLOY_TEST_STORAGE_DRIVER (dockerd's, default vfs),
 DEPLOY_TEST_KEEP=1 (leave the stack up for a look: tear down by hand). pip inside the
@@ -46,6 +57,7 @@ from this environment as build args.
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -77,8 +89,14 @@ API_IMAGE = "scjepa-test/api:runtime-cpu"  # rebuilt every run, removed at the e
 STAND_INS = REPO / "deploy/test/Dockerfile"  # stand-ins from Debian packages
 STAND_IN_TARGETS = ("redis", "prometheus", "alertmanager", "redis-exporter")
 # grafana: no image obtainable here
-STACK = ("redis", "api", "scorer", "alertmanager", "redis-exporter", "prometheus")
+STACK = ("redis", "api", "scorer", "scorer-2", "alertmanager", "redis-exporter",
+         "prometheus")  # fmt: skip
 TIERS = {"api": "api", "scorer": "scorer"}  # compose service -> its `--role`
+# The scorer pool: `scorer` and scorer-2, a copy of the rendered `scorer` service on a
+# port (and host name) of its own: `--scale scorer=2` as far as host networking allows
+SCORERS = ("scorer", "scorer-2")
+ROLES = {**TIERS, "scorer-2": "scorer"}  # every `scjepa serve` container -> its role
+BURST = tuple(f"burst-{i:02d}" for i in range(40))  # one POST: 2 windows each
 SECRETS = REPO / "deploy/docker/make-secrets.sh"
 NO_HEALTHCHECK = {"redis-exporter"}  # no shell in its image: running is all there is
 STREAMS = ("pump-1", "pump-2", "fan-9")
@@ -228,9 +246,14 @@ def readings(start: int, n: int) -> list[dict[str, Any]]:
 
 def ingest(api: str, start: int, n: int) -> dict[str, dict[str, Any]]:
     """POST the readings of every stream, waiting (``?wait=``) for their windows to be
-    scored by the scorer tier; a 503 ("store unavailable, retry later") is retried as a
-    producer would (ingest is idempotent), and reported."""
+    scored by the scorer tier (see post_ingest)."""
     body = {"streams": [{"stream": s, "readings": readings(start, n)} for s in STREAMS]}
+    return post_ingest(api, body)
+
+
+def post_ingest(api: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """POST /ingest?wait=: the results by stream; a 503 ("store unavailable, retry
+    later") is retried as a producer would (ingest is idempotent), and reported."""
     for attempt in range(1, 6):
         status, out = http("POST", f"{api}/ingest?wait={WAIT_S}", body)
         if status != 503:
@@ -558,18 +581,25 @@ def images(docker: Docker) -> Iterator[Images]:
 @dataclass
 class Stack:
     api: str
-    scorer: str
+    scorers: dict[str, str]  # SCORERS -> base URL
     prom: str
     ports: dict[str, int]
     docker: Docker
 
+    def scored(self) -> dict[str, float]:
+        """Each scorer's windows scored (its own /metrics)."""
+        return {
+            name: scraped(base, "scjepa_windows_scored_total")
+            for name, base in self.scorers.items()
+        }
+
 
 def prometheus_config(dest: Path, ports: dict[str, int]) -> None:
     """deploy/prometheus for this run: the stack's loopback ports as targets (api,
-    scorer, Alertmanager, redis_exporter, itself), 2 s intervals. The scorer job's DNS
-    service discovery (compose's DNS; here it would query the host's resolver) becomes
-    the scorer's address; the scorer-gpu job (the same, for a service this stack does
-    not run) is left out."""
+    scorers, Alertmanager, redis_exporter, itself), 2 s intervals. The scorer job's DNS
+    service discovery (compose's DNS, one address per replica; here it would query the
+    host's resolver) becomes the scorers' addresses, one target each as DNS would give;
+    the scorer-gpu job (the same, for a service this stack does not run) is left out."""
     shutil.copytree(PROM_DIR, dest)
     conf_path = dest / "prometheus.yml"
     conf = yaml.safe_load(conf_path.read_text())
@@ -591,7 +621,7 @@ def prometheus_config(dest: Path, ports: dict[str, int]) -> None:
     scorer = jobs["scjepa-scorer"]
     (sd,) = scorer.pop("dns_sd_configs")
     assert (sd["names"], sd["port"]) == (["scorer"], 8001), sd
-    scorer["static_configs"] = [{"targets": [f"127.0.0.1:{ports['scorer']}"]}]
+    scorer["static_configs"] = [{"targets": [f"127.0.0.1:{ports[s]}" for s in SCORERS]}]
     conf["scrape_configs"] = [
         j for j in jobs.values() if j["job_name"] != "scjepa-scorer-gpu"
     ]
@@ -626,7 +656,12 @@ def write_stack(
 ) -> None:
     """stack.yml = docker-compose.yml + override.yml, rendered by docker-compose, then
     what an override cannot do: `ports` dropped (host networking refuses them), `build`
-    dropped (the images exist), only the stack's services kept."""
+    dropped (the images exist), only the stack's services kept, and the scorer pool:
+    scorer-2, the rendered `scorer` service copied with its own `--port` (a replica of
+    `--scale scorer=2` would clash on one port of the shared host network) and each
+    scorer its own host name (compose names each replica's container by its ID; on
+    the host's network both would have the host's name, and their Redis consumer names,
+    host name and PID, would be one: both serve as PID 1)."""
     secrets = make_secrets(docker, ports["redis"])
     env = dict(docker.env, ARTIFACT_DIR=str(artifact), API_IMAGE=images.api,
                SECRETS_DIR=str(secrets))  # fmt: skip
@@ -713,6 +748,15 @@ def write_stack(
     mounts = services["prometheus"]["volumes"]
     assert not any(str(v).startswith(f"{PROM_DIR}:") for v in mounts), mounts
     assert "ports" not in project["scorer"], "a published port would stop --scale"
+    assert "container_name" not in services["scorer"], "one would stop --scale"
+    scorer = services["scorer"]
+    assert scorer["command"][-2:] == ["--port", str(ports["scorer"])], scorer
+    assert "hostname" not in scorer, scorer
+    replica = copy.deepcopy(scorer)
+    replica["command"][-1] = str(ports["scorer-2"])
+    for name, svc in (("scorer", scorer), ("scorer-2", replica)):
+        svc["hostname"] = f"{docker.project}-{name}"
+    services["scorer-2"] = replica
     (docker.work / "stack.yml").write_text(yaml.safe_dump(merged, sort_keys=False))
     docker.compose_cmd("config", "-q")
 
@@ -752,7 +796,7 @@ def stack(
                 RUN.say(f"{service} healthy")
         stack = Stack(
             api=f"http://127.0.0.1:{ports['api']}",
-            scorer=f"http://127.0.0.1:{ports['scorer']}",
+            scorers={s: f"http://127.0.0.1:{ports[s]}" for s in SCORERS},
             prom=f"http://127.0.0.1:{ports['prometheus']}",
             ports=ports,
             docker=docker,
@@ -780,7 +824,8 @@ def stack(
 def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
     d = stack.docker
     # the health checks followed the ports
-    assert stack.ports["api"] != 8000 and stack.ports["scorer"] != 8001
+    assert stack.ports["api"] != 8000
+    assert all(stack.ports[s] != 8001 for s in SCORERS)
     for service in STACK:
         cid = d.container(service)
         want = "running" if service in NO_HEALTHCHECK else "healthy"
@@ -793,7 +838,7 @@ def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
         assert host["LogConfig"]["Type"] == "json-file", service
         assert host["LogConfig"]["Config"]["max-size"], service
         assert host["Memory"] > 0 and host["PidsLimit"] > 0, service
-    for service, role in TIERS.items():
+    for service, role in ROLES.items():
         cid = d.container(service)
         user = d("inspect", "-f", "{{.Config.User}}", cid).stdout.strip()
         assert user == "10001:10001", service
@@ -803,20 +848,55 @@ def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
         cmd = json.loads(d("inspect", "-f", "{{json .Config.Cmd}}", cid).stdout)
         assert cmd[cmd.index("--role") + 1] == role, (service, cmd)
         host = json.loads(d("inspect", "-f", "{{json .HostConfig}}", cid).stdout)
-        # the scorer's lower CPU weight (the api's requests first); the api's default
-        assert host["CpuShares"] == (256 if service == "scorer" else 0), service
+        # the scorers' lower CPU weight (the api's requests first); the api's default
+        assert host["CpuShares"] == (256 if role == "scorer" else 0), service
     models = get(f"{stack.api}/models")
     RUN.say(f"/models: {json.dumps(models)[:300]}")
     assert get(f"{stack.api}/readyz")["status"] == "ok"
-    ready = get(f"{stack.scorer}/readyz")
-    assert ready["status"] == "ok" and ready["checks"]["batcher"] is True, ready
-    # the scorer serves probes and /metrics only
-    assert http("GET", f"{stack.scorer}/streams")[0] == 404
+    for name, base in stack.scorers.items():
+        ready = get(f"{base}/readyz")
+        assert ready["status"] == "ok" and ready["checks"]["batcher"] is True, name
+        # a scorer serves probes and /metrics only
+        assert http("GET", f"{base}/streams")[0] == 404, name
+
+
+def test_the_second_scorer_is_a_replica_of_the_first(stack: Stack) -> None:
+    """scorer-2 runs what `--scale scorer=2` would: the `scorer` service's rendered
+    definition, its image, settings, secret, model mount, limits and health check,
+    with only its `--port` and its host name (compose's replicas differ in both too:
+    their own network address and container ID) its own."""
+    d = stack.docker
+    rendered = yaml.safe_load((d.work / "stack.yml").read_text())["services"]
+    one, two = (dict(rendered[s]) for s in SCORERS)
+    for svc in (one, two):
+        svc.pop("hostname")
+        svc["command"] = svc["command"][:-1]  # the port
+    assert one == two
+    # the running containers: the same but for what a replica has of its own
+    seen: dict[str, dict[str, Any]] = {}
+    for service in SCORERS:
+        (c,) = json.loads(d("inspect", d.container(service)).stdout)
+        config = dict(c["Config"])
+        assert config["Hostname"] == f"{d.project}-{service}", config
+        cmd = config.pop("Cmd")
+        assert cmd[cmd.index("--port") + 1] == str(stack.ports[service]), cmd
+        labels = config.pop("Labels")
+        assert labels["com.docker.compose.service"] == service, labels
+        del config["Hostname"]
+        mounts = sorted(c["Mounts"], key=lambda m: m["Destination"])
+        seen[service] = {"Image": c["Image"], "Mounts": mounts}
+        seen[service].update({f"Config.{k}": v for k, v in config.items()})
+        seen[service].update({f"HostConfig.{k}": v for k, v in c["HostConfig"].items()})
+    a, b = (seen[s] for s in SCORERS)
+    differ = {
+        k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)
+    }
+    assert not differ, differ
 
 
 def test_ingest_and_risk(stack: Stack) -> None:
     scored = "scjepa_windows_scored_total"
-    assert scraped(stack.scorer, scored) == 0
+    assert set(stack.scored().values()) == {0}
     with RUN.step(f"ingest 250 readings x {len(STREAMS)} streams, read /risk"):
         out = ingest(stack.api, 0, 250)
         for s in STREAMS:
@@ -830,19 +910,24 @@ def test_ingest_and_risk(stack: Stack) -> None:
             items = get(f"{stack.api}/risk/{s}/history?limit=10")["items"]
             assert [i["n"] for i in items] == [200, 100], items
         assert set(STREAMS) <= set(get(f"{stack.api}/streams")["streams"])
-    with RUN.step("the scorer container scored the windows, the api none"):
+    with RUN.step("the scorer containers scored the windows, the api none"):
         windows = 2 * len(STREAMS)
-        wait_for(lambda: scraped(stack.scorer, scored) == windows, 10,
-                 f"the scorer's {scored} == {windows}")  # fmt: skip
-        assert scraped(stack.scorer, "scjepa_scorer_batch_seconds_count") >= 1
+        wait_for(lambda: sum(stack.scored().values()) == windows, 10,
+                 f"the scorers' {scored} == {windows} in all")  # fmt: skip
+        RUN.say(f"windows scored by each scorer: {stack.scored()}")
+        batches = [
+            scraped(base, "scjepa_scorer_batch_seconds_count")
+            for base in stack.scorers.values()
+        ]
+        assert sum(batches) >= 1, batches
         assert scraped(stack.api, scored) == 0
         assert scraped(stack.api, "scjepa_scorer_batch_seconds_count") == 0
         accepted = scraped(stack.api, "scjepa_readings_total", outcome="accepted")
         assert accepted == 250 * len(STREAMS)
 
 
-def test_prometheus_scrapes_the_api_and_the_scorer(stack: Stack) -> None:
-    with RUN.step("Prometheus scraped the api's and the scorer's metrics"):
+def test_prometheus_scrapes_the_api_and_the_scorers(stack: Stack) -> None:
+    with RUN.step("Prometheus scraped the api's and both scorers' metrics"):
         accepted = 'sum(scjepa_readings_total{job="scjepa-api",outcome="accepted"})'
         sent = 250 * len(STREAMS)
         wait_for(lambda: scalar(stack.prom, accepted) == sent, 60,
@@ -853,15 +938,20 @@ def test_prometheus_scrapes_the_api_and_the_scorer(stack: Stack) -> None:
                  f"scraped {scored} == {windows}")  # fmt: skip
         batches = 'sum(scjepa_scorer_batch_seconds_count{job="scjepa-scorer"})'
         assert (scalar(stack.prom, batches) or 0) >= 1
-        for job in ("scjepa-api", "scjepa-scorer"):
-            assert scalar(stack.prom, f'up{{job="{job}"}}') == 1, job
+        for job, n in (("scjepa-api", 1), ("scjepa-scorer", len(SCORERS))):
+            up = scalar(stack.prom, f'count(up{{job="{job}"}} == 1)')
+            assert up == n, (job, up)
         assert scalar(stack.prom, "max(scjepa_streams_in_alert)") == len(STREAMS)
         targets = get(f"{stack.prom}/api/v1/targets")["data"]["activeTargets"]
-        for job, service in (("scjepa-api", "api"), ("scjepa-scorer", "scorer")):
+        for job, services in (("scjepa-api", ["api"]), ("scjepa-scorer", SCORERS)):
             found = [t for t in targets if t["labels"]["job"] == job]
-            assert len(found) == 1 and found[0]["health"] == "up", found
-            port = stack.ports[service]
-            assert f":{port}/metrics" in found[0]["scrapeUrl"], found
+            assert len(found) == len(services), found
+            assert all(t["health"] == "up" for t in found), found
+            urls = sorted(t["scrapeUrl"] for t in found)
+            want = sorted(
+                f"http://127.0.0.1:{stack.ports[s]}/metrics" for s in services
+            )
+            assert urls == want, (urls, want)
 
 
 def test_prometheus_rules_alertmanager_and_redis_exporter(stack: Stack) -> None:
@@ -909,21 +999,110 @@ def test_stream_alerts_reach_alertmanager(stack: Stack) -> None:
             assert a["annotations"]["top_channels"], a
 
 
+def work_queue(stack: Stack) -> tuple[int, set[str]]:
+    """The work queue in Redis (its partitions' consumer group): how many windows are
+    delivered and not acknowledged, and the host names of the consumers that read it
+    (a scorer's reader is `HOSTNAME-PID-K`, its claimer `HOSTNAME-PID-claim`)."""
+    import redis
+
+    password = (stack.docker.work / "secrets/redis_password").read_text().strip()
+    r = redis.Redis(host="127.0.0.1", port=stack.ports["redis"], password=password,
+                    decode_responses=True, socket_timeout=10)  # fmt: skip
+    try:
+        keys = [k for k in r.scan_iter(match="scjepa:*:work", _type="stream")
+                if re.fullmatch(r"scjepa:\{p\d+\}:work", k)]  # fmt: skip
+        assert keys, "no work-queue partition in Redis"
+        pending, hosts = 0, set()
+        for key in keys:
+            pending += int(r.xpending(key, "scorers")["pending"])
+            for c in r.xinfo_consumers(key, "scorers"):
+                hosts.add(c["name"].rsplit("-", 2)[0])
+        return pending, hosts
+    finally:
+        r.close()
+
+
+def test_two_scorers_share_a_burst_and_score_each_window_once(stack: Stack) -> None:
+    """`--scale scorer=2` at work: one POST /ingest completes two windows on each of
+    40 new streams at once; both scorer containers consume the same work queue (each
+    under a consumer name of its own), each scores a share, and together they score
+    every window exactly once: each has its risk record, the scorers' counters (which
+    count a window scored twice twice) add up to the windows queued, none is left
+    pending (to be claimed and scored again), none was claimed; Prometheus scraped each
+    scorer's share from its own target."""
+    scored = "scjepa_windows_scored_total"
+    windows = 2 * len(BURST)
+
+    def claimed() -> list[float]:
+        return [
+            scraped(base, "scjepa_windows_claimed_total")
+            for base in stack.scorers.values()
+        ]
+
+    before, claimed_before = stack.scored(), claimed()
+    body = {"streams": [{"stream": s, "readings": readings(0, 200)} for s in BURST]}
+    with RUN.step(f"one POST /ingest: {len(BURST)} streams x 200 readings, "
+                  f"{windows} windows queued at once"):  # fmt: skip
+        out = post_ingest(stack.api, body)
+        for s in BURST:
+            r = out[s]
+            assert (r["accepted"], r["windows_completed"]) == (200, 2), r
+            assert (r["windows_queued"], r["windows_scored"]) == (2, 2), r
+    with RUN.step("both scorers scored a share, every window exactly once"):
+        for s in BURST:
+            items = get(f"{stack.api}/risk/{s}/history?limit=10")["items"]
+            assert [i["n"] for i in items] == [200, 100], (s, items)
+
+        def shares() -> dict[str, float]:
+            now = stack.scored()
+            return {name: now[name] - before[name] for name in now}
+
+        # the counters move once the records are written: they may trail them
+        wait_for(lambda: sum(shares().values()) >= windows, 10,
+                 f"the scorers' {scored} up by {windows} in all")  # fmt: skip
+        got = shares()
+        RUN.say(f"the burst's {windows} windows, by scorer: {got}")
+        assert sum(got.values()) == windows, got  # none scored twice
+        assert all(n > 0 for n in got.values()), got  # both scored
+        assert scraped(stack.api, scored) == 0
+        assert claimed() == claimed_before
+        pending, hosts = work_queue(stack)
+        assert pending == 0, pending  # all acknowledged: nothing left to claim
+        want = {f"{stack.docker.project}-{s}" for s in SCORERS}
+        assert want <= hosts, (want, hosts)  # two consumers of the group, not one
+    with RUN.step("Prometheus scraped each scorer's count from its own target"):
+        totals = {f"127.0.0.1:{stack.ports[name]}": v
+                  for name, v in stack.scored().items()}  # fmt: skip
+        expr = f'{scored}{{job="scjepa-scorer"}}'
+
+        def by_instance() -> dict[str, float]:
+            result = prom_query(stack.prom, expr)
+            got = {r["metric"]["instance"]: float(r["value"][1]) for r in result}
+            return got if got == totals else {}
+
+        wait_for(by_instance, 30, f"scraped {expr} == {totals}")
+        assert sum(totals.values()) == sum(stack.scored().values())
+
+
 def test_scorer_reloads_its_model_on_sighup(stack: Stack) -> None:
     """A scorer serves no admin route: `docker compose kill -s SIGHUP scorer` reloads
-    its model (docs/reference/operations.md); the signal reaches `scjepa serve`, which
-    the command's `exec` made the container's main process."""
+    its model (docs/reference/operations.md), in every replica; the signal reaches
+    `scjepa serve`, which the command's `exec` made the container's main process."""
 
-    def reloads(outcome: str) -> float:
-        return scraped(stack.scorer, "scjepa_reloads_total", what="model",
-                       outcome=outcome)  # fmt: skip
+    def reloads(outcome: str) -> list[float]:
+        return [
+            scraped(base, "scjepa_reloads_total", what="model", outcome=outcome)
+            for base in stack.scorers.values()
+        ]
 
-    with RUN.step("SIGHUP to the scorer container: its model reloaded"):
+    with RUN.step("SIGHUP to both scorer containers: each reloaded its model"):
         before = reloads("ok")
-        stack.docker("kill", "-s", "SIGHUP", stack.docker.container("scorer"))
-        wait_for(lambda: reloads("ok") == before + 1, 60, "the scorer's model reloaded")
-        assert reloads("failed") == 0
-        assert get(f"{stack.scorer}/readyz")["status"] == "ok"
+        stack.docker.compose_cmd("kill", "-s", "SIGHUP", *SCORERS)
+        want = [n + 1 for n in before]
+        wait_for(lambda: reloads("ok") == want, 60, "the scorers' models reloaded")
+        assert set(reloads("failed")) == {0}
+        for base in stack.scorers.values():
+            assert get(f"{base}/readyz")["status"] == "ok", base
 
 
 def test_redis_recreated_keeps_buffer_and_history(stack: Stack) -> None:
@@ -931,8 +1110,8 @@ def test_redis_recreated_keeps_buffer_and_history(stack: Stack) -> None:
     before = {s: get(f"{stack.api}/risk/{s}/history?limit=100") for s in STREAMS}
     risk_before = {s: get(f"{stack.api}/risk/{s}") for s in STREAMS}
     old = d.container("redis")
-    tiers = {"api": stack.api, "scorer": stack.scorer}
-    with RUN.step("stop redis: the api and the scorer report not ready"):
+    tiers = {"api": stack.api, **stack.scorers}
+    with RUN.step("stop redis: the api and the scorers report not ready"):
         time.sleep(1.5)  # past appendfsync everysec (a clean stop syncs anyway)
         d.compose_cmd("stop", "-t", "10", "redis")
         for name, base in tiers.items():
@@ -998,10 +1177,10 @@ def test_first_ingest_after_a_redis_restart_loses_no_window(stack: Stack) -> Non
 
     with RUN.step("window 300 of every stream scored (claimed if need be)"):
         wait_for(scored, 60, "window 300 scored in every stream", every=1.0)
-        # by the scorer container, the only process that scores (a window scored
+        # by the scorer containers, the only processes that score (a window scored
         # twice after a claim is recorded once, counted twice)
-        # (the counter moves once the records are written: it may trail them)
+        # (the counters move once the records are written: they may trail them)
         windows = 3 * len(STREAMS)
-        wait_for(lambda: scraped(stack.scorer, "scjepa_windows_scored_total") >= windows,
-                 10, f"the scorer's windows scored >= {windows}")  # fmt: skip
+        wait_for(lambda: sum(stack.scored().values()) >= windows,
+                 10, f"the scorers' windows scored >= {windows} in all")  # fmt: skip
         assert scraped(stack.api, "scjepa_windows_scored_total") == 0
