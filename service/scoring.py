@@ -249,14 +249,11 @@ class Scorer:
         deadline = time.monotonic() + wait
         # w.left: not known scored yet (neither read nor reported; the news empties it)
         w = self.bus.register(tenant, {s: set(ns) for s, ns in due.items()})
-        read = self.bus.delivered != news
         try:
+            if self.bus.delivered == news:  # nothing can be scored yet: news first
+                await w.wait(min(wait, RECHECK_S))
+                w.done.clear()
             while unread:
-                if not read:  # nothing can be scored yet: wait for news first
-                    read = True
-                    await w.wait(min(deadline - time.monotonic(), RECHECK_S))
-                    w.done.clear()
-                    continue
                 try:
                     found = await self.store.scored(
                         tenant, [(s, sorted(ns)) for s, ns in unread.items()]

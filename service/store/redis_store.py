@@ -802,9 +802,11 @@ class RedisStore(Store):
                 _resp([b"ZRANGEBYSCORE", key, lo, hi, b"WITHSCORES"])
                 for key, lo, hi in reads
             ]
-            replies = [
-                _pairs(r) for r in await self._call("scored", self._send(packed))
-            ]
+
+            async def read() -> list[Any]:  # an error reply fails the call (_call)
+                return [_pairs(r) for r in await self._send(packed)]
+
+            replies = await self._call("scored", read())
         out = []
         for (_, ns), raw in zip(items, replies, strict=True):
             want = set(ns)

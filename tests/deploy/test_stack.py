@@ -76,6 +76,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from support.components import in_ci, require
 from support.deploy_helpers import COMPOSE_FILE, PROM_DIR, REPO
 from support.service_helpers import free_port
@@ -269,14 +270,12 @@ def scraped(base: str, name: str, **labels: str) -> float:
     ``labels``."""
     with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
         text = r.read().decode()
-    values = []
-    for line in text.splitlines():
-        m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
-        if not m or m[1] != name:
-            continue
-        have = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m[2] or ""))
-        if labels.items() <= have.items():
-            values.append(float(m[3]))
+    values = [
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    ]
     assert values, f"{name} {labels} not in {base}/metrics"
     return sum(values)
 
