@@ -250,7 +250,7 @@ class Scorer:
         # w.left: not known scored yet (neither read nor reported; the news empties it)
         w = self.bus.register(tenant, {s: set(ns) for s, ns in due.items()})
         try:
-            if self.bus.delivered == news:  # nothing can be scored yet: news first
+            if unread and self.bus.delivered == news:  # none scored yet: news first
                 await w.wait(min(wait, RECHECK_S))
                 w.done.clear()
             while unread:
