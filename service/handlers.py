@@ -19,14 +19,20 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs
 
 from fastapi.exceptions import RequestValidationError
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from starlette.responses import Response
 
 from service import auth, metrics
 from service.config import Settings
 from service.inference import WindowError
-from service.ingest_body import StreamBody, parse_ingest
-from service.schemas import STREAM_PATTERN, IngestResponse, StreamName
+from service.ingest_body import (
+    MSGPACK_TYPES,
+    STREAM_NAME,
+    StreamBody,
+    parse_ingest,
+    parse_msgpack,
+)
+from service.schemas import STREAM_PATTERN, IngestResponse
 from service.scoring import Scorer, StreamQuotaExceeded
 from service.store import LayoutChanged, Store, StoreUnavailable
 
@@ -37,7 +43,6 @@ AUTH_DETAIL = "missing or unknown X-API-Key"
 AUTH_HEADERS = (("WWW-Authenticate", "X-API-Key"),)
 _STREAM = re.compile(STREAM_PATTERN)
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_STREAM_NAME = TypeAdapter(StreamName)  # only to word a refusal as FastAPI would
 
 
 class Reply(NamedTuple):
@@ -166,31 +171,36 @@ def too_large(limit: int) -> Reply:
     )
 
 
-def media_refused(meta: Meta) -> Reply | None:
-    """415 for a body that is not plain JSON: another Content-Type (a missing one is
-    read as JSON, as FastAPI does), a charset other than UTF-8, any Content-Encoding."""
+def body_parser(
+    meta: Meta,
+) -> Callable[[bytes], tuple[list[StreamBody], bool]] | Reply:
+    """The parser of the body's media type: JSON (a missing Content-Type is read as
+    JSON, as FastAPI does) or MessagePack (service.ingest_body); else the 415: another
+    Content-Type, a charset other than UTF-8 on JSON, any Content-Encoding."""
     encoding = (meta.content_encoding or "identity").strip().lower()
     if encoding != "identity":
         metrics.REFUSED.labels(reason="unsupported_media_type").inc()
         return detail(
             415,
-            f"Content-Encoding {encoding!r} is not supported: send the JSON body "
+            f"Content-Encoding {encoding!r} is not supported: send the body "
             "uncompressed",
         )
     if meta.content_type is None:
-        return None
+        return parse_ingest
     media, *params = (p.strip().lower() for p in meta.content_type.split(";"))
+    if media in MSGPACK_TYPES:
+        return parse_msgpack
     charset = next((p[8:].strip('"') for p in params if p.startswith("charset=")), "")
     is_json = media in JSON_TYPES or (
         media.startswith("application/") and media.endswith("+json")
     )
     if is_json and charset in ("", "utf-8", "utf8"):
-        return None
+        return parse_ingest
     metrics.REFUSED.labels(reason="unsupported_media_type").inc()
     return detail(
         415,
         f"Content-Type {meta.content_type!r} is not supported: send application/json "
-        "(UTF-8)",
+        "(UTF-8) or application/msgpack",
     )
 
 
@@ -232,7 +242,7 @@ def stream_errors(stream: str) -> list[dict[str, Any]]:
     if _STREAM.fullmatch(stream):
         return []
     try:
-        _STREAM_NAME.validate_python(stream)
+        STREAM_NAME.validate_python(stream)
     except ValidationError as e:
         return [{**x, "loc": ("path", "stream", *x["loc"])} for x in e.errors()]
     return []
@@ -280,14 +290,15 @@ async def ingest(
     tenant = await door.tenant(meta.api_key)
     if isinstance(tenant, Reply):
         return tenant
-    if (refused := media_refused(meta)) is not None:
-        return refused
+    parse = body_parser(meta)
+    if isinstance(parse, Reply):
+        return parse
     wait = wait_of(query, settings.max_ingest_wait_s) if query else 0.0
     if isinstance(wait, Reply):
         return wait
     raw = await read_body()  # BodyTooLarge past the limit: the middleware's 413
     try:
-        items, batch_form = parse_ingest(raw)
+        items, batch_form = parse(raw)
     except RequestValidationError as e:
         return invalid(e.errors())
     reply = await _ingest_parsed(items, batch_form, tenant, wait, scorer)

@@ -126,20 +126,27 @@ class Scorer:
         for k, item in enumerate(items):
             base: list[str | int] = ["body", "streams", k] if batch_form else ["body"]
             rows = item.rows
-            bad = None
-            if set(map(len, rows)) != {v}:
+            columns = isinstance(rows, np.ndarray)  # MessagePack: ts and values arrays
+            at = [*base] if columns else [*base, "readings"]
+            if isinstance(rows, np.ndarray):
+                got, where = rows.shape[1], [*at, "values"]
+            elif set(map(len, rows)) != {v}:
                 bad = next(i for i, r in enumerate(rows) if len(r) != v)
-            if bad is not None:
+                got, where = len(rows[bad]), [*at, bad, "values"]
+            else:
+                got = v
+            if got != v:
                 errors.append(
                     _error(
-                        [*base, "readings", bad, "values"],
-                        f"expected {v} values (the model's input channels), got "
-                        f"{len(rows[bad])}",
+                        where,
+                        f"expected {v} values{' per reading' if columns else ''} (the model's "
+                        f"input channels), got {got}",
                         "channel_count",
                     )
                 )
                 continue
-            x = np.array(rows, dtype=np.float64)  # None -> NaN (missing)
+            # None (JSON) -> NaN: missing; float32 arrays as they came
+            x = rows if isinstance(rows, np.ndarray) else np.array(rows, np.float64)
             over = np.abs(x) > FLOAT32_MAX  # NaN compares False
             if over.any():
                 i, j = (int(a) for a in np.argwhere(over)[0])
@@ -148,20 +155,15 @@ class Scorer:
                     if np.isinf(x[i, j])
                     else f"= {x[i, j]:g} overflows float32 (the model's type)"
                 )
-                errors.append(
-                    _error(
-                        [*base, "readings", i, "values", j],
-                        f"values[{j}] {what}",
-                        "value_error",
-                    )
-                )
+                loc = [*at, "values", i, j] if columns else [*at, i, "values", j]
+                errors.append(_error(loc, f"values[{j}] {what}", "value_error"))
                 continue
             ts = np.array(item.ts, dtype=np.float64)
             if ts[-1] > horizon:  # increasing: the last is the latest
                 i = int(np.argmax(ts > horizon))
                 errors.append(
                     _error(
-                        [*base, "readings", i, "ts"],
+                        [*at, "ts", i] if columns else [*at, i, "ts"],
                         f"ts = {ts[i]:.17g} is more than "
                         f"{self.settings.max_future_s:g} s ahead of the service's "
                         "clock (SCJEPA_MAX_FUTURE_S): it would make every later "
@@ -170,7 +172,7 @@ class Scorer:
                     )
                 )
                 continue
-            arrays.append(Readings(ts, x.astype(np.float32)))
+            arrays.append(Readings(ts, x.astype(np.float32, copy=False)))
         return arrays, errors
 
     # -- ingest

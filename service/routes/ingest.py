@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from service import handlers
 from service.deps import ApiKeyHeader, DoorDep, ScorerDep, errors
 from service.handlers import Meta
-from service.schemas import IngestResponse
+from service.schemas import STREAM_PATTERN, IngestResponse
 
 router = APIRouter(prefix="/ingest", tags=["ingest"])
 
@@ -31,7 +31,30 @@ BODY_DOC = {
         "content": {
             "application/json": {
                 "schema": {"$ref": "#/components/schemas/IngestRequest"}
-            }
+            },
+            "application/msgpack": {
+                "schema": {
+                    "description": "the readings as columns (docs/reference/api.md): "
+                    "{stream, ts, values} or {streams: [those]}",
+                    "type": "object",
+                    "properties": {
+                        "stream": {"type": "string", "pattern": STREAM_PATTERN},
+                        "ts": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "bin: little-endian float64 per reading",
+                        },
+                        "values": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "bin: little-endian float32, readings x "
+                            "channels, row-major; NaN = missing",
+                        },
+                        "streams": {"type": "array", "minItems": 1},
+                    },
+                    "additionalProperties": False,
+                }
+            },
         },
     },
 }
@@ -49,7 +72,9 @@ async def ingest(
     """Store readings and queue every window they complete for the scorers; report
     counts per stream. `?wait=S`: wait up to S seconds for those windows' risks.
 
-    Body: `IngestRequest`. Re-sending readings is safe: a timestamp already accepted
+    Body: `IngestRequest` as JSON, or the same readings as MessagePack columns
+    (`application/msgpack`: per stream `ts` float64 and `values` float32 bytes, little
+    endian, readings x channels). Re-sending readings is safe: a timestamp already accepted
     counts as a duplicate. A reading older than the stream's newest is rejected (late).
     A request that fails validation (4xx) stores nothing.
     """

@@ -4,7 +4,8 @@
 
 Four measurements, each against its own ceiling measured in the same run:
 1. ingest: readings/s through POST /ingest (batched requests, scoring off) vs bare Redis
-   doing the same writes (one pipeline per request);
+   doing the same writes (one pipeline per request), with JSON bodies and with
+   MessagePack ones (``--ingest-body``);
 2. the scorer tier's throughput with the queue never empty (windows queued first, then
    drained) vs the artifact's standalone throughput in the service's own runtime
    (service/inference.py: same batch size, threads and onnxruntime calls per batch),
@@ -42,7 +43,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import numpy as np
+
+JSON, MSGPACK = "application/json", "application/msgpack"  # POST /ingest bodies
+MEDIA = {"json": JSON, "msgpack": MSGPACK}
 
 
 def free_port() -> int:
@@ -162,8 +167,8 @@ class Conn:
     nothing more.
     """
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, content_type: str = JSON) -> None:
+        self.host, self.port, self.content_type = host, port, content_type
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
@@ -177,7 +182,9 @@ class Conn:
         head = f"{method} {path} HTTP/1.1\r\nhost: {self.host}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         if body:
-            head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            head += (
+                f"content-type: {self.content_type}\r\ncontent-length: {len(body)}\r\n"
+            )
         req = head.encode() + b"\r\n" + body
         while True:
             fresh = self.writer is None
@@ -228,25 +235,38 @@ def make_bodies(
     seed: int = 0,
     name: str = "bench",
     start: int = 0,
+    media: str = JSON,
 ) -> list[Body]:
     """Bodies cycling over streams ``{name}-{i}``, timestamps increasing per stream;
-    ``start`` continues an earlier list of ``start`` bodies (same streams, later ts)."""
+    ``start`` continues an earlier list of ``start`` bodies (same streams, later ts).
+    ``media``: JSON, or MessagePack columns (service/ingest_body.py), same readings."""
     rng = np.random.default_rng(seed)
-    vals = rng.normal(size=(per_request, n_channels)).round(4).tolist()
+    vals = rng.normal(size=(per_request, n_channels)).round(4)
+    packed = vals.astype("<f4").tobytes()
     bodies = []
     for i in range(start, start + n_requests):
         s, k = i % n_streams, (i // n_streams) * per_request
-        readings = [{"ts": float(k + j), "values": v} for j, v in enumerate(vals)]
-        body = json.dumps({"stream": f"{name}-{s}", "readings": readings}).encode()
+        stream = f"{name}-{s}"
+        if media == MSGPACK:
+            ts = np.arange(k, k + per_request, dtype="<f8").tobytes()
+            obj = {"stream": stream, "ts": ts, "values": packed}
+            bodies.append((s, msgspec.msgpack.encode(obj)))
+            continue
+        rows = vals.tolist()
+        readings = [{"ts": float(k + j), "values": v} for j, v in enumerate(rows)]
+        body = json.dumps({"stream": stream, "readings": readings}).encode()
         bodies.append((s, body))
     return bodies
 
 
 async def run_workers(
-    url: str, queues: list[Any], worker: Callable[[Conn, Any], Awaitable[None]]
+    url: str,
+    queues: list[Any],
+    worker: Callable[[Conn, Any], Awaitable[None]],
+    media: str = JSON,
 ) -> None:
     """One keep-alive connection per queue, each driven by ``worker``; closed after."""
-    conns = [Conn(*host_port(url)) for _ in queues]  # connects on first request
+    conns = [Conn(*host_port(url), media) for _ in queues]  # connects on first request
     await asyncio.gather(*(worker(c, q) for c, q in zip(conns, queues, strict=True)))
     for c in conns:
         await c.close()
@@ -284,7 +304,11 @@ async def post_ingest(
 
 
 async def drive(
-    url: str, bodies: list[Body], concurrency: int, path: str = "/ingest"
+    url: str,
+    bodies: list[Body],
+    concurrency: int,
+    path: str = "/ingest",
+    media: str = JSON,
 ) -> dict[str, float]:
     """POST every body once with ``concurrency`` clients. Each stream belongs to one
     client, which sends its bodies in order (as a real sender does), so nothing is late.
@@ -301,7 +325,7 @@ async def drive(
 
     queues = [q for q in queues if q]  # fewer streams than clients: some stay idle
     t0 = time.perf_counter()
-    await run_workers(url, queues, worker)
+    await run_workers(url, queues, worker, media)
     dt = time.perf_counter() - t0
     ms = 1e3 * np.asarray(lat)
     return {
@@ -636,6 +660,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=2000, help="requests per ingest run")
     p.add_argument("--concurrency", type=int, default=8, help="ingest clients")
     p.add_argument(
+        "--ingest-body",
+        default="json,msgpack",
+        choices=["json", "msgpack", "json,msgpack"],
+        help="body formats of the ingest run, each on its own streams (results: "
+        "ingest, ingest_msgpack)",
+    )
+    p.add_argument(
         "--score-concurrency",
         type=int,
         default=0,
@@ -763,35 +794,51 @@ def run(args: argparse.Namespace) -> int:
         #    stream's first window of readings, so the one window a stream ever
         #    completes is scored before the measurement.
         warm_n = args.streams * -(-w // per)
-        bodies = make_bodies(args.streams, per, warm_n + n, v, seed=1)
+        media = [MEDIA[m] for m in args.ingest_body.split(",")]
         split = partial(service, roles=args.roles, scorer_nice=args.scorer_nice)
         # the ceilings are measured before and after the service's run and averaged
         # (a shared machine's speed moves within minutes)
         bare = partial(bare_redis, redis_url, args.streams, per, n, v, args.concurrency)
         ceil_runs = [asyncio.run(bare(window=w))]
         rows_runs = [asyncio.run(bare(window=w, same_writes=False))]
+        ings: dict[str, dict[str, Any]] = {}
         with split(
             args.artifact,
             redis_url,
             base_env | {"SCJEPA_HOP": str(10**9), "SCJEPA_KEY_PREFIX": "ingest"},
         ) as (url, _):
-            asyncio.run(drive(url, bodies[:warm_n], args.concurrency))
-            drained(queue_depth(redis_url, "ingest"))  # no scoring during the run
-            ing = asyncio.run(drive(url, bodies[warm_n:], args.concurrency))
-        ing["readings_per_request"] = per
+            for body in media:  # the same readings, each format on its own streams
+                name = "bench" if body == JSON else "bench-msgpack"
+                bodies = make_bodies(
+                    args.streams, per, warm_n + n, v, seed=1, name=name, media=body
+                )
+                asyncio.run(drive(url, bodies[:warm_n], args.concurrency, media=body))
+                drained(queue_depth(redis_url, "ingest"))  # no scoring during the run
+                ings[body] = dict(
+                    asyncio.run(
+                        drive(url, bodies[warm_n:], args.concurrency, media=body)
+                    )
+                )
         ceil_runs.append(asyncio.run(bare(window=w)))
         rows_runs.append(asyncio.run(bare(window=w, same_writes=False)))
         ceil, rows = _mean_rate(ceil_runs), _mean_rate(rows_runs)
-        ing["vs_bare_redis"] = ing["readings_per_s"] / ceil["readings_per_s"]
-        ing["vs_bare_redis_rows_only"] = ing["readings_per_s"] / rows["readings_per_s"]
-        out["ingest"], out["bare_redis"], out["bare_redis_rows_only"] = ing, ceil, rows
-        print(
-            f"ingest ({args.roles}): {ing['readings_per_s']:,.0f} readings/s of {v} channels, {per} "
-            f"a request ({ing['vs_bare_redis']:.0%} of bare Redis, same writes, "
-            f"{ceil['readings_per_s']:,.0f}/s; {ing['vs_bare_redis_rows_only']:.0%} of "
-            f"rows only, {rows['readings_per_s']:,.0f}/s), p99 {ing['p99_ms']:.1f} ms",
-            flush=True,
-        )
+        out["bare_redis"], out["bare_redis_rows_only"] = ceil, rows
+        for body, ing in ings.items():
+            ing["readings_per_request"] = per
+            ing["body"] = body
+            ing["vs_bare_redis"] = ing["readings_per_s"] / ceil["readings_per_s"]
+            ing["vs_bare_redis_rows_only"] = (
+                ing["readings_per_s"] / rows["readings_per_s"]
+            )
+            out["ingest" if body == JSON else "ingest_msgpack"] = ing
+            print(
+                f"ingest ({args.roles}, {body}): {ing['readings_per_s']:,.0f} readings/s "
+                f"of {v} channels, {per} a request ({ing['vs_bare_redis']:.0%} of bare "
+                f"Redis, same writes, {ceil['readings_per_s']:,.0f}/s; "
+                f"{ing['vs_bare_redis_rows_only']:.0%} of rows only, "
+                f"{rows['readings_per_s']:,.0f}/s), p99 {ing['p99_ms']:.1f} ms",
+                flush=True,
+            )
 
         # 2-4: hop = window, so each request of a window's readings completes a window
         bodies = make_bodies(args.streams, w, args.streams + n, v, seed=2)

@@ -29,6 +29,12 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     assert ing["readings_per_s"] * ing["seconds"] == pytest.approx(40 * 50)
     assert ing["windows_per_s"] == 0  # scoring off: each stream's window came earlier
     assert ing["vs_bare_redis"] > 0 and res["bare_redis"]["readings_per_s"] > 0
+    # the same readings as MessagePack columns, on their own streams
+    pack = res["ingest_msgpack"]
+    assert (pack["body"], ing["body"]) == ("application/msgpack", "application/json")
+    assert pack["errors"] == pack["duplicates"] == pack["late"] == 0
+    assert pack["readings_per_s"] * pack["seconds"] == pytest.approx(40 * 50)
+    assert pack["vs_bare_redis"] > 0
     assert res["bare_redis"]["writes"] == "rows+seen+state"
     # each ceiling: the mean of a run before and one after the service's
     runs = res["bare_redis"]["runs"]
