@@ -33,6 +33,8 @@ NOT_RUN = {
     "scjepa evaluate --dataset msl": "needs step 1's checkpoint; minutes to hours",
     "scjepa report results/msl": "needs step 2's results/msl (the next line reports "
     "the committed runs instead, and runs)",
+    "scjepa skab-protocol": "needs SKAB's data and step 1's checkpoint; a minute "
+    "(tests/training/evaluate/test_skab_protocol.py runs it on a small SKAB layout)",
     "scjepa export": "needs steps 1-2 (tests/training/test_export.py)",
     "scjepa serve": "serves until stopped (the API block below runs against a service)",
     "scjepa replay --dataset msl": "needs the service of step 4 "

@@ -29,6 +29,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "training.evaluate.protocol",
         "anomaly-prediction protocol: probes, baselines, seeds, report",
     ),
+    "skab-protocol": (
+        "training.evaluate.skab_protocol",
+        "SKAB's own protocol: each run's first 400 rows as its reference, F1 pooled",
+    ),
     "report": (
         "training.evaluate.report",
         "merge evaluation results into one markdown table",

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 from training.errors import UserError
+from training.evaluate import skab_protocol
 from training.evaluate.results import markdown, merge
 
 HEADER = """# {title}
@@ -94,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
 def render(args: argparse.Namespace) -> str:
     """The document ``scjepa report`` writes for these arguments."""
     by_dataset: dict[str, list[tuple[dict, str]]] = {}
+    own: list[dict] = []  # `scjepa skab-protocol` results
     for spec in args.dirs:
         d, _, label = spec.partition("=")
         path = Path(d) / "results.json"
@@ -106,6 +108,9 @@ def render(args: argparse.Namespace) -> str:
         except json.JSONDecodeError as e:
             raise UserError(f"{path}: not valid JSON ({e})") from None
         res["_dir"] = d  # where its figures are (not written anywhere)
+        if res.get("kind") == skab_protocol.KIND:
+            own.append(res)
+            continue
         by_dataset.setdefault(res["dataset"], []).append((res, label))
     sections = []
     for parts in by_dataset.values():
@@ -113,6 +118,16 @@ def render(args: argparse.Namespace) -> str:
             sections.append(markdown(merge(parts), _figure(parts, args.out)))
         except ValueError as e:
             raise UserError(str(e)) from None
+    for res in own:
+        ckpt = Path(res["checkpoint"]).parent.name if res.get("checkpoint") else ""
+        sections.append(
+            "### SKAB under its own protocol (`scjepa skab-protocol`"
+            + (f"; SC-JEPA: {ckpt}" if ckpt else "")
+            + ")\n\n"
+            + skab_protocol.markdown(res)
+            + f"\ncommand `{res.get('command', 'scjepa skab-protocol')}`, wall time "
+            f"{res.get('wall_s', 0):.0f} s.\n"
+        )
     cmd = " ".join(str(d) for d in args.dirs)
     text = ""
     if args.notes:

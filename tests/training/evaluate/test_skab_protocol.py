@@ -1,0 +1,92 @@
+"""`scjepa skab-protocol`: SKAB's own protocol (each run's first rows its reference,
+point-wise F1 pooled over runs), its detectors and its per-fold choice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_evaluate import TINY
+
+from training.cli import main
+from training.evaluate import skab_protocol as sp
+
+
+def test_knn_leaves_a_reference_window_out() -> None:
+    f = np.array([[0.0], [1.0], [5.0]])
+    assert sp._knn(f, m=2, k=1).tolist() == [1.0, 1.0, 4.0]
+
+
+def test_flags_need_the_limit_exceeded_persist_rows_in_a_row() -> None:
+    ref = np.array([[0.0], [1.0], [np.nan]])
+    rows = np.array([[np.nan], [2.0], [2.0], [0.5], [2.0], [2.0], [2.0]])
+    assert sp.flags((ref, rows), 1.0, 1.0, 1).tolist() == [0, 1, 1, 0, 1, 1, 1]
+    assert sp.flags((ref, rows), 1.0, 1.0, 2).tolist() == [0, 0, 1, 0, 0, 1, 1]
+    assert sp.flags((ref, rows), 1.0, 2.5, 1).tolist() == [0] * 7
+
+
+def test_t2q_and_knn_flag_a_level_shift_after_the_reference() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(500, 4))
+    z[300:400, :2] += 6.0
+    truth = np.zeros(500, dtype=bool)
+    truth[300:400] = True
+    for scores in (sp.t2q(z, 200, 1), sp.knn_raw(z, 200, 10), sp.knn_stats(z, 200, 10)):
+        f = sp.flags(scores, 1.0, 4 / 3, 1)[200:].astype(bool)
+        t = truth[200:]
+        assert f[t].mean() > 0.85 and f[~t].mean() < 0.15
+
+
+def test_the_choice_for_a_fold_reads_only_the_other_folds() -> None:
+    """A setting perfect on fold 0's runs and one perfect on fold 1's: fold 0 gets the
+    one chosen on fold 1, so neither fold is scored by a choice its labels made."""
+    y = np.r_[np.zeros(10), np.ones(10)].astype(np.int8)
+    runs = [sp.Run(f"r{k}", np.zeros((20, 1)), y, fold=k) for k in (0, 1)]
+    ones, zeros = np.ones(20, np.int8), np.zeros(20, np.int8)
+    cands = {("good on 0",): [y, zeros], ("good on 1",): [zeros, y]}
+    out, chosen = sp.nested(cands, runs, n_ref=0)
+    assert chosen == [("good on 1",), ("good on 0",)]
+    assert [o.tolist() for o in out] == [zeros.tolist(), zeros.tolist()]
+    assert ones.sum() == 20  # (the always-positive floor is its own row)
+
+
+def test_end_to_end_on_skab_layout(tmp_path: Path, skab_root: Path) -> None:
+    ckpt = tmp_path / "pre"
+    args = ["pretrain", "--dataset", "skab@0", "--root", str(skab_root)]
+    assert (
+        main([*args, "--config", "configs/fast.yaml", *TINY, "--out", str(ckpt)]) == 0
+    )
+    out = tmp_path / "own"
+    args = ["skab-protocol", "--root", str(skab_root), "--train-rows", "200"]
+    args += ["--checkpoint", str(ckpt / "best.pt"), "--n-boot", "20", "--out", str(out)]
+    assert main(args) == 0
+    res = json.loads((out / "results.json").read_text())
+    rows = res["rows"]
+    assert res["runs"] == 11
+    assert set(sp.BASELINES) < set(rows)
+    assert {"SC-JEPA codes (kNN)", "SC-JEPA surprise, untrained model"} < set(rows)
+    p = res["anomaly_share"]
+    floor = rows["always-positive"]
+    assert floor["f1"] == pytest.approx(2 * p / (1 + p)) and floor["far"] == 100.0
+    for name, r in rows.items():
+        assert 0 <= r["f1"] <= 1 and r["f1_ci"][0] <= r["f1"] + 1e-9, name
+    # one choice per fold, each a setting of the row's detector
+    assert len(rows["kNN, raw windows"]["chosen"]) == 5
+    assert {c[0] for c in rows["kNN, raw windows"]["chosen"]} == {"kNN, raw windows"}
+    base = {c[0] for c in rows["best baseline (chosen per fold)"]["chosen"]}
+    assert base <= set(sp.BASELINES)
+    table = (out / "table.md").read_text()
+    assert "| best of all (chosen per fold) |" in table and "Conv-AE" in table
+    # `scjepa report` renders the folder beside evaluate's, with the command
+    md = tmp_path / "results.md"
+    assert main(["report", str(out), "--out", str(md)]) == 0
+    text = md.read_text()
+    assert "### SKAB under its own protocol" in text and table in text
+    assert f"--train-rows 200 --n-boot 20 --out {out}" in text
+
+
+def test_a_run_no_longer_than_its_reference_is_refused(skab_root: Path) -> None:
+    with pytest.raises(Exception, match="not more than --train-rows 1000"):
+        sp.evaluate(skab_root, None, n_ref=1000, n_boot=2)
