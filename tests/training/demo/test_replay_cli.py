@@ -65,6 +65,13 @@ def test_replay_prints_risks_and_labels(client: TestClient, tmp_path: Path) -> N
     assert [h["n"] for h in hist] == [200, 100]
     assert seen[-1]["label"] == 1  # readings 200..299 hold the anomaly at 230
     assert "next-window label=1" in lines[-1]
+    # the same series as MessagePack columns (a missing value included): same risks
+    series.values[5, 1] = np.nan
+    js = replay(client, series, stream="js", window=window, batch=30, out=print)
+    mp = replay(
+        client, series, stream="mp", window=window, batch=30, out=print, body="msgpack"
+    )
+    assert mp == js and len(mp) == 2
 
 
 def test_cli_errors_are_one_line(
@@ -171,3 +178,9 @@ def test_replay_cli_by_name_iso_times_and_refusals(
     # ... which --by-position sends in file order (four columns, four channels)
     assert scjepa([*argv, "--file", str(bad), "--by-position"]) == 0
     assert httpx.get(f"{service_url}/risk/other").json()["window_end"] == t0 + 99
+    # the same file as MessagePack columns, on a stream of its own: the same risk
+    assert (
+        scjepa([*argv, "--file", str(good), "--body", "msgpack", "--stream", "mp"]) == 0
+    )
+    packed = httpx.get(f"{service_url}/risk/mp").json()
+    assert (packed["window_end"], packed["risk"]) == (t0 + 99, risk["risk"])
