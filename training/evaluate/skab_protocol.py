@@ -32,6 +32,16 @@ window or smoothing; q in 0.95, 0.99, 1; factor 1, 4/3, 2; persist 1, 5) is chos
 fold on the other folds' runs by their pooled F1 (training.data.skab's 5 folds) and
 applied to the fold's own runs; "best baseline" and "best of all" also choose the
 detector that way. Intervals: bootstrap over runs.
+
+Early warning (evaluation.md items 9-10, what an operator buys): the same per-run
+detectors as risk scores of dense windows (one every 10 rows after the reference,
+each score divided by the run's largest reference score, so one threshold fits every
+run), with events, look-back (100 rows), false alarms and the rotation null of
+training.evaluate.events. Per fold, the detector setting with the best warned rate
+averaged over 1, 2, 5 and 10 false alarms per 1,000 windows on the other folds' runs,
+and the threshold keeping those runs within 1 false alarm per 1,000 windows; the
+fold's own runs are then counted. An event that began inside the reference (other/2)
+is censored.
 """
 
 from __future__ import annotations
@@ -51,11 +61,21 @@ from numpy.lib.stride_tricks import sliding_window_view
 from training.data import load_dataset
 from training.data.types import Entity
 from training.errors import UserError
+from training.evaluate.events import (
+    Segment,
+    event_counts,
+    shifted_warned,
+    threshold_at_budget,
+)
 from training.evaluate.external import SKAB_PUBLISHED, skab_binary
 
 KIND = "skab-protocol"  # results.json's mark, for `scjepa report`
 TRAIN_ROWS = 400  # SKAB's notebooks: train_test_split(train_size=400, shuffle=False)
 K = 5
+STRIDE, LOOKBACK = 10, 100  # evaluate's dense windows and look-back on SKAB
+BUDGETS = (1.0, 2.0, 5.0, 10.0)  # false alarms per 1,000 windows (select.py's key)
+BUDGET = 1.0  # the threshold's
+N_SHIFTS = 1000
 GRID = list(itertools.product((0.95, 0.99, 1.0), (1.0, 4 / 3, 2.0), (1, 5)))
 BASELINES = ("T²+Q (PCA)", "kNN, raw windows", "kNN, window statistics")
 
@@ -217,6 +237,66 @@ def bootstrap(
     return out
 
 
+def segment(run: Run, scores: Scores, n_ref: int) -> Segment:
+    """A run's dense windows after its reference as an event segment: a window every
+    STRIDE rows, its score the largest over the detector's columns of score / the
+    column's largest reference score (a run-free scale)."""
+    ref, rows = scores
+    top = np.nanmax(ref, axis=0)
+    scale = np.where(np.isfinite(top) & (top > 0), top, 1.0)
+    ends = np.arange(n_ref + STRIDE, len(run.z) + 1, STRIDE)  # one past the last row
+    s = np.nanmax(rows[ends - 1] / scale[None], axis=1)
+    return Segment(run.labels[n_ref:], ends - n_ref, np.nan_to_num(s, nan=-np.inf))
+
+
+def _warn_key(segs: list[Segment]) -> float:
+    """Warned rate averaged over BUDGETS, thresholds set on ``segs`` themselves."""
+    rates = []
+    for b in BUDGETS:
+        t = threshold_at_budget(segs, LOOKBACK, b)
+        rates.append(event_counts(segs, t, LOOKBACK).warned_rate)
+    return float(np.nanmean(rates))
+
+
+def early_warning(
+    cands: dict[tuple[Any, ...], list[Segment]], runs: list[Run], seed: int = 0
+) -> dict[str, Any]:
+    """Per fold: the candidate with the best :func:`_warn_key` on the other folds'
+    runs and its threshold at BUDGET there, counted on the fold's runs; pooled."""
+    warned = events_n = late = missed = fa = windows = 0
+    leads: list[int] = []
+    null = np.zeros(N_SHIFTS, dtype=np.int64)
+    chosen = []
+    for k in sorted({r.fold for r in runs}):
+        fit = [i for i, r in enumerate(runs) if r.fold != k]
+        test = [i for i, r in enumerate(runs) if r.fold == k]
+        best = max(cands, key=lambda c: _warn_key([cands[c][i] for i in fit]))
+        t = threshold_at_budget([cands[best][i] for i in fit], LOOKBACK, BUDGET)
+        segs = [cands[best][i] for i in test]
+        c = event_counts(segs, t, LOOKBACK)
+        warned, events_n, late, missed = (
+            warned + c.warned,
+            events_n + c.events,
+            late + c.late,
+            missed + c.missed,
+        )
+        fa, windows = fa + c.false_alarms, windows + c.windows
+        leads += c.leads
+        null += shifted_warned(segs, t, LOOKBACK, N_SHIFTS, seed * 101 + k)
+        chosen.append([_plain(v) for v in best] + [t])
+    return {
+        "warned": warned,
+        "events": events_n,
+        "late": late,
+        "missed": missed,
+        "false_alarms_per_1000_windows": 1000 * fa / windows if windows else None,
+        "lead_median": float(np.median(leads)) if leads else None,
+        "chance_warned": float(null.mean()),
+        "chance_p": float((null >= warned).mean()),
+        "chosen": chosen,
+    }
+
+
 def scjepa_scorers(
     checkpoint: str, mask: np.ndarray, n_ref: int, untrained: bool
 ) -> dict[str, tuple[Callable[[Run, Any], Scores], list[Any]]]:
@@ -305,10 +385,18 @@ def evaluate(
     }
     chosen: dict[str, list[Any]] = {}
     every: Candidates = {}
+    warn_cands: dict[str, dict[tuple[Any, ...], list[Segment]]] = {}
     for name, (scorer, params) in detectors.items():
         cands = candidates(name, runs, n_ref, scorer, params)
         every |= cands
         rows[name], chosen[name] = nested(cands, runs, n_ref)
+        warn_cands[name] = {
+            (name, p): [segment(r, scorer(r, p), n_ref) for r in runs] for p in params
+        }
+    warning = {name: early_warning(c, runs) for name, c in warn_cands.items()}
+    warning["best baseline (chosen per fold)"] = early_warning(
+        {k: v for n in BASELINES for k, v in warn_cands[n].items()}, runs
+    )
     base = {c: v for c, v in every.items() if c[0] in BASELINES}
     (
         rows["best baseline (chosen per fold)"],
@@ -340,6 +428,12 @@ def evaluate(
         "n_boot": n_boot,
         "published": SKAB_PUBLISHED["outlier"],
         "rows": table,
+        "early_warning": {
+            "stride": STRIDE,
+            "lookback": LOOKBACK,
+            "budget_per_1000": BUDGET,
+            "rows": warning,
+        },
     }
 
 
@@ -381,6 +475,29 @@ def markdown(res: dict[str, Any]) -> str:
             f"| {name} | {r['f1']:.3f} | [{r['f1_ci'][0]:.3f}, {r['f1_ci'][1]:.3f}] "
             f"| {delta} | {r['far']:.1f} | {r['mar']:.1f} |"
         )
+    ew = res.get("early_warning")
+    if ew:
+        lines += [
+            "",
+            f"Early warning with the same per-run detectors: a window every "
+            f"{ew['stride']} rows after the reference, look-back {ew['lookback']} rows; "
+            f"per fold the setting with the best warned rate (averaged over 1-10 false "
+            f"alarms per 1,000 windows) and the threshold within {ew['budget_per_1000']:g} "
+            f"per 1,000 on the other folds' runs; counts pooled over the folds' own "
+            f"runs; chance = the same alerts rotated in time ({N_SHIFTS} rotations).",
+            "",
+            "| detector | warned / events | chance (p) | lead median | late | missed "
+            "| false alarms / 1,000 windows |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, r in ew["rows"].items():
+            lead = "-" if r["lead_median"] is None else f"{r['lead_median']:.0f}"
+            fa = r["false_alarms_per_1000_windows"]
+            lines.append(
+                f"| {name} | {r['warned']} / {r['events']} | {r['chance_warned']:.1f} "
+                f"({r['chance_p']:.3f}) | {lead} | {r['late']} | {r['missed']} "
+                f"| {fa:.2f} |"
+            )
     return "\n".join(lines) + "\n"
 
 

@@ -77,6 +77,12 @@ def test_end_to_end_on_skab_layout(tmp_path: Path, skab_root: Path) -> None:
     assert {c[0] for c in rows["kNN, raw windows"]["chosen"]} == {"kNN, raw windows"}
     base = {c[0] for c in rows["best baseline (chosen per fold)"]["chosen"]}
     assert base <= set(sp.BASELINES)
+    # early warning: every detector's events add up, thresholds chosen per fold
+    ew = res["early_warning"]["rows"]
+    assert set(ew) == set(rows) - {"always-positive", "best of all (chosen per fold)"}
+    for name, r in ew.items():
+        assert r["warned"] + r["late"] + r["missed"] == r["events"] > 0, name
+        assert len(r["chosen"]) == 5 and 0 <= r["chance_p"] <= 1, name
     table = (out / "table.md").read_text()
     assert "| best of all (chosen per fold) |" in table and "Conv-AE" in table
     # `scjepa report` renders the folder beside evaluate's, with the command
@@ -85,6 +91,22 @@ def test_end_to_end_on_skab_layout(tmp_path: Path, skab_root: Path) -> None:
     text = md.read_text()
     assert "### SKAB under its own protocol" in text and table in text
     assert f"--train-rows 200 --n-boot 20 --out {out}" in text
+
+
+def test_segment_scales_each_run_by_its_reference() -> None:
+    """Dense windows every STRIDE rows after the reference, scores / the reference's
+    largest, labels and ends relative to the reference's end."""
+    y = np.zeros(60, dtype=np.int8)
+    y[45:50] = 1
+    run = sp.Run("r", np.zeros((60, 1)), y, fold=0)
+    ref = np.array([[1.0, 2.0], [4.0, 0.5]])  # two columns: largest 4 and 2
+    rows = np.tile([[2.0, 1.0]], (60, 1))
+    rows[39] = [8.0, 1.0]
+    rows[49] = [1.0, 6.0]
+    seg = sp.segment(run, (ref, rows), n_ref=30)
+    assert seg.ends.tolist() == [10, 20, 30]  # rows 39, 49, 59 end a window
+    assert seg.scores.tolist() == [2.0, 3.0, 0.5]
+    assert seg.labels.tolist() == y[30:].tolist()
 
 
 def test_a_run_no_longer_than_its_reference_is_refused(skab_root: Path) -> None:
