@@ -750,7 +750,8 @@ class RedisStore(Store):
         publish: bool = False,
     ) -> list[list[bool]]:
         """Two round trips: the record scripts, then (once they are written) the
-        newest risks, the acknowledgements and the news in one pipeline."""
+        newest risks, the acknowledgements and the news, packed together on the
+        store's own connections (:meth:`_run`) as the scripts are."""
         calls = []
         for tenant, stream, records in items:
             args: list[Any] = [self.history_len, self.ttl_s]
@@ -775,14 +776,15 @@ class RedisStore(Store):
                 )
             await self.ack_work(list(ack))
             return written
-        pipe = self._pipeline()
+        commands = []
         if latest:
-            pipe.zadd(self._global("latest"), latest)
-        self._ack(pipe, ack)
+            pairs = [x for member, risk in latest.items() for x in (risk, member)]
+            commands.append(["ZADD", self._global("latest"), *pairs])
+        commands += self._ack_commands(ack)
         if publish and news:
-            pipe.publish(self._channel, _news(news))
-        if len(pipe):
-            await self._call("put_risks", pipe.execute())
+            commands.append(["PUBLISH", self._channel, _news(news)])
+        if commands:
+            await self._call("put_risks", self._run(commands))
         return written
 
     async def scored(
@@ -952,20 +954,37 @@ class RedisStore(Store):
                     out.append(item)
         return out
 
-    def _ack(self, pipe: Any, ids: Sequence[str]) -> None:
+    def _ack_commands(self, ids: Sequence[str]) -> list[list[Any]]:
+        """XACK and XDEL of the work items ``ids`` (``pid-entry``), per partition."""
         by_pid: dict[int, list[str]] = {}
         for i in ids:
             head, _, entry = i.partition("-")
             by_pid.setdefault(int(head), []).append(entry)
+        out: list[list[Any]] = []
         for pid, entries in by_pid.items():
-            pipe.xack(self.work_keys[pid], GROUP, *entries)
-            pipe.xdel(self.work_keys[pid], *entries)
+            key = self.work_keys[pid]
+            out += [["XACK", key, GROUP, *entries], ["XDEL", key, *entries]]
+        return out
+
+    async def _run(self, commands: list[list[Any]]) -> None:
+        """Commands written together on one of the store's connections (one round
+        trip, :meth:`_send`); an error reply fails the call (raised inside
+        :meth:`_call`, so it becomes StoreUnavailable)."""
+        for reply in await self._send([_resp(c) for c in commands]):
+            if isinstance(reply, Exception):
+                raise reply
 
     async def ack_work(self, ids: list[str]) -> None:
-        if ids:
+        commands = self._ack_commands(ids)
+        if not commands:
+            return
+        if self.cluster:  # a Cluster pipeline routes each command to its slot
             pipe = self._pipeline()
-            self._ack(pipe, ids)
+            for c in commands:
+                pipe.execute_command(*c)
             await self._call("work", pipe.execute())
+        else:
+            await self._call("work", self._run(commands))
 
     async def publish_scored(self, scored: list[tuple[str, str, list[int]]]) -> None:
         await self._call("publish", self.client.publish(self._channel, _news(scored)))

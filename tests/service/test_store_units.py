@@ -370,6 +370,42 @@ def test_work_queue_claims_and_first_write_wins(store_url: str | None) -> None:
     asyncio.run(main())
 
 
+def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
+    any_redis: AnyRedis,
+) -> None:
+    """The scorer's second round trip (newest risks, acknowledgements, news) is packed
+    on the store's own connections: an error reply to it (here WRONGTYPE: the newest-
+    risk index made a string) fails the call as StoreUnavailable, counted under its
+    operation, as the pipeline's did; the records of the first round trip stay."""
+    from service import metrics
+    from service.store import StoreUnavailable
+
+    async def main() -> None:
+        store = fresh_store(any_redis.url, dedupe_horizon=100, partitions=2)
+        assert isinstance(store, RedisStore)
+        errors = metrics.STORE_ERRORS.labels(op="put_risks")
+        try:
+            await store.ensure_groups()
+            await store.register("t", ["a"], 10)
+            x = np.ones((10, 2), np.float32)
+            await store.append("t", "a", T0 + np.arange(10.0), x, window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            (item,) = await store.read_work("c", 10, 0.1)
+            await store.client.set(store._global("latest"), "not a sorted set")
+            before = errors._value.get()
+            rec = [("t", "a", [(item.window.n, "rec", 0.5)])]
+            with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
+                await store.put_scored(rec, ack=[item.id], publish=True)
+            assert errors._value.get() == before + 1
+            assert await store.scored("t", [("a", [item.window.n])]) == [
+                {item.window.n: "rec"}
+            ]
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
 def test_a_read_takes_at_most_count_windows(store_url: str | None) -> None:
     """A scorer's read brings at most ``count`` windows (each stays pending on it until
     acknowledged: an unbounded read of a deep queue waited past the claim timeout and
