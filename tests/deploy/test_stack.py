@@ -32,9 +32,9 @@ network to the Debian mirror and PyPI. No image registry is needed:
 3. through the running stack: the compose file's hardening in force (read-only roots,
    no-new-privileges, rotated logs, memory and process limits), each tier on its role;
    scorer-2 the same container as scorer but for its port and host name (rendered
-   service and `docker inspect`); readings for three streams (`?wait=`: the scorer
-   containers score their windows, their /metrics count them, the api's none), /risk
-   and its history; Prometheus' scrape of the api and of both scorers, one target each
+   service and `docker inspect`); readings for three streams, one of them as MessagePack
+   columns (`?wait=`: the scorer containers score their windows, their /metrics count
+   them, the api's none), /risk and its history; Prometheus' scrape of the api and of both scorers, one target each
    (the api's readings counter equals what was sent, the scorers' windows counters
    what was scored), every rule healthy and none firing, Alertmanager connected,
    Redis' memory scraped from the exporter; one Alertmanager alert per stream in alert
@@ -74,6 +74,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import numpy as np
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -215,11 +217,18 @@ def unusable(msg: str) -> None:
 
 
 def http(
-    method: str, url: str, body: Any = None, timeout: float = 20
+    method: str,
+    url: str,
+    body: Any = None,
+    timeout: float = 20,
+    media: str = "application/json",
 ) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
+    """``body`` as JSON, or sent as it is when it is bytes (with ``media``)."""
+    data = (
+        body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    )
     req = urllib.request.Request(url, data=data, method=method)
-    req.add_header("Content-Type", "application/json")
+    req.add_header("Content-Type", media)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.load(r)
@@ -245,18 +254,34 @@ def readings(start: int, n: int) -> list[dict[str, Any]]:
     ]
 
 
+def columns(stream: str, start: int, n: int) -> bytes:
+    """The readings of :func:`readings` as a MessagePack body (float64 ts, float32
+    values as bytes; these values are exact in float32)."""
+    rows = readings(start, n)
+    ts = np.array([r["ts"] for r in rows], dtype="<f8")
+    values = np.array([r["values"] for r in rows], dtype="<f4")
+    obj = {"stream": stream, "ts": ts.tobytes(), "values": values.tobytes()}
+    return bytes(msgspec.msgpack.encode(obj))
+
+
 def ingest(api: str, start: int, n: int) -> dict[str, dict[str, Any]]:
     """POST the readings of every stream, waiting (``?wait=``) for their windows to be
-    scored by the scorer tier (see post_ingest)."""
-    body = {"streams": [{"stream": s, "readings": readings(start, n)} for s in STREAMS]}
-    return post_ingest(api, body)
+    scored by the scorer tier (see post_ingest): the last stream's as MessagePack
+    columns, the others' as JSON."""
+    *by_json, packed = STREAMS
+    body = {"streams": [{"stream": s, "readings": readings(start, n)} for s in by_json]}
+    return post_ingest(api, body) | post_ingest(
+        api, columns(packed, start, n), "application/msgpack"
+    )
 
 
-def post_ingest(api: str, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def post_ingest(
+    api: str, body: dict[str, Any] | bytes, media: str = "application/json"
+) -> dict[str, dict[str, Any]]:
     """POST /ingest?wait=: the results by stream; a 503 ("store unavailable, retry
     later") is retried as a producer would (ingest is idempotent), and reported."""
     for attempt in range(1, 6):
-        status, out = http("POST", f"{api}/ingest?wait={WAIT_S}", body)
+        status, out = http("POST", f"{api}/ingest?wait={WAIT_S}", body, media=media)
         if status != 503:
             break
         RUN.say(f"POST /ingest answered 503 (attempt {attempt}, retried): {out}")
@@ -896,7 +921,10 @@ def test_the_second_scorer_is_a_replica_of_the_first(stack: Stack) -> None:
 def test_ingest_and_risk(stack: Stack) -> None:
     scored = "scjepa_windows_scored_total"
     assert set(stack.scored().values()) == {0}
-    with RUN.step(f"ingest 250 readings x {len(STREAMS)} streams, read /risk"):
+    with RUN.step(
+        f"ingest 250 readings x {len(STREAMS)} streams (the last as MessagePack "
+        "columns), read /risk"
+    ):
         out = ingest(stack.api, 0, 250)
         for s in STREAMS:
             r = out[s]
