@@ -35,8 +35,9 @@ network to the Debian mirror and PyPI. No image registry is needed:
    service and `docker inspect`); readings for three streams, one of them as MessagePack
    columns (`?wait=`: the scorer containers score their windows, their /metrics count
    them, the api's none), /risk and its history; Prometheus' scrape of the api and of
-   both scorers, one target each (the api's readings counter equals what was sent, the scorers' windows counters
-   what was scored), every rule healthy and none firing, Alertmanager connected,
+   both scorers, one target each (the api's readings counter equals what was sent,
+   the scorers' windows counters what was scored), every rule healthy and none
+   firing, Alertmanager connected,
    Redis' memory scraped from the exporter; one Alertmanager alert per stream in alert
    (posted by the scorers); one POST /ingest completing 80 windows on 40 streams at
    once: each scorer scores a share (each counter > 0), their counters add up to the
