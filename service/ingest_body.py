@@ -311,6 +311,13 @@ def _bin_stream(
     return StreamBody(name, ts, rows), []
 
 
+_FORMS = "'stream' + 'ts' + 'values' or 'streams' (a list of those)"
+
+
+def _refused(loc: tuple[str, ...], msg: str) -> RequestValidationError:
+    return _located([{"type": "value_error", "loc": loc, "msg": msg}])
+
+
 def parse_msgpack(body: bytes) -> tuple[list[StreamBody], bool]:
     """The streams of a MessagePack POST /ingest body (module docstring) and whether it
     used the ``streams`` form; raises :class:`RequestValidationError` (422) naming
@@ -325,47 +332,25 @@ def parse_msgpack(body: bytes) -> tuple[list[StreamBody], bool]:
         raise RequestValidationError(
             [{"type": "msgpack_invalid", "loc": ("body",), "msg": f"MessagePack: {e}"}]
         ) from None
-    single = (obj.stream, obj.ts, obj.values)
+    single = {"stream": obj.stream, "ts": obj.ts, "values": obj.values}
+    given = [k for k, v in single.items() if v is not _UNSET]
     if obj.streams is _UNSET:
-        missing = [
-            k
-            for k, v in zip(("stream", "ts", "values"), single, strict=True)
-            if v is _UNSET
-        ]
-        if len(missing) == 3:
-            raise _located(
-                [
-                    {
-                        "type": "value_error",
-                        "loc": (),
-                        "msg": "send either 'stream' + 'ts' + 'values' or 'streams' "
-                        "(a list of those)",
-                    }
-                ]
-            )
-        if missing:
+        if not given:
+            raise _refused((), f"send either {_FORMS}")
+        if len(given) < 3:
             raise _located(
                 [
                     {"type": "missing", "loc": (k,), "msg": "Field required"}
-                    for k in missing
+                    for k in single
+                    if k not in given
                 ]
             )
         parts: list[tuple[list[str | int], str, bytes, bytes]] = [
             ([], obj.stream, obj.ts, obj.values)  # type: ignore[list-item]
         ]
-        batch = False
     else:
-        if any(v is not _UNSET for v in single):
-            raise _located(
-                [
-                    {
-                        "type": "value_error",
-                        "loc": (),
-                        "msg": "send either 'stream' + 'ts' + 'values' or 'streams' "
-                        "(a list of those), not both",
-                    }
-                ]
-            )
+        if given:
+            raise _refused((), f"send either {_FORMS}, not both")
         parts = [
             (["streams", k], s.stream, s.ts, s.values)
             for k, s in enumerate(obj.streams)
@@ -373,16 +358,7 @@ def parse_msgpack(body: bytes) -> tuple[list[StreamBody], bool]:
         names = [p[1] for p in parts]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise _located(
-                [
-                    {
-                        "type": "value_error",
-                        "loc": ("streams",),
-                        "msg": f"streams listed more than once: {dupes}",
-                    }
-                ]
-            )
-        batch = True
+            raise _refused(("streams",), f"streams listed more than once: {dupes}")
     out, errors = [], []
     for base, name, ts, values in parts:
         item, errs = _bin_stream(base, name, ts, values)
@@ -391,4 +367,4 @@ def parse_msgpack(body: bytes) -> tuple[list[StreamBody], bool]:
             out.append(item)
     if errors:
         raise RequestValidationError(errors)
-    return out, batch
+    return out, obj.streams is not _UNSET

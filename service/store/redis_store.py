@@ -392,9 +392,7 @@ def _resp(parts: Sequence[bytes | str | int | float]) -> bytes:
 
 def _pairs(reply: Any) -> list[Any]:
     """A WITHSCORES reply as (member, score) pairs: RESP3 sends pairs, RESP2 a flat
-    list; an error reply is raised."""
-    if isinstance(reply, Exception):
-        raise reply
+    list."""
     if reply and not isinstance(reply[0], list):
         return list(zip(reply[::2], reply[1::2], strict=True))
     return cast(list[Any], reply)
@@ -800,15 +798,12 @@ class RedisStore(Store):
                 pipe.zrangebyscore(key, lo, hi, withscores=True)
             replies = await self._call("scored", pipe.execute())
         else:  # packed on the store's own connections, as the scripts are
-            packed = [
-                _resp([b"ZRANGEBYSCORE", key, lo, hi, b"WITHSCORES"])
-                for key, lo, hi in reads
+            commands = [
+                ["ZRANGEBYSCORE", key, lo, hi, "WITHSCORES"] for key, lo, hi in reads
             ]
-
-            async def read() -> list[Any]:  # an error reply fails the call (_call)
-                return [_pairs(r) for r in await self._send(packed)]
-
-            replies = await self._call("scored", read())
+            replies = [
+                _pairs(r) for r in await self._call("scored", self._run(commands))
+            ]
         out = []
         for (_, ns), raw in zip(items, replies, strict=True):
             want = set(ns)
@@ -966,13 +961,15 @@ class RedisStore(Store):
             out += [["XACK", key, GROUP, *entries], ["XDEL", key, *entries]]
         return out
 
-    async def _run(self, commands: list[list[Any]]) -> None:
+    async def _run(self, commands: list[list[Any]]) -> list[Any]:
         """Commands written together on one of the store's connections (one round
-        trip, :meth:`_send`); an error reply fails the call (raised inside
-        :meth:`_call`, so it becomes StoreUnavailable)."""
-        for reply in await self._send([_resp(c) for c in commands]):
+        trip, :meth:`_send`), their replies; an error reply fails the call (raised
+        inside :meth:`_call`, so it becomes StoreUnavailable)."""
+        replies = await self._send([_resp(c) for c in commands])
+        for reply in replies:
             if isinstance(reply, Exception):
                 raise reply
+        return replies
 
     async def ack_work(self, ids: list[str]) -> None:
         commands = self._ack_commands(ids)

@@ -50,7 +50,7 @@ import argparse
 import itertools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,23 +164,17 @@ def flags(scores: Scores, q: float, factor: float, persist: int) -> np.ndarray:
     return np.asarray(over, dtype=np.int8)
 
 
-# a detector: name -> per run, per setting, the run's scores
 Candidates = dict[tuple[Any, ...], list[np.ndarray]]  # setting -> per-run test flags
 
 
-def candidates(
-    name: str,
-    runs: list[Run],
-    n_ref: int,
-    scorer: Callable[[Run, Any], Scores],
-    params: Sequence[Any],
-) -> Candidates:
+def candidates(name: str, scores: dict[Any, list[Scores]], n_ref: int) -> Candidates:
+    """Every setting of a detector (its parameter x GRID) with its test rows' flags,
+    from the per-run scores of each parameter."""
     out: Candidates = {}
-    for p in params:
-        scores = [scorer(r, p) for r in runs]
+    for p, per_run in scores.items():
         for q, factor, persist in GRID:
             out[(name, p, q, round(factor, 3), persist)] = [
-                flags(s, q, factor, persist)[n_ref:] for s in scores
+                flags(s, q, factor, persist)[n_ref:] for s in per_run
             ]
     return out
 
@@ -387,11 +381,15 @@ def evaluate(
     every: Candidates = {}
     warn_cands: dict[str, dict[tuple[Any, ...], list[Segment]]] = {}
     for name, (scorer, params) in detectors.items():
-        cands = candidates(name, runs, n_ref, scorer, params)
+        scores = {p: [scorer(r, p) for r in runs] for p in params}  # once per setting
+        cands = candidates(name, scores, n_ref)
         every |= cands
         rows[name], chosen[name] = nested(cands, runs, n_ref)
         warn_cands[name] = {
-            (name, p): [segment(r, scorer(r, p), n_ref) for r in runs] for p in params
+            (name, p): [
+                segment(r, sc, n_ref) for r, sc in zip(runs, per_run, strict=True)
+            ]
+            for p, per_run in scores.items()
         }
     warning = {name: early_warning(c, runs) for name, c in warn_cands.items()}
     warning["best baseline (chosen per fold)"] = early_warning(
