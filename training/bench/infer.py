@@ -17,10 +17,10 @@ import argparse
 import copy
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -199,14 +199,17 @@ def served_from_config(
 
 
 def ort_session(path: Path, threads: int, providers: list[str]) -> Any:
+    """A plain onnxruntime session, with the provider options the service uses."""
     import onnxruntime as ort
+
+    from service.inference import session_providers
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), so, providers=providers)
+    return ort.InferenceSession(str(path), so, providers=session_providers(providers))
 
 
 Runtime = tuple[Callable[[np.ndarray], Any], str, str]  # (fn, baseline name, peak key)
@@ -219,47 +222,78 @@ def in_calls_of(
     return lambda x: [fn(x[i : i + n]) for i in range(0, len(x), n)]
 
 
+def ort_fn(sess: Any) -> Callable[[np.ndarray], Any]:
+    return lambda x: sess.run(None, {"window": x})
+
+
+def torch_fn(
+    model: nn.Module, device: str, half: bool = False
+) -> Callable[[np.ndarray], Any]:
+    import torch
+
+    amp = torch.autocast(device, dtype=torch.float16, enabled=half)
+
+    def f(x: np.ndarray) -> Any:
+        with torch.inference_mode(), amp:
+            out = model(torch.from_numpy(x).to(device))
+            return [o.float().cpu() for o in out]  # .cpu() waits for the GPU
+
+    return f
+
+
 def _runtimes(
-    artifact: Path, eager: ServedModel, threads: int
+    artifact: Path,
+    eager: ServedModel,
+    threads: int,
+    devices: Collection[str],
+    max_batch: int,
 ) -> tuple[
     dict[str, Runtime], dict[str, tuple[Callable[[], Any], float]], dict[str, str]
 ]:
     """Every runtime this machine offers for the artifact, with its baseline and peak.
 
     CPU rows compare with PyTorch eager on the CPU; CUDA rows with PyTorch eager on the
-    GPU (fp32), so each ratio is ours vs the framework on the same device.
+    GPU (fp32), so each ratio is ours vs the framework on the same device. ``devices``
+    picks which of the two sets run ("cpu", "cuda"): CPU rows at GPU batch sizes take
+    minutes a call.
     """
     import onnxruntime as ort
     import torch
 
-    from service.inference import load_model
-    from service.manifest import FP16_FILE, INT8_FILE, MODEL_FILE
-
-    cpu_eager = "pytorch eager cpu fp32"
     rt: dict[str, Runtime] = {}
-    peaks = {"cpu fp32": sgemm("cpu")}
+    peaks: dict[str, tuple[Callable[[], Any], float]] = {}
     notes: dict[str, str] = {}
 
-    def ort_fn(sess: Any) -> Callable[[np.ndarray], Any]:
-        return lambda x: sess.run(None, {"window": x})
+    if "cpu" in devices:
+        _cpu_runtimes(artifact, eager, threads, rt, peaks)
+    if "cuda" in devices:
+        _cuda_runtimes(artifact, eager, threads, max_batch, rt, peaks, notes)
+        if not any(k.endswith(("cuda fp32", "cuda fp16")) for k in rt):
+            notes["cuda"] = (
+                "no CUDA runtime on this machine (onnxruntime providers: "
+                f"{', '.join(ort.get_available_providers())}; torch CUDA "
+                f"{torch.cuda.is_available()})"
+            )
+    return rt, peaks, notes
 
+
+def _cpu_runtimes(
+    artifact: Path,
+    eager: ServedModel,
+    threads: int,
+    rt: dict[str, Runtime],
+    peaks: dict[str, tuple[Callable[[], Any], float]],
+) -> None:
+    from service.inference import load_model
+    from service.manifest import INT8_FILE, MODEL_FILE
+
+    cpu_eager = "pytorch eager cpu fp32"
+    peaks["cpu fp32"] = sgemm("cpu")
     sess = ort_session(artifact / MODEL_FILE, threads, ["CPUExecutionProvider"])
     rt["onnxruntime cpu fp32"] = (ort_fn(sess), cpu_eager, "cpu fp32")
     if (artifact / INT8_FILE).is_file():
         q = ort_session(artifact / INT8_FILE, threads, ["CPUExecutionProvider"])
         rt["onnxruntime cpu int8"] = (ort_fn(q), "onnxruntime cpu fp32", "cpu fp32")
-
-    def torch_fn(
-        model: nn.Module, device: str, half: bool = False
-    ) -> Callable[[np.ndarray], Any]:
-        amp = torch.autocast(device, dtype=torch.float16, enabled=half)
-
-        def f(x: np.ndarray) -> Any:
-            with torch.inference_mode(), amp:
-                out = model(torch.from_numpy(x).to(device))
-                return [o.float().cpu() for o in out]  # .cpu() waits for the GPU
-
-        return f
 
     rt[cpu_eager] = (torch_fn(eager, "cpu"), cpu_eager, "cpu fp32")
     # What the service runs: its runtime (service/inference.py) splits a batch into
@@ -283,9 +317,31 @@ def _runtimes(
         "cpu fp32",
     )
 
+
+def _cuda_runtimes(
+    artifact: Path,
+    eager: ServedModel,
+    threads: int,
+    max_batch: int,
+    rt: dict[str, Runtime],
+    peaks: dict[str, tuple[Callable[[], Any], float]],
+    notes: dict[str, str],
+) -> None:
+    """onnxruntime's CUDA provider, plain and through the scorer's runtime (which
+    refuses to load unless CUDA is the active provider), in fp32 and fp16."""
+    import onnxruntime as ort
+    import torch
+
+    from service.inference import load_model
+    from service.manifest import FP16_FILE, MODEL_FILE, ArtifactError
+
     cuda = "CUDAExecutionProvider"
     if cuda in ort.get_available_providers():
-        for dtype, name in (("fp32", MODEL_FILE), ("fp16", FP16_FILE)):
+        dtypes: tuple[tuple[Literal["fp32", "fp16"], str], ...] = (
+            ("fp32", MODEL_FILE),
+            ("fp16", FP16_FILE),
+        )
+        for dtype, name in dtypes:
             if not (artifact / name).is_file():
                 notes[f"onnxruntime cuda {dtype}"] = f"no {name} in the artifact"
                 continue
@@ -296,6 +352,18 @@ def _runtimes(
                 continue
             rt[f"onnxruntime cuda {dtype}"] = (
                 ort_fn(g),
+                "pytorch eager cuda fp32",
+                f"cuda {dtype}",
+            )
+            try:
+                served = load_model(
+                    artifact, provider="cuda", precision=dtype, max_batch=max_batch
+                )
+            except ArtifactError as e:
+                notes[f"service runtime cuda {dtype}"] = str(e)
+                continue
+            rt[f"service runtime cuda {dtype}"] = (
+                served.score,
                 "pytorch eager cuda fp32",
                 f"cuda {dtype}",
             )
@@ -313,11 +381,60 @@ def _runtimes(
         )
         peaks["cuda fp32"] = sgemm("cuda", torch.float32, 8192)
         peaks["cuda fp16"] = sgemm("cuda", torch.float16, 8192)
-    return rt, peaks, notes
+
+
+def drop_failing(
+    runtimes: dict[str, Runtime], x: np.ndarray, notes: dict[str, str]
+) -> None:
+    """Call each runtime once on ``x``; one that fails (a GPU out of memory at a large
+    batch, say) leaves the run, noted with its error, and the others go on."""
+    for name in list(runtimes):
+        try:
+            runtimes[name][0](x)
+        except Exception as e:  # onnxruntime and torch raise their own error types
+            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+            notes[name] = f"failed at batch {len(x)}: {type(e).__name__}: {first}"
+            print(f"dropped {name}: {notes[name]}", flush=True)
+            del runtimes[name]
+
+
+def parity(
+    artifact: Path, runtimes: dict[str, Runtime], threads: int, n: int = 256
+) -> dict[str, dict[str, float]]:
+    """Each onnxruntime row's risks against onnxruntime's CPU fp32 run of model.onnx,
+    on the export's random windows: the largest difference and how many of ``n``
+    windows land on the other side of the alert threshold."""
+    from service.manifest import MODEL_FILE
+
+    m = json.loads((artifact / "manifest.json").read_text())
+    rng = np.random.default_rng(1)
+    x = (rng.normal(size=(n, m["window"], len(m["channel_mask"]))) * 3 + 1).astype(
+        np.float32
+    )
+    ref_sess = ort_session(artifact / MODEL_FILE, threads, ["CPUExecutionProvider"])
+    ref = ref_sess.run(["risk"], {"window": x})[0].reshape(n)
+    out: dict[str, dict[str, float]] = {}
+    for name, (fn, _, _) in runtimes.items():
+        if name != "onnxruntime cpu fp32" and name.startswith(
+            ("onnxruntime", "service runtime")
+        ):
+            got = fn(x)
+            risk = np.asarray(got.risk if hasattr(got, "risk") else got[0]).reshape(n)
+            flips = (risk >= m["threshold"]) != (ref >= m["threshold"])
+            out[name] = {
+                "max_abs_risk_diff": float(np.abs(risk - ref).max()),
+                "alert_flips": int(flips.sum()),
+                "windows": n,
+            }
+    return out
 
 
 def bench_artifact(
-    artifact: Path, batch_sizes: list[int], seconds: float, threads: int
+    artifact: Path,
+    batch_sizes: list[int],
+    seconds: float,
+    threads: int,
+    devices: Collection[str] = ("cpu", "cuda"),
 ) -> dict[str, Any]:
     import onnxruntime as ort
     import torch
@@ -331,7 +448,24 @@ def bench_artifact(
     torch.set_num_threads(threads)
     eager = served_from_config(cfg, mask)
     flops = flops_per_window(eager, n_in, cfg.seq_len)
-    runtimes, peaks, notes = _runtimes(artifact, eager, threads)
+    runtimes, peaks, notes = _runtimes(
+        artifact, eager, threads, devices, max(batch_sizes)
+    )
+    if not runtimes:
+        from training.errors import UserError
+
+        raise UserError(
+            "bench infer: nothing to time on this machine ("
+            + "; ".join(f"{k}: {v}" for k, v in notes.items())
+            + ")"
+        )
+    agree = parity(artifact, runtimes, threads)
+    for name, d in agree.items():
+        print(
+            f"parity {name}: max |risk - cpu fp32| {d['max_abs_risk_diff']:.2e}, "
+            f"{d['alert_flips']} of {d['windows']} alerts flipped",
+            flush=True,
+        )
     print(
         f"{flops / 1e9:.3f} GFLOP/window ({sum(mask)} of {n_in} channels kept)",
         flush=True,
@@ -350,6 +484,7 @@ def bench_artifact(
     rng = np.random.default_rng(0)
     for b in batch_sizes:
         x = rng.normal(size=(b, cfg.seq_len, n_in)).astype(np.float32)
+        drop_failing(runtimes, x, notes)
         fns: dict[str, Callable[[], Any]] = {
             name: partial(f, x) for name, (f, _, _) in runtimes.items()
         }
@@ -368,17 +503,19 @@ def bench_artifact(
         for name, r in res.items():
             _, base, pk = runtimes[name]
             r["gflop_per_s"] = r["windows_per_s"] * flops / 1e9
-            r["share_of_peak"] = r["gflop_per_s"] / peak[pk]
+            r["share_of_peak"] = r["gflop_per_s"] / peak[pk] if pk in peak else None
             r["baseline"] = base
-            r["vs_baseline"] = r["windows_per_s"] / res[base]["windows_per_s"]
+            r["vs_baseline"] = (
+                r["windows_per_s"] / res[base]["windows_per_s"] if base in res else None
+            )
             rows.append({"batch": b, "runtime": name} | r)
         print(
             f"batch {b:>4} (peak "
             + ", ".join(f"{k} {v:.0f}" for k, v in peak.items())
             + " GFLOP/s): "
             + "  ".join(
-                f"{n} {r['windows_per_s']:.1f} w/s ({r['vs_baseline']:.2f}x, "
-                f"{100 * r['share_of_peak']:.0f}% pk)"
+                f"{n} {r['windows_per_s']:.1f} w/s ({r['vs_baseline'] or 0:.2f}x, "
+                f"{100 * (r['share_of_peak'] or 0):.0f}% pk)"
                 for n, r in res.items()
             ),
             flush=True,
@@ -395,7 +532,9 @@ def bench_artifact(
         "onnxruntime_providers": ort.get_available_providers(),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "devices": sorted(set(devices)),
         "skipped": notes,
+        "parity_vs_cpu_fp32": agree,
         "seconds_per_runtime_and_batch": seconds,
         "timing_s": round(time.perf_counter() - t_start, 2),
         "rows": rows,
@@ -478,6 +617,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threads", type=int, default=2, help="intra-op threads for both runtimes"
     )
+    p.add_argument(
+        "--devices",
+        default="cpu,cuda",
+        help="which runtimes to time: cpu, cuda or both (CUDA rows run where "
+        "onnxruntime's CUDA provider and PyTorch's CUDA are present)",
+    )
     p.add_argument("--json", type=Path, help="write results here")
     p.add_argument("--figure", type=Path, help="write the efficiency figure (PNG) here")
 
@@ -494,9 +639,12 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     if min(sizes) < 1 or args.seconds <= 0:
         raise UserError("--batch-sizes must be >= 1 and --seconds > 0")
+    devices = {d.strip() for d in args.devices.split(",") if d.strip()}
+    if not devices or not devices <= {"cpu", "cuda"}:
+        raise UserError(f"--devices {args.devices!r}: cpu, cuda or cpu,cuda")
     if not (args.artifact / "manifest.json").is_file():
         raise UserError(f"{args.artifact}: no manifest.json (an exported artifact)")
-    res = bench_artifact(args.artifact, sizes, args.seconds, args.threads)
+    res = bench_artifact(args.artifact, sizes, args.seconds, args.threads, devices)
     if args.figure:
         manifest = json.loads((args.artifact / "manifest.json").read_text())
         cfg = ModelConfig(**manifest["model_config"])

@@ -626,15 +626,20 @@ def standalone_windows_per_s(
     window: int,
     seconds: float,
     cpu_chunk_tokens: int,
+    provider: Any = "auto",
+    precision: Any = "fp32",
 ) -> tuple[float, int]:
     """(windows/s, windows per onnxruntime call) of the service's own runtime at
-    ``batch``, without HTTP or Redis: the ceiling the service is compared with."""
+    ``batch``, without HTTP or Redis: the ceiling the service is compared with. It
+    runs on the provider and at the precision the service is given (SCJEPA_PROVIDER,
+    SCJEPA_PRECISION)."""
     from service.inference import load_model
     from training.bench.infer import time_fn
 
     model = load_model(
         artifact,
-        provider="cpu",
+        provider=provider,
+        precision=precision,
         intra_op_threads=threads,
         max_batch=batch,
         cpu_chunk_tokens=cpu_chunk_tokens,
@@ -854,6 +859,8 @@ def run(args: argparse.Namespace) -> int:
             w,
             min(3.0, args.risk_seconds),
             chunk_tokens,
+            (os.environ | base_env).get("SCJEPA_PROVIDER", "auto"),
+            (os.environ | base_env).get("SCJEPA_PRECISION", "fp32"),
         )
         before_alone, per_call = standalone()
 
