@@ -69,6 +69,20 @@ def requested_providers(preference: Literal["auto", "cpu", "cuda"]) -> list[str]
     return [CPU]
 
 
+# The scorer's micro-batches vary in size from one batch to the next. With the CUDA
+# provider's default (EXHAUSTIVE), cuDNN times every convolution algorithm for each new
+# input shape. On an H100, latency-bound scoring spent 96 ms of inference a batch of
+# about 49 windows, against 3 ms for 64 windows at one fixed shape (notebook,
+# 2026-11-27): the pattern that re-timing shows. HEURISTIC takes cuDNN's heuristic
+# choice without timing (not yet re-measured on a GPU).
+CUDA_OPTIONS = {"cudnn_conv_algo_search": "HEURISTIC"}
+
+
+def session_providers(wanted: list[str]) -> list[str | tuple[str, dict[str, str]]]:
+    """``wanted`` with the CUDA provider's options attached."""
+    return [(p, CUDA_OPTIONS) if p == CUDA else p for p in wanted]
+
+
 def validate_windows(x: np.ndarray, window: int, n_channels: int) -> np.ndarray:
     """Return ``x`` as a C-contiguous float32 (B, window, n_channels) array, or raise."""
     x = np.asarray(x)
@@ -333,7 +347,7 @@ def load_model(
         session = ort.InferenceSession(
             str(path),
             sess_options=session_options(intra_op_threads, inter_op_threads),
-            providers=wanted,
+            providers=session_providers(wanted),
         )
     except Exception as e:  # onnxruntime raises its own untyped errors
         raise ArtifactError(f"{path}: onnxruntime cannot load it ({e})") from None

@@ -18,6 +18,7 @@ from service.inference import (
     balanced_chunks,
     load_model,
     run_size,
+    session_providers,
     validate_windows,
 )
 from service.manifest import ArtifactError, Manifest, load_manifest, write_manifest
@@ -92,6 +93,16 @@ def test_provider_is_the_active_one(artifact_dir: Path) -> None:
     assert model.provider == "CPUExecutionProvider"
     assert model.session.get_providers()[0] == model.provider
     assert load_model(artifact_dir, provider="cpu").provider == "CPUExecutionProvider"
+
+
+def test_cuda_is_asked_for_without_timing_every_conv_algorithm() -> None:
+    """The scorer's batch sizes vary: cuDNN's exhaustive search would time every
+    convolution algorithm for each new size (see CUDA_OPTIONS)."""
+    assert session_providers([CUDA, CPU]) == [
+        (CUDA, {"cudnn_conv_algo_search": "HEURISTIC"}),
+        CPU,
+    ]
+    assert session_providers([CPU]) == [CPU]
 
 
 def test_int8_file_selection(art: Path) -> None:

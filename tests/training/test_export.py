@@ -488,6 +488,8 @@ def test_cuda_provider_is_active_and_matches_cpu(variants: Path) -> None:
     cpu = load_model(variants, provider="cpu").score(x).risk
     gpu = load_model(variants, provider="cuda", max_batch=64)
     assert gpu.provider == CUDA
+    options = gpu.session.get_provider_options()[CUDA]
+    assert options["cudnn_conv_algo_search"] == "HEURISTIC"
     np.testing.assert_allclose(gpu.score(x).risk, cpu, atol=1e-3)  # TF32 matmuls
     if (variants / "model.fp16.onnx").is_file():
         half = load_model(variants, provider="cuda", precision="fp16")
