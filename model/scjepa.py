@@ -167,6 +167,8 @@ class TargetEncoder(nn.Module):
         self.register_buffer("mask", mask, persistent=False)
         # positions [0..P-1, 0]: the coarse patch sits at position 0
         self.register_buffer("pos", torch.arange(n) % P, persistent=False)
+        # the buffers above were made on the CPU; the copies are wherever the model is
+        self.to(next(model.parameters()).device)
         self.requires_grad_(False)
         self.eval()
 

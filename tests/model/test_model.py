@@ -193,3 +193,13 @@ def test_collapse_diagnostics_tell_collapse_from_spread() -> None:
     assert u["active_codes"] == 1 and u["perplexity"] == pytest.approx(1.0)
     assert u["max_prob"] == 1.0 and u["usage"] == [50, 0, 0, 0, 0, 0, 0, 0]
     assert usage_stats(torch.full((50, 8), 1 / 8))["perplexity"] == pytest.approx(8.0)
+
+
+def test_target_buffers_follow_the_model_device() -> None:
+    """The target's mask, token indices and positions live where the model does: on a
+    GPU, pre-training failed at the first step with the mask left on the CPU (H100 and
+    H200, 2026-11-27). The meta device stands in for the GPU here."""
+    model = SCJEPA(tiny_config()).to("meta")
+    target = TargetEncoder(model)
+    assert {b.device.type for b in target.buffers()} == {"meta"}
+    assert {p.device.type for p in target.parameters()} == {"meta"}

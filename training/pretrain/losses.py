@@ -113,5 +113,5 @@ def scjepa_loss(
     loss = pred + code + lam * t["rec"]
     terms = {k: v.detach() for k, v in t.items()}
     terms |= {"pred": pred.detach(), "code": code.detach()}
-    terms["lambda_r"] = torch.tensor(lam)
+    terms["lambda_r"] = loss.detach().new_tensor(lam)  # on the loss's device
     return {"loss": loss, **terms}

@@ -305,3 +305,29 @@ def test_bench_train_reports_throughput_and_memory(tmp_path: Path) -> None:
     (r,) = json.loads(out.read_text())
     assert r["batch_size"] == 16 and r["pairs_per_s"] > 0 and r["peak_rss_mb"] > 50
     assert r["step_ms"] == pytest.approx(1000 * 16 / r["pairs_per_s"], rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "switch", [None, "model.stats_token=true", "model.use_coarse=false",
+               "model.use_codebook=false", "loss.rec=false"],
+)  # fmt: skip
+def test_a_training_step_keeps_every_tensor_on_the_model_device(
+    switch: str | None,
+) -> None:
+    """On a GPU, pre-training failed at its first step: the target's attention mask
+    and the logged lambda_r were made on the CPU (H100 and H200, 2026-11-27). A step on
+    the meta device stands in for the GPU: any tensor made on the CPU shows up."""
+    sections: dict[str, dict[str, bool]] = {}
+    if switch:
+        section, _, rest = switch.partition(".")
+        key, _, value = rest.partition("=")
+        sections = {section: {key: value == "true"}}
+    cfg = tiny_train_config(**sections)
+    model = SCJEPA(cfg.model).to("meta")
+    target = make_target(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # fused Adam has no meta kernels
+    batch = torch.randn(8, 2, cfg.model.seq_len, device="meta")
+    amp = torch.autocast("cpu", enabled=False)
+    terms = train_step(model, target, opt, batch, cfg, 0.5, amp)
+    assert {k: v.device.type for k, v in terms.items()} == dict.fromkeys(terms, "meta")
+    torch.stack([v.detach().float() for v in terms.values()])  # as the loop logs them
