@@ -331,3 +331,14 @@ def test_a_training_step_keeps_every_tensor_on_the_model_device(
     terms = train_step(model, target, opt, batch, cfg, 0.5, amp)
     assert {k: v.device.type for k, v in terms.items()} == dict.fromkeys(terms, "meta")
     torch.stack([v.detach().float() for v in terms.values()])  # as the loop logs them
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_pretraining_on_cuda(tmp_path: Path) -> None:
+    """On a GPU host: two steps and a validation pass on CUDA, the checkpoint reloads
+    on the CPU."""
+    cfg = tiny_train_config(optim={"epochs": 1, "max_steps": 2}, run={"device": "cuda"})
+    row = pretrain(cfg, random_pairs(), tmp_path)
+    assert row["step"] == 2 and row["val_loss"] == row["val_loss"]
+    assert load_model(tmp_path / "last.pt").cfg == cfg.model
