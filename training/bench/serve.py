@@ -112,7 +112,15 @@ def service(
 
 
 @contextmanager
-def _process(artifact: Path, redis_url: str, env: dict[str, str], nice: int = 0) -> Any:
+def _process(
+    artifact: Path,
+    redis_url: str,
+    env: dict[str, str],
+    nice: int = 0,
+    pids: list[int] | None = None,
+) -> Any:
+    """A service process on a free port (its pid appended to ``pids``); yields its URL
+    once it is ready."""
     port = free_port()
     full = (
         os.environ
@@ -134,7 +142,9 @@ def _process(artifact: Path, redis_url: str, env: dict[str, str], nice: int = 0)
         "warning",
         "--no-access-log",
     ]
-    proc = subprocess.Popen(cmd, env=full)
+    proc = subprocess.Popen(cmd, env=full)  # nice execs: the same pid
+    if pids is not None:
+        pids.append(proc.pid)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait(
@@ -564,13 +574,15 @@ def scorer_drain(
         fill = asyncio.run(drive(url, bodies, concurrency))
     depth = queue_depth(redis_url, env["SCJEPA_KEY_PREFIX"])
     queued = depth()[0]
-    samples: list[tuple[float, int, int]] = []
+    samples: list[tuple[float, int, int, float]] = []
     stop = threading.Event()
+    pids: list[int] = []
 
     def sample() -> None:
         while not stop.is_set():
             d, pending = depth()
-            samples.append((time.perf_counter(), d, pending))
+            cpu = cpu_s(pids[0]) if pids else float("nan")
+            samples.append((time.perf_counter(), d, pending, cpu))
             if d == 0:
                 return
             time.sleep(0.02)
@@ -579,22 +591,38 @@ def scorer_drain(
     probe.start()
     role = "scorer" if roles == "split" else "all"
     nice = scorer_nice if roles == "split" else 0
-    with _process(artifact, redis_url, env | {"SCJEPA_ROLE": role}, nice=nice) as url:
+    with _process(
+        artifact, redis_url, env | {"SCJEPA_ROLE": role}, nice=nice, pids=pids
+    ) as url:
         probe.join(timeout=600)
         stop.set()
         stats = batch_stats(url)
-    full = [t for t, d, pending in samples if d == queued and pending == 0]
-    empty = [t for t, d, _ in samples if d == 0]
+    full = [(t, c) for t, d, pending, c in samples if d == queued and pending == 0]
+    empty = [(t, c) for t, d, _, c in samples if d == 0]
     if not full or not empty or queued == 0:
         raise SystemExit(f"bench serve: the scorer did not drain {queued} windows")
-    seconds = empty[0] - full[-1]
+    seconds = empty[0][0] - full[-1][0]
+    cpu = empty[0][1] - full[-1][1]  # NaN when the process had not started yet
     return {
         "windows": queued,
         "fill_errors": fill["errors"],
         "seconds": seconds,
         "windows_per_s": queued / seconds,
+        # the scoring process's own CPU over the same interval (its loop: reads,
+        # decoding, writes; with roles split the model runs in a child process, not
+        # counted): what bounds one scorer process when the model is fast (a GPU)
+        "scorer_cpu_us_per_window": 1e6 * cpu / queued,
         **stats,
     }
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (NaN once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def batch_stats(url: str) -> dict[str, float]:
@@ -950,7 +978,7 @@ def run(args: argparse.Namespace) -> int:
             flush=True,
         )
     print(
-        f"scorer tier, queue never empty ({args.roles}): {drain['windows_per_s']:.1f} windows/s ({drain['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s), {drain['windows']} windows, mean micro-batch {drain.get('mean_batch', 0):.1f}",
+        f"scorer tier, queue never empty ({args.roles}): {drain['windows_per_s']:.1f} windows/s ({drain['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s), {drain['windows']} windows, mean micro-batch {drain.get('mean_batch', 0):.1f}, scorer loop {drain['scorer_cpu_us_per_window']:.0f} µs CPU a window",
         flush=True,
     )
     if args.json:
