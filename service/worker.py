@@ -33,7 +33,7 @@ from service.infer_process import InferenceUnavailable
 from service.inference import Model, Scores, WindowError
 from service.manifest import now_utc
 from service.schemas import ChannelShare, ModelRef, RiskRecord
-from service.store import Store, StoreUnavailable, WorkItem, fill_leading
+from service.store import Store, StoreUnavailable, Window, WorkItem, fill_leading
 
 log = logging.getLogger(__name__)
 
@@ -121,38 +121,45 @@ class ScoredBus:
                     w.done.set()
 
 
-def record_of(
-    model: Model,
-    top_k: int,
-    w_n: int,
-    w_start: float,
-    w_end: float,
-    scores: Scores,
-    j: int,
-) -> RiskRecord:
-    """The risk record of a window, row ``j`` of the batch ``scores``, named after the
-    model that scored it."""
+def records_of(
+    model: Model, top_k: int, windows: list[Window], scores: Scores
+) -> list[RiskRecord]:
+    """The risk records of a scored batch (row ``j`` of ``scores`` is ``windows[j]``),
+    named after the model that scored it and computed at one time. The batch's arrays
+    are ordered and converted once, not per window: the scorer's loop is what bounds
+    a scorer process when the model is fast."""
     by = scores.by or model
     m = by.manifest
-    risk, contrib = float(scores.risk[j]), scores.contrib[j]
-    order = np.argsort(-contrib, kind="stable")[:top_k]
-    top = [
-        ChannelShare(name=m.channels[i], share=round(float(contrib[i]), 6))
-        for i in order
-        if contrib[i] > 0
+    ref = ModelRef(name=m.name, version=m.version)
+    now = now_utc()
+    order = np.argsort(-scores.contrib, axis=1, kind="stable")[:, :top_k]
+    shares = np.take_along_axis(scores.contrib, order, axis=1)
+    return [
+        RiskRecord(
+            n=w.n,
+            risk=risk,
+            threshold=m.threshold,
+            alert=risk >= m.threshold,
+            window_start=w.start_ts,
+            window_end=w.end_ts,
+            top_channels=[
+                ChannelShare(name=m.channels[i], share=round(share, 6))
+                for i, share in zip(idx, row, strict=True)
+                if share > 0
+            ],
+            codes=codes,
+            model=ref,
+            computed_at=now,
+        )
+        for w, risk, idx, row, codes in zip(
+            windows,
+            scores.risk.tolist(),
+            order.tolist(),
+            shares.tolist(),
+            scores.codes.tolist(),
+            strict=True,
+        )
     ]
-    return RiskRecord(
-        n=w_n,
-        risk=risk,
-        threshold=m.threshold,
-        alert=risk >= m.threshold,
-        window_start=w_start,
-        window_end=w_end,
-        top_channels=top,
-        codes=[int(c) for c in scores.codes[j]],
-        model=ModelRef(name=m.name, version=m.version),
-        computed_at=now_utc(),
-    )
 
 
 class ScoringWorker:
@@ -298,9 +305,8 @@ class ScoringWorker:
     ) -> None:
         top_k = self.settings.top_channels
         by_stream: dict[tuple[str, str], list[tuple[RiskRecord, int]]] = {}
-        for j, it in enumerate(items):
-            w = it.window
-            rec = record_of(model, top_k, w.n, w.start_ts, w.end_ts, scores, j)
+        recs = records_of(model, top_k, [it.window for it in items], scores)
+        for j, (it, rec) in enumerate(zip(items, recs, strict=True)):
             by_stream.setdefault((it.tenant, it.stream), []).append((rec, j))
         keys = list(by_stream)
         written = await self.store.put_scored(
