@@ -304,14 +304,14 @@ class ScoringWorker:
         self, model: Model, items: list[WorkItem], scores: Scores, ack: list[str]
     ) -> None:
         top_k = self.settings.top_channels
-        by_stream: dict[tuple[str, str], list[tuple[RiskRecord, int]]] = {}
+        by_stream: dict[tuple[str, str], list[RiskRecord]] = {}
         recs = records_of(model, top_k, [it.window for it in items], scores)
-        for j, (it, rec) in enumerate(zip(items, recs, strict=True)):
-            by_stream.setdefault((it.tenant, it.stream), []).append((rec, j))
+        for it, rec in zip(items, recs, strict=True):
+            by_stream.setdefault((it.tenant, it.stream), []).append(rec)
         keys = list(by_stream)
         written = await self.store.put_scored(
             [
-                (t, s, [(r.n, r.model_dump_json(), r.risk) for r, _ in by_stream[t, s]])
+                (t, s, [(r.n, r.model_dump_json(), r.risk) for r in by_stream[t, s]])
                 for t, s in keys
             ],
             ack=ack,
@@ -319,9 +319,7 @@ class ScoringWorker:
         )
         metrics.WINDOWS_SCORED.inc(len(items))
         if self.bus is not None:
-            self.bus.deliver(
-                [(t, s, [r.n for r, _ in by_stream[t, s]]) for t, s in keys]
-            )
+            self.bus.deliver([(t, s, [r.n for r in by_stream[t, s]]) for t, s in keys])
         new = [
             ScoredWindow(
                 t,
@@ -335,7 +333,7 @@ class ScoringWorker:
                 r.model,
             )
             for (t, s), flags in zip(keys, written, strict=True)
-            for (r, _), ok in zip(by_stream[t, s], flags, strict=True)
+            for r, ok in zip(by_stream[t, s], flags, strict=True)
             if ok
         ]
         new.sort(key=lambda w: (w.tenant, w.stream, w.window_n))

@@ -798,6 +798,7 @@ def _cpu_model() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from service.config import Settings
     from service.inference import CPU_CHUNK_TOKENS
 
     manifest = json.loads((args.artifact / "manifest.json").read_text())
@@ -875,6 +876,7 @@ def run(args: argparse.Namespace) -> int:
 
         # 2-4: hop = window, so each request of a window's readings completes a window
         bodies = make_bodies(args.streams, w, args.streams + n, v, seed=2)
+        service_env = os.environ | base_env  # what the service processes are given
         chunk_tokens = int(
             base_env.get("SCJEPA_CPU_CHUNK_TOKENS", "") or CPU_CHUNK_TOKENS
         )
@@ -887,8 +889,12 @@ def run(args: argparse.Namespace) -> int:
             w,
             min(3.0, args.risk_seconds),
             chunk_tokens,
-            (os.environ | base_env).get("SCJEPA_PROVIDER", "auto"),
-            (os.environ | base_env).get("SCJEPA_PRECISION", "fp32"),
+            service_env.get(
+                "SCJEPA_PROVIDER", Settings.model_fields["provider"].default
+            ),
+            service_env.get(
+                "SCJEPA_PRECISION", Settings.model_fields["precision"].default
+            ),
         )
         before_alone, per_call = standalone()
 
