@@ -112,11 +112,12 @@ class SCJEPA(nn.Module):
         """Online branch on W_t. x: (N, T) one-channel windows.
 
         Returns h, z (N, n, D); probs (N, n, K) with the codebook; x_hat (N, P, L)
-        de-normalised (from the P patch tokens); fine (N, n, K|D) logits or latents,
+        de-normalised (from the P patch tokens), x_hat_norm and x_norm (N, P, L) the
+        reconstruction and the window on the RevIN scale; fine (N, n, K|D) logits or latents,
         z_hat (N, n, D); coarse (N, 1, K|D), z_hat_coarse (N, 1, D). n = P patches, plus
         the stats token with ``cfg.stats_token``.
         """
-        h, _, mean, std = self.encode(x)
+        h, patches, mean, std = self.encode(x)
         out = {"h": h}
         if self.codebook is not None:
             out["probs"], out["z"] = self.codebook(h)  # (N, P, K), (N, P, D)
@@ -127,6 +128,7 @@ class SCJEPA(nn.Module):
             P = self.cfg.n_patches
             x_hat = self.decoder(out["z"][:, :P])  # (N, P, L), normalised scale
             out["x_hat"] = revin_inverse(x_hat, mean.unsqueeze(-1), std.unsqueeze(-1))
+            out["x_hat_norm"], out["x_norm"] = x_hat, patches
         if predict:
             fine = self.fine_predictor(pred_in)  # (N, P, K|D)
             out["fine"] = fine

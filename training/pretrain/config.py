@@ -27,6 +27,9 @@ class DataConfig:
     seed: int = 0  # seed of the synthetic data set
 
 
+REC_SCALES = ("raw", "window")
+
+
 @dataclass
 class LossConfig:
     """Weights of L = L_pred + L_code + lambda_r * L_rec, and the ablation switches."""
@@ -40,11 +43,21 @@ class LossConfig:
     diversity: float = 0.01  # - H(E[p]): use the whole codebook
     rec_start: float = 0.5  # lambda_r, linear over the run's global steps
     rec_end: float = 0.1
+    # L_rec's scale. raw: after de-normalisation (the spec), so its weight against
+    # L_pred goes with the square of the data's units. window: on the RevIN scale of
+    # each window and channel, the same in any units.
+    rec_scale: str = "raw"
     # -- ablations, one switch each (architecture ones live in ModelConfig)
     kl: bool = True  # False: MSE only (gamma * MSE on fine and coarse latents)
     rec: bool = True  # False: no reconstruction term (decoder unused)
     pred: bool = True  # False: no predictive objective (no target pass)
     code: bool = True  # False: no codebook losses (the bottleneck is kept)
+
+    def __post_init__(self) -> None:
+        if self.rec_scale not in REC_SCALES:
+            raise ValueError(
+                f"rec_scale {self.rec_scale!r}: expected one of {', '.join(REC_SCALES)}"
+            )
 
 
 @dataclass
@@ -121,7 +134,7 @@ def from_dict(d: dict[str, Any], where: str = "config") -> TrainConfig:
     for name, cls in types.items():
         try:
             kwargs[name] = _section(cls, d.get(name) or {}, f"{where} [{name}]")
-        except (TypeError, AssertionError) as e:
+        except (TypeError, ValueError, AssertionError) as e:
             raise UserError(f"{where} [{name}]: {e}") from e
     return TrainConfig(**kwargs)
 

@@ -43,8 +43,12 @@ def entropy_terms(p: Tensor) -> tuple[Tensor, Tensor]:
     return sample, batch
 
 
-def rec_loss(x_hat: Tensor, x: Tensor) -> Tensor:
-    """sum_patches |X_hat - X|^2 on the raw (de-normalised) scale. (N, P, L), (N, T)."""
+def rec_loss(online: dict[str, Tensor], x: Tensor, scale: str) -> Tensor:
+    """sum_patches |X_hat - X|^2, (N, P, L) against the window x (N, T): on the raw
+    (de-normalised) scale, or on the window's RevIN scale (``scale="window"``)."""
+    if scale == "window":
+        return patch_sq_err(online["x_hat_norm"], online["x_norm"])
+    x_hat = online["x_hat"]
     return patch_sq_err(x_hat, x.view(x_hat.shape))
 
 
@@ -105,9 +109,9 @@ def scjepa_loss(
             code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
             code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
 
-    # -- reconstruction of W_t from z, de-normalised
+    # -- reconstruction of W_t from z
     if cfg.rec:
-        t["rec"] = rec_loss(online["x_hat"], x)
+        t["rec"] = rec_loss(online, x, cfg.rec_scale)
     lam = lam_r if cfg.rec else 0.0
 
     loss = pred + code + lam * t["rec"]

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 from support.train_helpers import TINY_MODEL
 
 from model import SCJEPA, ModelConfig, TargetEncoder
-from training.pretrain.config import LossConfig
+from training.errors import UserError
+from training.pretrain.config import LossConfig, from_dict
 from training.pretrain.losses import (
     entropy_terms,
     kl_div,
@@ -106,6 +107,34 @@ def test_without_reconstruction_the_decoder_is_idle() -> None:
     assert t["rec"] == 0 and t["lambda_r"] == 0
     assert not _has_grad(model.decoder)
     assert _has_grad(model.encoder)
+
+
+def test_window_scale_reconstruction_is_the_same_in_any_units() -> None:
+    """rec_scale=window: the error on each window's RevIN scale, so readings in mPa
+    or in kPa weigh alike against L_pred; the spec's raw scale grows with units^2."""
+    torch.manual_seed(0)
+    model = SCJEPA(ModelConfig(**TINY_MODEL)).eval()
+    x = torch.randn(4, 100).cumsum(-1)
+    raw, window = LossConfig(pred=False), LossConfig(pred=False, rec_scale="window")
+
+    def rec(xs: torch.Tensor, cfg: LossConfig) -> torch.Tensor:
+        return scjepa_loss(model(xs, predict=False), None, xs, cfg, 0.5)["rec"]
+
+    base = rec(x, window)
+    torch.testing.assert_close(rec(1000 * x + 50, window), base, rtol=1e-4, atol=0)
+    torch.testing.assert_close(
+        rec(1000 * x + 50, raw), 1e6 * rec(x, raw), rtol=1e-3, atol=0
+    )
+    # the raw error over each window's RevIN variance, summed over patches
+    out = model(x, predict=False)
+    var = x.var(-1, unbiased=False) + model.cfg.revin_eps  # (N,)
+    err = (out["x_hat"] - x.view(out["x_hat"].shape)).pow(2).mean(-1).sum(-1)
+    torch.testing.assert_close(base, (err / var).mean(), rtol=1e-4, atol=0)
+
+
+def test_an_unknown_reconstruction_scale_names_the_key() -> None:
+    with pytest.raises(UserError, match=r"\[loss\].*rec_scale 'units'.*raw, window"):
+        from_dict({"loss": {"rec_scale": "units"}})
 
 
 def test_without_prediction_no_target_and_idle_predictors() -> None:
