@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from model import SCJEPA
-from model.patching import fold_channels, patchify
+from model.patching import fold_channels
 from training.evaluate.features import PerArrayCache
 
 
@@ -86,11 +86,9 @@ class ReconstructionError:
         for i in range(0, len(x), self.batch_size):
             xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
             B, _, V = xb.shape
-            xc = fold_channels(xb)  # (B*V, T)
-            x_hat = self.model(xc, predict=False)["x_hat"]  # (B*V, P, L), raw scale
-            var = xc.var(-1, unbiased=False) + self.model.cfg.revin_eps  # RevIN's
-            err = (x_hat - patchify(xc, self.model.cfg.patch_len)) ** 2
-            per_channel = err.mean((-1, -2)) / var  # normalised-scale MSE, (B*V,)
+            rec = self.model(fold_channels(xb), predict=False)  # (B*V, P, L) each
+            err = (rec["x_hat_norm"] - rec["x_norm"]) ** 2
+            per_channel = err.mean((-1, -2))  # normalised-scale MSE, (B*V,)
             out.append(torch.log(per_channel + 1e-6).view(B, V).mean(1).numpy())
         return np.concatenate(out).astype(np.float64)
 
