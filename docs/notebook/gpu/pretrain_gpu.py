@@ -1,6 +1,10 @@
 """SC-JEPA pre-training at the paper's size with the `improved` losses (D=256, 6 layers,
 128 codes; up to 100 epochs) inside a GPU time budget (issue 20's remaining route).
 
+Not worth device time as it stands: on the CPU this model's code assignments go
+uniform and input-independent within 400 steps, with every loss weight and tau tried
+(results-notes.md, 2026-11-27, third session). Screen a fix on the CPU first.
+
     # here: SMD-19's pre-training pairs, the ones `scjepa pretrain --dataset smd` makes
     python docs/notebook/gpu/pretrain_gpu.py pairs DATA_ROOT .gpu5/smd_pairs.npz
     # on the GPU machine (the folder carried), output under $OUT
