@@ -41,6 +41,9 @@ class LossConfig:
     quant: float = 0.25  # |z - sg(h)|^2
     entropy: float = 0.005  # + E[H(p)]: confident assignments
     diversity: float = 0.01  # - H(E[p]): use the whole codebook
+    # beyond the paper: + mean over dims of relu(1 - std of h across the batch's
+    # tokens) (VICReg's variance term), so h cannot be the same for every window
+    variance: float = 0.0
     rec_start: float = 0.5  # lambda_r, linear over the run's global steps
     rec_end: float = 0.1
     # L_rec's scale. raw: after de-normalisation (the spec), so its weight against

@@ -43,6 +43,13 @@ def entropy_terms(p: Tensor) -> tuple[Tensor, Tensor]:
     return sample, batch
 
 
+def variance_hinge(h: Tensor) -> Tensor:
+    """mean over dims of relu(1 - std across tokens), h (..., D): 0 once every
+    dimension varies between windows by at least 1 (VICReg's variance term)."""
+    std = torch.sqrt(h.reshape(-1, h.shape[-1]).var(0) + 1e-4)
+    return torch.relu(1.0 - std).mean()
+
+
 def rec_loss(online: dict[str, Tensor], x: Tensor, scale: str) -> Tensor:
     """sum_patches |X_hat - X|^2, (N, P, L) against the window x (N, T): on the raw
     (de-normalised) scale, or on the window's RevIN scale (``scale="window"``)."""
@@ -76,7 +83,7 @@ def scjepa_loss(
     t = dict.fromkeys(
         ("kl_fine", "mse_fine", "kl_coarse", "mse_coarse", "commit", "quant"), zero
     )
-    t |= {"ent_sample": zero, "ent_batch": zero, "rec": zero}
+    t |= {"ent_sample": zero, "ent_batch": zero, "var_h": zero, "rec": zero}
     has_codes = "probs" in online
 
     # -- predictive: fine (P x K) and coarse (1 x K) assignments of W_{t+1}
@@ -108,6 +115,9 @@ def scjepa_loss(
             t["commit"], t["quant"] = code_terms(online["h"], online["z"])
             code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
             code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
+    if cfg.code and cfg.variance > 0:
+        t["var_h"] = variance_hinge(online["h"])
+        code = code + cfg.variance * t["var_h"]
 
     # -- reconstruction of W_t from z
     if cfg.rec:

@@ -18,6 +18,7 @@ from training.pretrain.losses import (
     lambda_r,
     patch_sq_err,
     scjepa_loss,
+    variance_hinge,
 )
 
 
@@ -130,6 +131,31 @@ def test_window_scale_reconstruction_is_the_same_in_any_units() -> None:
     var = x.var(-1, unbiased=False) + model.cfg.revin_eps  # (N,)
     err = (out["x_hat"] - x.view(out["x_hat"].shape)).pow(2).mean(-1).sum(-1)
     torch.testing.assert_close(base, (err / var).mean(), rtol=1e-4, atol=0)
+
+
+def test_variance_term_is_zero_for_spread_latents_and_one_for_identical_ones() -> None:
+    torch.manual_seed(0)
+    spread = 3 * torch.randn(64, 5, 16)  # (N, P, D): std about 3 in every dimension
+    assert variance_hinge(spread) == 0
+    same = torch.randn(16).expand(64, 5, 16).clone().requires_grad_()
+    hinge = variance_hinge(same)
+    assert hinge.item() == pytest.approx(1 - 1e-2, abs=1e-6)  # sqrt(0 + 1e-4)
+    hinge.backward()
+    assert same.grad is not None and torch.isfinite(same.grad).all()
+    # in the objective: the code term carries it with its weight, only when asked
+    _, t = _run()
+    assert t["var_h"] == 0
+    torch.manual_seed(0)
+    model = SCJEPA(ModelConfig(**TINY_MODEL))
+    x = torch.randn(8, 100).cumsum(-1)
+    online = model(x, predict=False)
+    cfg = LossConfig(pred=False, variance=2.0)
+    t = scjepa_loss(online, None, x, cfg, 0.3)
+    code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
+    code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
+    torch.testing.assert_close(t["var_h"], variance_hinge(online["h"]).detach())
+    assert t["var_h"] > 0
+    torch.testing.assert_close(t["code"], code + 2.0 * t["var_h"])
 
 
 def test_an_unknown_reconstruction_scale_names_the_key() -> None:
