@@ -3,7 +3,8 @@
 
 Not worth device time as it stands: on the CPU this model's code assignments go
 uniform and input-independent within 400 steps, with every loss weight and tau tried
-(results-notes.md, 2026-11-27, third session). Screen a fix on the CPU first.
+(results-notes.md, 2026-11-27, third session). `loss.variance=1.0` makes them depend
+on the window but leaves them soft: screen a fix on the CPU first.
 
     # here: SMD-19's pre-training pairs, the ones `scjepa pretrain --dataset smd` makes
     python docs/notebook/gpu/pretrain_gpu.py pairs DATA_ROOT .gpu5/smd_pairs.npz
