@@ -2,9 +2,10 @@
 128 codes; up to 100 epochs) inside a GPU time budget (issue 20's remaining route).
 
 Not worth device time as it stands: on the CPU this model's code assignments go
-uniform and input-independent within 400 steps, with every loss weight and tau tried
-(results-notes.md, 2026-11-27, third session). `loss.variance=1.0` makes them depend
-on the window but leaves them soft: screen a fix on the CPU first.
+uniform and input-independent within 400 steps, with every tau and spec loss weight
+tried (results-notes.md, 2026-11-27, third session). The extra arguments
+`loss.variance=1.0 loss.diversity=0.1` make them depend on the window and sharper:
+screen that on the CPU first.
 
     # here: SMD-19's pre-training pairs, the ones `scjepa pretrain --dataset smd` makes
     python docs/notebook/gpu/pretrain_gpu.py pairs DATA_ROOT .gpu5/smd_pairs.npz
