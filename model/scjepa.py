@@ -113,8 +113,8 @@ class SCJEPA(nn.Module):
 
         Returns h, z (N, n, D); probs (N, n, K) with the codebook; x_hat (N, P, L)
         de-normalised (from the P patch tokens), x_hat_norm and x_norm (N, P, L) the
-        reconstruction and the window on the RevIN scale; fine (N, n, K|D) logits or latents,
-        z_hat (N, n, D); coarse (N, 1, K|D), z_hat_coarse (N, 1, D). n = P patches, plus
+        reconstruction and the window on the RevIN scale; fine (N, n, K|D) logits or
+        latents, z_hat (N, n, D); coarse (N, 1, K|D), z_hat_coarse (N, 1, D). n = P patches, plus
         the stats token with ``cfg.stats_token``.
         """
         h, patches, mean, std = self.encode(x)

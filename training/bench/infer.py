@@ -415,11 +415,10 @@ def parity(
     windows land on the other side of the alert threshold."""
     from service.manifest import MODEL_FILE
 
-    m = manifest
     rng = np.random.default_rng(1)
-    x = (rng.normal(size=(n, m["window"], len(m["channel_mask"]))) * 3 + 1).astype(
-        np.float32
-    )
+    x = (
+        rng.normal(size=(n, manifest["window"], len(manifest["channel_mask"]))) * 3 + 1
+    ).astype(np.float32)
     ref_sess = ort_session(artifact / MODEL_FILE, threads, ["CPUExecutionProvider"])
     ref = ref_sess.run(["risk"], {"window": x})[0].reshape(n)
     out: dict[str, dict[str, float]] = {}
@@ -429,7 +428,7 @@ def parity(
         ):
             got = fn(x)
             risk = np.asarray(got.risk if hasattr(got, "risk") else got[0]).reshape(n)
-            flips = (risk >= m["threshold"]) != (ref >= m["threshold"])
+            flips = (risk >= manifest["threshold"]) != (ref >= manifest["threshold"])
             out[name] = {
                 "max_abs_risk_diff": float(np.abs(risk - ref).max()),
                 "alert_flips": int(flips.sum()),

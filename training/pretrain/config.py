@@ -57,10 +57,9 @@ class LossConfig:
     code: bool = True  # False: no codebook losses (the bottleneck is kept)
 
     def __post_init__(self) -> None:
-        if self.rec_scale not in REC_SCALES:
-            raise ValueError(
-                f"rec_scale {self.rec_scale!r}: expected one of {', '.join(REC_SCALES)}"
-            )
+        assert self.rec_scale in REC_SCALES, (
+            f"rec_scale {self.rec_scale!r}: expected one of {', '.join(REC_SCALES)}"
+        )
 
 
 @dataclass
@@ -137,7 +136,7 @@ def from_dict(d: dict[str, Any], where: str = "config") -> TrainConfig:
     for name, cls in types.items():
         try:
             kwargs[name] = _section(cls, d.get(name) or {}, f"{where} [{name}]")
-        except (TypeError, ValueError, AssertionError) as e:
+        except (TypeError, AssertionError) as e:
             raise UserError(f"{where} [{name}]: {e}") from e
     return TrainConfig(**kwargs)
 

@@ -11,37 +11,28 @@ entropy E[H(p)] and usage entropy H(E[p]) against log K.
 """
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from model import SCJEPA, ModelConfig
+from model import SCJEPA
+from training.pretrain.config import load_config
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "gpu"))
+from pretrain_gpu import PAPER_SIZE, PRESET
 
 SIZES = {
-    "served (configs/improved.yaml)": {
-        "d_model": 64,
-        "n_layers": 2,
-        "n_heads": 4,
-        "n_codes": 64,
-        "pred_dim": 64,
-        "pred_layers": 1,
-    },
-    "paper": {
-        "d_model": 256,
-        "n_layers": 6,
-        "n_heads": 8,
-        "n_codes": 128,
-        "pred_dim": 128,
-        "pred_layers": 2,
-    },
+    f"served ({PRESET})": load_config(PRESET).model,
+    "paper": load_config(PRESET, PAPER_SIZE).model,
 }
 
 torch.set_num_threads(2)
 x = torch.from_numpy(np.load(sys.argv[1])["val"][:2048, 0].astype(np.float32))
 for name, size in SIZES.items():
     torch.manual_seed(0)
-    model = SCJEPA(ModelConfig(**size)).eval()
+    model = SCJEPA(size).eval()
     with torch.no_grad():
         out = model(x, predict=False)
     h = out["h"][:, 2]  # (N, D), the middle patch

@@ -4,16 +4,18 @@ the next window? (results-notes.md, 2026-11-27, third session)
     python docs/notebook/screens/pretraining_length.py smd untrained CKPT [CKPT ...]
 
 The downstream train / validation splits of `scjepa evaluate` (fold 0; the test split
-is not read). Per checkpoint (or `untrained`: the first checkpoint's model with fresh
-weights, seed 0): the spec's probe inputs (code probabilities, max over channels,
-P * K features) and SC-JEPA's own label-free scores of the window (surprise,
-reconstruction error); beside them the window statistics. Two probes (logistic
-regression, gradient-boosted trees), fitted on train, scored on validation: ROC AUC,
-PR AUC, onset AUC (windows that are normal themselves). The spec's MLP probe selects its epoch on validation, so it is not used
-here: scoring it on the split it stopped on would flatter it.
+is not read). Per checkpoint (or `untrained`: `scjepa evaluate`'s untrained twin of
+the last checkpoint named, seed 0): the spec's probe inputs (code probabilities, max
+over channels, P * K features) and SC-JEPA's own label-free scores of the window
+(surprise, reconstruction error); beside them the window statistics. Two probes
+(logistic regression, gradient-boosted trees), fitted on train, scored on validation:
+ROC AUC, PR AUC, onset AUC (windows that are normal themselves). The spec's MLP probe
+selects its epoch on validation, so it is not used here: scoring it on the split it
+stopped on would flatter it.
 """
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,10 +23,10 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from model import SCJEPA
 from training.data import downstream_splits, load_dataset
 from training.evaluate.encode import CodeFeatures
 from training.evaluate.features import channel_stats
+from training.evaluate.protocol import load_encoders
 from training.pretrain.checkpoint import load_checkpoint, load_model
 
 torch.set_num_threads(1)  # beside a pre-training run on a 2-core machine
@@ -64,9 +66,8 @@ str_, sva = stats(tr), stats(va)
 print(f"{'':44s} logistic: ROC / PR / onset AUC   trees: the same")
 print(f"{'window statistics alone':44s} {fit_score(str_, sva)}")
 for ck in args:
-    if ck == "untrained":
-        torch.manual_seed(0)
-        model, epoch = SCJEPA(load_model(args[-1]).cfg), 0
+    if ck == "untrained":  # scjepa evaluate's untrained twin of the last checkpoint
+        model, epoch = load_encoders(Path(args[-1]))[1], 0
     else:
         model, epoch = load_model(ck), load_checkpoint(ck)["epoch"]
     print(ck)
