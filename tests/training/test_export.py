@@ -234,20 +234,24 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         RECON_ROW,
         RECON_UNTRAINED_ROW,
         STATS_ROW,
+        probe_kind,
     )
 
     res = json.loads((artifact["probe"].parent / "results.json").read_text())
+    mlp = {"SC-JEPA probe", STATS_ROW, DET_ROW, DET_ONLY_ROW}
     assert set(res["rows"]) == {
         "SC-JEPA probe, untrained encoder",
-        "SC-JEPA probe",
-        STATS_ROW,
         RECON_ROW,
         RECON_UNTRAINED_ROW,
-        DET_ROW,
-        DET_ONLY_ROW,
         DET_ONLY_UNTRAINED_ROW,
+        *mlp,
+        *(f"{n} (trees)" for n in mlp),
         *ABLATIONS,
     }
+    # each row fitted the probe its name says
+    for name, row in res["rows"].items():
+        if "probe" in row and name != DET_ONLY_UNTRAINED_ROW:
+            assert row["probe"][0]["config"]["kind"] == probe_kind(name), name
     for row in (RECON_ROW, RECON_UNTRAINED_ROW):
         assert "brier" not in res["rows"][row]  # a score, not a calibrated risk
     # the floor is scored by another model: not a copy of the trained row's scores
@@ -565,7 +569,8 @@ def test_export_serves_the_validation_winner(
     leaderboard with non-test figures only."""
     results = artifact["probe"].parent
     board = json.loads((results / "results.json").read_text())["leaderboard"]
-    assert board["winner"] == board["rows"][0]["row"] and len(board["rows"]) == 4
+    # 4 candidates (the raw-feature ones are baselines, not run here), 2 probes each
+    assert board["winner"] == board["rows"][0]["row"] and len(board["rows"]) == 8
     assert board["cv"]["blocks"] == 4 and board["cv"]["events"] > 0
     kept = [e for e in board["rows"] if e["cv_stage"] == 2]
     assert board["rows"][0] in kept
@@ -615,6 +620,34 @@ def test_served_detector_probe(artifact: dict[str, Path], tmp_path: Path) -> Non
     # refused: a detector probe whose constants are gone
     probe.detectors = None
     assert probe.problem() is not None and "detectors' constants" in probe.problem()
+
+
+def test_served_tree_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
+    """A "(trees)" candidate exports to one graph (model/trees.py's gathers after the
+    same inputs) whose risk matches PyTorch, which is the evaluation's own."""
+    from training.evaluate.protocol import CANDIDATES, DET_ROW, candidate_file
+
+    name = f"{DET_ROW} (trees)"
+    path = (
+        artifact["probe"].parent / "candidates" / candidate_file(name, CANDIDATES[name])
+    )
+    probe = SavedProbe.load(path)
+    assert probe.kind == "trees" and probe.features == CANDIDATES[DET_ROW]
+    out = tmp_path / "art"
+    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(path)]
+    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
+    m = load_manifest(out)
+    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
+    served = build_served(load_model(artifact["ckpt"]), probe)
+    rng = np.random.default_rng(4)
+    x = (rng.normal(size=(17, 100, m.n_channels)) * 2 + 1).astype(np.float32)
+    run = ort.InferenceSession(
+        str(out / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    with torch.no_grad():
+        ref = served(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], ref, atol=1e-4)
+    assert ref.std() > 0  # the trees split these windows
 
 
 def test_leaderboard_ranks_on_validation_only() -> None:

@@ -8,7 +8,7 @@ windows (N, T, V) -> scores (N,), higher = more likely that the next window is a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -201,15 +201,15 @@ class ProbeScorer:
 
 
 def fit_feature_probe(
-    featurize: Callable[[np.ndarray], np.ndarray],
+    featurize: Callable[[np.ndarray], np.ndarray], kind: str | None = None
 ) -> Callable[[FitContext, int], Scorer]:
-    """The SC-JEPA probe (MLP, BCE, calibrated on val) on any featurizer's output."""
+    """The SC-JEPA probe (MLP, BCE, calibrated on val) on any featurizer's output;
+    ``kind`` ("mlp", "trees") overrides the protocol's probe kind."""
 
     def fit(ctx: FitContext, seed: int) -> Scorer:
         f_tr, f_va = featurize(ctx.train.x), featurize(ctx.val.x)
-        probe = Probe(f_tr.shape[1], ctx.probe, seed).fit(
-            f_tr, ctx.train.y, f_va, ctx.val.y
-        )
+        cfg = ctx.probe if kind is None else replace(ctx.probe, kind=kind)
+        probe = Probe(f_tr.shape[1], cfg, seed).fit(f_tr, ctx.train.y, f_va, ctx.val.y)
         return ProbeScorer(probe, featurize)
 
     return fit
@@ -233,8 +233,10 @@ def window_stats(normal: np.ndarray) -> WindowStatsFeatures:
     return WindowStatsFeatures(normal)
 
 
-def raw_feature_probe(ctx_normal: np.ndarray) -> Callable[[FitContext, int], Scorer]:
-    return fit_feature_probe(window_stats(ctx_normal))
+def raw_feature_probe(
+    ctx_normal: np.ndarray, kind: str | None = None
+) -> Callable[[FitContext, int], Scorer]:
+    return fit_feature_probe(window_stats(ctx_normal), kind)
 
 
 # -- TS2Vec: a peer representation learner, read by the same probe ---------------------

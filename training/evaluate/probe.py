@@ -3,6 +3,9 @@
 method.md: frozen online encoder + codebook -> p (V, P, K) -> variable-wise max over V
 -> flatten -> MLP -> s_hat = P(y_{t+1} = 1). The same probe runs on raw window features
 for the baseline rows. Early stopping and calibration use the validation split only.
+Beyond the spec, ``kind="trees"``: gradient-boosted trees on the same features, the
+same class weights, the number of trees stopped on validation loss and the same Platt
+calibration (model/trees.py runs them as tensor ops, in evaluation and in the graph).
 
 :class:`SavedProbe` is the probe `scjepa evaluate` hands to `scjepa export` (probe.pt).
 """
@@ -35,6 +38,14 @@ class ProbeConfig:
     select_on: str = "val_loss"  # or "val_auc"
     class_weight: bool = True  # BCE pos_weight = n_neg / n_pos on the train split
     calibration: str = "platt"  # "platt" | "none"
+    kind: str = "mlp"  # "mlp" (the spec's) | "trees" (gradient boosting)
+    max_trees: int = 200  # trees: boosting stages, stopped on validation loss
+    tree_lr: float = 0.05  # trees: shrinkage
+    max_leaves: int = 15  # trees: leaves per tree
+    subsample: float = 0.8  # trees: rows per stage (stochastic boosting; seeds differ)
+
+
+PROBE_KINDS = ("mlp", "trees")
 
 
 def build_probe_net(n_features: int, hidden: int, dropout: float) -> nn.Sequential:
@@ -67,6 +78,14 @@ class ProbeState(TypedDict):
     calibration: Calibration
 
 
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    """1 / (1 + exp(-z)) without exp's overflow warning for large negative z (SciPy
+    comes with scikit-learn)."""
+    from scipy.special import expit
+
+    return np.asarray(expit(z))
+
+
 class Platt:
     """sigmoid(a * logit + b), fitted by maximum likelihood on validation logits."""
 
@@ -93,18 +112,60 @@ class Platt:
         return self
 
     def __call__(self, logits: np.ndarray) -> np.ndarray:
-        return 1.0 / (1.0 + np.exp(-(self.a * logits + self.b)))
+        return sigmoid(self.a * logits + self.b)
+
+
+def trees_state(clf: Any, n_trees: int, x0: np.ndarray) -> dict[str, torch.Tensor]:
+    """A fitted scikit-learn GradientBoostingClassifier's first ``n_trees`` stages as
+    model/trees.py's TreeEnsemble state. ``x0`` (1, F): any row, to read the initial
+    raw score through the public API."""
+    import torch
+
+    lr = float(clf.learning_rate)
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("f", "t", "l", "r", "v")}
+    roots, offset, depth = [], 0, 0
+    for est in clf.estimators_[:n_trees, 0]:
+        t = est.tree_
+        leaf = t.children_left == -1
+        ids = np.arange(t.node_count) + offset
+        # scikit-learn compares float32 features with float64 thresholds; the
+        # largest float32 <= the threshold gives the same split in float32
+        th = t.threshold.astype(np.float32)
+        th = np.where(th > t.threshold, np.nextafter(th, np.float32(-np.inf)), th)
+        parts["f"].append(np.where(leaf, 0, t.feature))
+        parts["t"].append(np.where(leaf, 0, th).astype(np.float32))
+        parts["l"].append(np.where(leaf, ids, t.children_left + offset))
+        parts["r"].append(np.where(leaf, ids, t.children_right + offset))
+        parts["v"].append(np.where(leaf, lr * t.value[:, 0, 0], 0.0))
+        roots.append(offset)
+        depth, offset = max(depth, int(t.max_depth)), offset + t.node_count
+    every = sum(float(e.predict(x0)[0]) for e in clf.estimators_[:, 0])
+    bias = float(clf.decision_function(x0)[0]) - lr * every
+    cat = {k: np.concatenate(v) for k, v in parts.items()}
+    return {
+        "feature": torch.from_numpy(cat["f"].astype(np.int64)),
+        "threshold": torch.from_numpy(cat["t"]),
+        "left": torch.from_numpy(cat["l"].astype(np.int64)),
+        "right": torch.from_numpy(cat["r"].astype(np.int64)),
+        "value": torch.from_numpy(cat["v"].astype(np.float32)),
+        "roots": torch.tensor(roots, dtype=torch.long),
+        "depth": torch.tensor(depth, dtype=torch.long),
+        "bias": torch.tensor(bias, dtype=torch.float32),
+    }
 
 
 class Probe:
-    """MLP probe on precomputed features (N, F)."""
+    """MLP (or, with ``kind="trees"``, boosted-trees) probe on precomputed features
+    (N, F) float32."""
 
     def __init__(self, n_features: int, cfg: ProbeConfig, seed: int) -> None:
         import torch
 
+        if cfg.kind not in PROBE_KINDS:
+            raise UserError(f"probe kind {cfg.kind!r}: one of {', '.join(PROBE_KINDS)}")
         self.cfg, self.seed, self.n_features = cfg, seed, n_features
         torch.manual_seed(seed)
-        self.net = build_probe_net(n_features, cfg.hidden, cfg.dropout)
+        self.net: nn.Module = build_probe_net(n_features, cfg.hidden, cfg.dropout)
         self.calibrator: Platt | None = None
         self.history: list[dict[str, float]] = []
 
@@ -127,6 +188,8 @@ class Probe:
         pos_weight = torch.tensor(
             (len(y_tr) - n_pos) / n_pos if cfg.class_weight else 1.0
         )
+        if cfg.kind == "trees":
+            return self._fit_trees(f_tr, y_tr, f_va, y_va, float(pos_weight))
         opt = torch.optim.AdamW(
             self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -165,10 +228,51 @@ class Probe:
             self.calibrator = Platt().fit(self.logits(f_va), y_va)
         return self
 
+    def _fit_trees(
+        self,
+        f_tr: np.ndarray,
+        y_tr: np.ndarray,
+        f_va: np.ndarray,
+        y_va: np.ndarray,
+        pos_weight: float,
+    ) -> Probe:
+        from sklearn.ensemble import GradientBoostingClassifier
+
+        from model.trees import TreeEnsemble
+
+        cfg = self.cfg
+        clf = GradientBoostingClassifier(
+            n_estimators=cfg.max_trees,
+            learning_rate=cfg.tree_lr,
+            max_leaf_nodes=cfg.max_leaves,
+            max_depth=None,  # the leaf count bounds each tree
+            subsample=cfg.subsample,
+            random_state=self.seed,
+        )
+        clf.fit(f_tr, y_tr, sample_weight=np.where(y_tr == 1, pos_weight, 1.0))
+        best = np.inf
+        for n, raw in enumerate(clf.staged_decision_function(f_va)):
+            z = raw.ravel()  # (N, 1) -> (N,)
+            # the MLP's validation loss: BCE with the train split's class weight
+            loss = float(
+                np.mean(
+                    pos_weight * y_va * np.logaddexp(0.0, -z)
+                    + (1 - y_va) * np.logaddexp(0.0, z)
+                )
+            )
+            self.history.append({"epoch": n, "val_loss": loss})
+            if loss < best:
+                best, self.best_epoch = loss, n
+        state = trees_state(clf, self.best_epoch + 1, f_tr[:1])
+        self.net = TreeEnsemble.from_state(state)
+        if cfg.calibration == "platt":
+            self.calibrator = Platt().fit(self.logits(f_va), y_va)
+        return self
+
     def predict(self, f: np.ndarray) -> np.ndarray:
         """Calibrated P(next window anomalous)."""
         z = self.logits(f)
-        return self.calibrator(z) if self.calibrator else 1.0 / (1.0 + np.exp(-z))
+        return self.calibrator(z) if self.calibrator else sigmoid(z)
 
     def state(self) -> ProbeState:
         cal: Calibration = (
@@ -230,7 +334,7 @@ class SavedProbe:
     ``format_version``; :meth:`load` validates a file and reads the older dicts too.
     """
 
-    state_dict: dict[str, torch.Tensor]  # the MLP of build_probe_net
+    state_dict: dict[str, torch.Tensor]  # the MLP of build_probe_net, or the trees
     n_features: int  # P * K code features (+ N_STATS with "codes+stats")
     probe: ProbeState  # config (hidden, dropout, ...), seed, best epoch, calibration
     threshold: float  # on the calibrated risk, chosen on validation
@@ -258,8 +362,17 @@ class SavedProbe:
         cal = self.probe["calibration"]
         return (cal["a"], cal["b"]) if cal["method"] == "platt" else (1.0, 0.0)
 
-    def build_net(self) -> nn.Sequential:
-        """The probe's MLP with its fitted weights."""
+    @property
+    def kind(self) -> str:
+        """The probe kind, "mlp" or "trees" (files older than the tree probe: "mlp")."""
+        return str(self.probe["config"].get("kind", "mlp"))
+
+    def build_net(self) -> nn.Module:
+        """The probe (MLP, or model/trees.py's TreeEnsemble) with its fitted weights."""
+        if self.kind == "trees":
+            from model.trees import TreeEnsemble
+
+            return TreeEnsemble.from_state(self.state_dict)
         cfg = self.probe["config"]
         net = build_probe_net(self.n_features, cfg["hidden"], cfg["dropout"])
         net.load_state_dict(self.state_dict)
@@ -268,15 +381,30 @@ class SavedProbe:
     def problem(self) -> str | None:
         """What makes this probe unusable for export, or None."""
         cfg, cal = self.probe.get("config", {}), self.probe.get("calibration", {})
-        if not {"hidden", "dropout"} <= set(cfg):
-            return "its probe config has no hidden/dropout"
         if cal.get("method") not in ("platt", "none"):
             return f"unknown calibration {cal.get('method')!r}"
         if cal["method"] == "platt" and not {"a", "b"} <= set(cal):
             return "Platt calibration without a and b"
-        weight = self.state_dict.get("0.weight")
-        if weight is None or tuple(weight.shape) != (cfg["hidden"], self.n_features):
-            return f"its weights do not fit {self.n_features} features"
+        if self.kind not in PROBE_KINDS:
+            return f"unknown probe kind {self.kind!r}"
+        if self.kind == "trees":
+            from model.trees import TREE_KEYS
+
+            if not set(TREE_KEYS) <= set(self.state_dict):
+                return "its trees lack " + ", ".join(
+                    k for k in TREE_KEYS if k not in self.state_dict
+                )
+            if int(self.state_dict["feature"].max()) >= self.n_features:
+                return f"its trees read beyond {self.n_features} features"
+        elif not {"hidden", "dropout"} <= set(cfg):
+            return "its probe config has no hidden/dropout"
+        else:
+            weight = self.state_dict.get("0.weight")
+            if weight is None or tuple(weight.shape) != (
+                cfg["hidden"],
+                self.n_features,
+            ):
+                return f"its weights do not fit {self.n_features} features"
         if len(self.channels) != len(self.mask):
             return f"{len(self.channels)} channels but a mask of {len(self.mask)}"
         try:

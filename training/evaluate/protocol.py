@@ -23,7 +23,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -237,7 +237,8 @@ def baseline_methods(
         "kNN to train windows": fit_knn,
         "PCA reconstruction": fit_pca,
         "logistic, pooled stats": fit_logistic,
-        "raw-feature probe (MLP)": raw_feature_probe(normal),
+        RAW_ROW: raw_feature_probe(normal),
+        RAW_TREES_ROW: raw_feature_probe(normal, kind="trees"),
         "level / variance shift (training-free)": fit_level_shift,
         "k-means distance": fit_kmeans,
     }
@@ -621,7 +622,12 @@ def _cross_validate(
     t0 = time.time()
     oof = {
         n: [
-            out_of_fold(b, inputs[fd.fold][n], probe, range(cv.seeds))
+            out_of_fold(
+                b,
+                inputs[fd.fold][n],
+                replace(probe, kind=probe_kind(n)),
+                range(cv.seeds),
+            )
             for fd, b in zip(folds, blocks, strict=True)
         ]
         for n in names
@@ -737,24 +743,25 @@ def run(args: argparse.Namespace) -> int:
             codes = enc["SC-JEPA probe"]
             dets = DetectorScores(normal, folds[fold].train.x, codes)
             for name, features in (CANDIDATES | ABLATIONS).items():
-                if name in methods or name == RAW_ROW:
+                if name in methods or name in (RAW_ROW, RAW_TREES_ROW):
                     continue
                 own = {"surprise", "recon"} & set(feature_parts(features))
                 if own and not codes.has_codes:  # the codebook-free ablation
                     continue
                 f = ProbeInputs(features, codes, stats, dets)
                 inputs.setdefault(fold, {})[name] = f
-                methods[name] = fit_feature_probe(f)
+                methods[name] = fit_feature_probe(f, probe_kind(name))
             if codes.has_codes:  # the detector probe's floor: the untrained model's
                 # surprise and reconstruction error (kNN and PCA are the same)
                 codes0 = enc["SC-JEPA probe, untrained encoder"]
                 dets0 = DetectorScores(normal, folds[fold].train.x, codes0)
                 f0 = ProbeInputs(CANDIDATES[DET_ONLY_ROW], codes0, None, dets0)
                 methods[DET_ONLY_UNTRAINED_ROW] = fit_feature_probe(f0)
-            if RAW_ROW in methods:
-                inputs.setdefault(fold, {})[RAW_ROW] = ProbeInputs(
-                    "stats", None, stats, None
-                )
+            for raw in (RAW_ROW, RAW_TREES_ROW):
+                if raw in methods:
+                    inputs.setdefault(fold, {})[raw] = ProbeInputs(
+                        "stats", None, stats, None
+                    )
             inputs[fold]["SC-JEPA probe"] = ProbeInputs("codes", codes, None, None)
             inputs[fold][STATS_ROW] = ProbeInputs("codes+stats", codes, stats, None)
         return methods
@@ -822,7 +829,7 @@ def run(args: argparse.Namespace) -> int:
         for name in CANDIDATES:  # each candidate, to serve or compare explicitly
             if name in got and name in ev.fitted:
                 served_probe(ev, name, ckpt, ds, inputs=got[name]).save(
-                    args.out / "candidates" / f"{got[name].features}.pt"
+                    args.out / "candidates" / candidate_file(name, got[name].features)
                 )
     _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
     sys.stdout.write((args.out / "results.md").read_text())
@@ -832,26 +839,50 @@ def run(args: argparse.Namespace) -> int:
 
 STATS_ROW = "SC-JEPA probe + window stats (diagnostic)"
 RAW_ROW = "raw-feature probe (MLP)"
+RAW_TREES_ROW = "raw-feature probe (trees)"
 DET_ROW = "SC-JEPA probe + stats + detectors"
 DET_ONLY_ROW = "SC-JEPA probe on detector scores"
 DET_ONLY_UNTRAINED_ROW = "SC-JEPA probe on detector scores, untrained model"
 NO_SCJEPA = "(no SC-JEPA)"  # suffix of the ablation rows: not baselines to beat
 SERVED_PROBE = "probe-served.pt"
-# The served-model candidates (issue 20) and what each probe reads; the winner on
-# validation is served. Every candidate has the same probe (MLP, BCE, Platt).
-CANDIDATES = {
+# The served-model candidates (issue 20) and what each probe reads; the winner is
+# served. Each reads its inputs twice: with the spec's probe (MLP, BCE, Platt) and
+# with gradient-boosted trees (the same class weights, stopping and calibration;
+# training/evaluate/probe.py), the "(trees)" rows.
+_MLP_CANDIDATES = {
     "SC-JEPA probe": "codes",
     STATS_ROW: "codes+stats",
     DET_ROW: "codes+stats+knn+pca+surprise+recon",
     DET_ONLY_ROW: "knn+pca+surprise+recon",
     RAW_ROW: "stats",
 }
+_TREE_CANDIDATES = {
+    (RAW_TREES_ROW if n == RAW_ROW else f"{n} (trees)"): f
+    for n, f in _MLP_CANDIDATES.items()
+}
+CANDIDATES = _MLP_CANDIDATES | _TREE_CANDIDATES
 # Each candidate refitted without SC-JEPA's inputs (codes, surprise, recon), where
 # that leaves a probe that is not already a row ("codes+stats" -> "stats" is RAW_ROW).
+_TREE_ABLATIONS = {
+    f"trees on stats + kNN + PCA {NO_SCJEPA}": "stats+knn+pca",
+    f"trees on kNN + PCA {NO_SCJEPA}": "knn+pca",
+}
 ABLATIONS = {
     f"probe on stats + kNN + PCA {NO_SCJEPA}": "stats+knn+pca",
     f"probe on kNN + PCA {NO_SCJEPA}": "knn+pca",
-}
+} | _TREE_ABLATIONS
+
+
+def probe_kind(name: str) -> str:
+    """The probe a candidate or ablation row fits: "trees" or "mlp"."""
+    return "trees" if name in _TREE_CANDIDATES or name in _TREE_ABLATIONS else "mlp"
+
+
+def candidate_file(name: str, features: str) -> str:
+    """Its probe's file under candidates/: "stats.pt", "stats-trees.pt", ..."""
+    return f"{features}-trees.pt" if probe_kind(name) == "trees" else f"{features}.pt"
+
+
 CHOSEN_ON_VAL = (
     "validation only: warned-event rate at the false-alarm budget (mean over seeds), "
     "then PR AUC"
@@ -920,10 +951,12 @@ def leaderboard(
     ablation = None
     if winner is not None:
         rest = without_scjepa(CANDIDATES[winner])
-        by_features = {f: n for n, f in (CANDIDATES | ABLATIONS).items()}
+        by_inputs = {(f, probe_kind(n)): n for n, f in (CANDIDATES | ABLATIONS).items()}
         # (a winner reading no SC-JEPA input has no such refit: it is its own)
         ablation = (
-            by_features.get(rest) if rest and rest != CANDIDATES[winner] else None
+            by_inputs.get((rest, probe_kind(winner)))
+            if rest and rest != CANDIDATES[winner]
+            else None
         )
         if ablation not in rows:
             ablation = None

@@ -1,0 +1,101 @@
+"""The tree probe: scikit-learn's boosted trees as model/trees.py's tensor ops (the
+same scores, in evaluation and in the served graph), stopped and calibrated on
+validation like the MLP, saved and refused like the MLP's probe.pt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.ensemble import GradientBoostingClassifier
+
+from model.trees import TreeEnsemble
+from training.evaluate.probe import Probe, ProbeConfig, SavedProbe, trees_state
+
+
+def data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Features on a coarse grid (many rows sit exactly on a split value) and a
+    non-linear target."""
+    rng = np.random.default_rng(seed)
+    x = (np.round(rng.normal(size=(n, 5)) * 4) / 4 + 1e-3).astype(np.float32)
+    y = (x[:, 0] * x[:, 1] + np.abs(x[:, 2]) + rng.normal(size=n) > 1).astype(np.int8)
+    return x, y
+
+
+@pytest.mark.parametrize("stages", [1, 7, 60])
+def test_tensor_trees_equal_scikit_learn(stages: int) -> None:
+    x, y = data(600)
+    clf = GradientBoostingClassifier(
+        n_estimators=60, max_leaf_nodes=9, max_depth=None, subsample=0.8, random_state=1
+    ).fit(x[:400], y[:400], sample_weight=np.where(y[:400] == 1, 2.5, 1.0))
+    want = list(clf.staged_decision_function(x[400:]))[stages - 1].ravel()
+    trees = TreeEnsemble.from_state(trees_state(clf, stages, x[:1]))
+    with torch.no_grad():
+        got = trees(torch.from_numpy(x[400:])).squeeze(1).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # the float32 split rule: a row exactly at a threshold goes left, as in sklearn
+    t = clf.estimators_[0, 0].tree_
+    at = x[400:401].copy()
+    at[0, t.feature[0]] = np.float32(t.threshold[0])
+    with torch.no_grad():
+        got_at = trees(torch.from_numpy(at)).item()
+    want_at = list(clf.staged_decision_function(at))[stages - 1].item()
+    assert got_at == pytest.approx(want_at, abs=1e-5)
+
+
+def test_tree_probe_stops_and_calibrates_on_validation() -> None:
+    x, y = data(900)
+    cfg = ProbeConfig(kind="trees", max_trees=80)
+    probe = Probe(5, cfg, seed=0).fit(x[:500], y[:500], x[500:700], y[500:700])
+    losses = [h["val_loss"] for h in probe.history]
+    assert len(losses) == 80 and probe.best_epoch == int(np.argmin(losses))
+    assert len(probe.net.state_dict()["roots"]) == probe.best_epoch + 1
+    assert probe.calibrator is not None
+    risk = probe.predict(x[700:])
+    assert ((risk > 0) & (risk < 1)).all()
+    from sklearn.metrics import roc_auc_score
+
+    assert roc_auc_score(y[700:], risk) > 0.75  # it learned the target
+    # seeds differ (stochastic boosting), as the MLP's do
+    other = Probe(5, cfg, seed=1).fit(x[:500], y[:500], x[500:700], y[500:700])
+    assert not np.allclose(other.predict(x[700:]), risk)
+
+
+def test_saved_tree_probe_round_trips_and_is_checked(tmp_path: Path) -> None:
+    x, y = data(400)
+    probe = Probe(5, ProbeConfig(kind="trees", max_trees=20), seed=0)
+    probe.fit(x[:300], y[:300], x[300:], y[300:])
+    saved = SavedProbe(
+        state_dict=probe.net.state_dict(),
+        n_features=5,
+        probe=probe.state(),
+        threshold=0.5,
+        dataset="synthetic",
+        channels=["a"],
+        mask=[True],
+        metrics={},
+        features="stats",
+        stats_scale={"mean": [0.0] * 18, "std": [1.0] * 18},
+    )
+    back = SavedProbe.load(saved.save(tmp_path / "probe.pt"))
+    assert back.kind == "trees"
+    with torch.no_grad():
+        got = back.build_net()(torch.from_numpy(x)).squeeze(1).numpy()
+    np.testing.assert_allclose(got, probe.logits(x), atol=1e-6)
+    # refused: trees without their leaves, trees reading a feature the probe lacks
+    broken = dict(saved.state_dict)
+    del broken["value"]
+    saved.state_dict = broken
+    assert "lack value" in (saved.problem() or "")
+    saved.state_dict = probe.net.state_dict()
+    saved.n_features = int(saved.state_dict["feature"].max())
+    assert "beyond" in (saved.problem() or "")
+
+
+def test_unknown_probe_kind_is_refused() -> None:
+    from training.errors import UserError
+
+    with pytest.raises(UserError, match="probe kind 'forest'"):
+        Probe(5, ProbeConfig(kind="forest"), seed=0)
