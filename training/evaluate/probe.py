@@ -42,7 +42,9 @@ class ProbeConfig:
     max_trees: int = 200  # trees: boosting stages, stopped on validation loss
     tree_lr: float = 0.05  # trees: shrinkage
     max_leaves: int = 15  # trees: leaves per tree
-    subsample: float = 0.8  # trees: rows per stage (stochastic boosting; seeds differ)
+    max_features: float = (
+        1.0  # trees: share of features drawn per split (< 1: seeds differ)
+    )
 
 
 PROBE_KINDS = ("mlp", "trees")
@@ -115,32 +117,31 @@ class Platt:
         return sigmoid(self.a * logits + self.b)
 
 
-def trees_state(clf: Any, n_trees: int, x0: np.ndarray) -> dict[str, torch.Tensor]:
-    """A fitted scikit-learn GradientBoostingClassifier's first ``n_trees`` stages as
-    model/trees.py's TreeEnsemble state. ``x0`` (1, F): any row, to read the initial
-    raw score through the public API."""
+def trees_state(clf: Any, n_trees: int) -> dict[str, torch.Tensor]:
+    """A fitted scikit-learn HistGradientBoostingClassifier's first ``n_trees``
+    stages as model/trees.py's TreeEnsemble state. Reads its tree predictors
+    (``_predictors``, ``_baseline_prediction``: not public API; the parity tests of
+    tests/training/evaluate/test_trees.py fail if a release changes them)."""
     import torch
 
-    lr = float(clf.learning_rate)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("f", "t", "l", "r", "v")}
     roots, offset, depth = [], 0, 0
-    for est in clf.estimators_[:n_trees, 0]:
-        t = est.tree_
-        leaf = t.children_left == -1
-        ids = np.arange(t.node_count) + offset
-        # scikit-learn compares float32 features with float64 thresholds; the
-        # largest float32 <= the threshold gives the same split in float32
-        th = t.threshold.astype(np.float32)
-        th = np.where(th > t.threshold, np.nextafter(th, np.float32(-np.inf)), th)
-        parts["f"].append(np.where(leaf, 0, t.feature))
+    for (tree,) in clf._predictors[:n_trees]:
+        nodes = tree.nodes
+        leaf = nodes["is_leaf"].astype(bool)
+        ids = np.arange(len(nodes)) + offset
+        # scikit-learn compares features as float64 with float64 thresholds; for
+        # float32 features the largest float32 <= the threshold splits the same
+        t64 = nodes["num_threshold"]
+        th = t64.astype(np.float32)
+        th = np.where(th > t64, np.nextafter(th, np.float32(-np.inf)), th)
+        parts["f"].append(np.where(leaf, 0, nodes["feature_idx"]))
         parts["t"].append(np.where(leaf, 0, th).astype(np.float32))
-        parts["l"].append(np.where(leaf, ids, t.children_left + offset))
-        parts["r"].append(np.where(leaf, ids, t.children_right + offset))
-        parts["v"].append(np.where(leaf, lr * t.value[:, 0, 0], 0.0))
+        parts["l"].append(np.where(leaf, ids, nodes["left"] + offset))
+        parts["r"].append(np.where(leaf, ids, nodes["right"] + offset))
+        parts["v"].append(np.where(leaf, nodes["value"], 0.0))  # shrinkage included
         roots.append(offset)
-        depth, offset = max(depth, int(t.max_depth)), offset + t.node_count
-    every = sum(float(e.predict(x0)[0]) for e in clf.estimators_[:, 0])
-    bias = float(clf.decision_function(x0)[0]) - lr * every
+        depth, offset = max(depth, int(nodes["depth"].max())), offset + len(nodes)
     cat = {k: np.concatenate(v) for k, v in parts.items()}
     return {
         "feature": torch.from_numpy(cat["f"].astype(np.int64)),
@@ -150,7 +151,7 @@ def trees_state(clf: Any, n_trees: int, x0: np.ndarray) -> dict[str, torch.Tenso
         "value": torch.from_numpy(cat["v"].astype(np.float32)),
         "roots": torch.tensor(roots, dtype=torch.long),
         "depth": torch.tensor(depth, dtype=torch.long),
-        "bias": torch.tensor(bias, dtype=torch.float32),
+        "bias": torch.tensor(float(clf._baseline_prediction.ravel()[0])),
     }
 
 
@@ -236,17 +237,17 @@ class Probe:
         y_va: np.ndarray,
         pos_weight: float,
     ) -> Probe:
-        from sklearn.ensemble import GradientBoostingClassifier
+        from sklearn.ensemble import HistGradientBoostingClassifier
 
         from model.trees import TreeEnsemble
 
         cfg = self.cfg
-        clf = GradientBoostingClassifier(
-            n_estimators=cfg.max_trees,
+        clf = HistGradientBoostingClassifier(
+            max_iter=cfg.max_trees,
             learning_rate=cfg.tree_lr,
             max_leaf_nodes=cfg.max_leaves,
-            max_depth=None,  # the leaf count bounds each tree
-            subsample=cfg.subsample,
+            max_features=cfg.max_features,
+            early_stopping=False,  # stopped below, on the validation split
             random_state=self.seed,
         )
         clf.fit(f_tr, y_tr, sample_weight=np.where(y_tr == 1, pos_weight, 1.0))
@@ -263,7 +264,7 @@ class Probe:
             self.history.append({"epoch": n, "val_loss": loss})
             if loss < best:
                 best, self.best_epoch = loss, n
-        state = trees_state(clf, self.best_epoch + 1, f_tr[:1])
+        state = trees_state(clf, self.best_epoch + 1)
         self.net = TreeEnsemble.from_state(state)
         if cfg.calibration == "platt":
             self.calibrator = Platt().fit(self.logits(f_va), y_va)
