@@ -170,6 +170,7 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     text = doc.read_text()
     assert text.index("The codebook collapsed.") < text.index("### SYNTHETIC")
     assert "always-positive" in text and "raw-feature probe (MLP)" in text
+    assert "(trees)" not in text  # the tree probes are opt-in (--tree-probes)
     assert "| TS2Vec + same probe |" in text
     assert text.startswith("# Results: anomaly prediction")
     assert (
