@@ -4,8 +4,9 @@
 Not worth device time as it stands: on the CPU this model's code assignments go
 uniform and input-independent within 400 steps, with every tau and spec loss weight
 tried (results-notes.md, 2026-11-27, third session). The extra arguments
-`loss.variance=1.0 loss.diversity=0.1` make them depend on the window and sharper:
-screen that on the CPU first.
+`loss.variance=1.0 loss.diversity=0.1` make them depend on the window and sharper,
+but after one SMD-19 epoch their probe screens below the served size's and below its
+own untrained twin (fourth session): no setting found so far earns the GPU run.
 
     # here: SMD-19's pre-training pairs, the ones `scjepa pretrain --dataset smd` makes
     python docs/notebook/gpu/pretrain_gpu.py pairs DATA_ROOT .gpu5/smd_pairs.npz
