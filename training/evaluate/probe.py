@@ -3,9 +3,10 @@
 method.md: frozen online encoder + codebook -> p (V, P, K) -> variable-wise max over V
 -> flatten -> MLP -> s_hat = P(y_{t+1} = 1). The same probe runs on raw window features
 for the baseline rows. Early stopping and calibration use the validation split only.
-Beyond the spec, ``kind="trees"``: gradient-boosted trees on the same features, the
-same class weights, the number of trees stopped on validation loss and the same Platt
-calibration (model/trees.py runs them as tensor ops, in evaluation and in the graph).
+Beyond the spec, ``kind="trees"``: gradient-boosted trees on the same features, by
+default all 200 stages and no class weights (``tree_select_on``,
+``tree_class_weight``), the same Platt calibration on validation (model/trees.py runs
+them as tensor ops, in evaluation and in the graph).
 
 :class:`SavedProbe` is the probe `scjepa evaluate` hands to `scjepa export` (probe.pt).
 """
@@ -39,12 +40,16 @@ class ProbeConfig:
     class_weight: bool = True  # BCE pos_weight = n_neg / n_pos on the train split
     calibration: str = "platt"  # "platt" | "none"
     kind: str = "mlp"  # "mlp" (the spec's) | "trees" (gradient boosting)
-    max_trees: int = 200  # trees: boosting stages, stopped on validation loss
+    max_trees: int = 200  # trees: boosting stages
     tree_lr: float = 0.05  # trees: shrinkage
     max_leaves: int = 15  # trees: leaves per tree
-    max_features: float = (
-        1.0  # trees: share of features drawn per split (< 1: seeds differ)
-    )
+    max_features: float = 1.0  # trees: share drawn per split (< 1: seeds differ)
+    # trees: how many stages to keep ("none": all max_trees, validation only
+    # calibrates; or "val_loss" / "val_auc" as the MLP's select_on) and whether to
+    # weight the classes. Out of fold, stopping and class weights both cost the trees
+    # ranking (results-notes.md, 2026-11-27, fourth session)
+    tree_select_on: str = "none"
+    tree_class_weight: bool = False
 
 
 PROBE_KINDS = ("mlp", "trees")
@@ -164,6 +169,10 @@ class Probe:
 
         if cfg.kind not in PROBE_KINDS:
             raise UserError(f"probe kind {cfg.kind!r}: one of {', '.join(PROBE_KINDS)}")
+        if cfg.tree_select_on not in ("none", "val_loss", "val_auc"):
+            raise UserError(
+                f"tree_select_on {cfg.tree_select_on!r}: none, val_loss or val_auc"
+            )
         self.cfg, self.seed, self.n_features = cfg, seed, n_features
         torch.manual_seed(seed)
         self.net: nn.Module = build_probe_net(n_features, cfg.hidden, cfg.dropout)
@@ -190,7 +199,8 @@ class Probe:
             (len(y_tr) - n_pos) / n_pos if cfg.class_weight else 1.0
         )
         if cfg.kind == "trees":
-            return self._fit_trees(f_tr, y_tr, f_va, y_va, float(pos_weight))
+            w = (len(y_tr) - n_pos) / n_pos if cfg.tree_class_weight else 1.0
+            return self._fit_trees(f_tr, y_tr, f_va, y_va, float(np.float32(w)))
         opt = torch.optim.AdamW(
             self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -247,11 +257,11 @@ class Probe:
             learning_rate=cfg.tree_lr,
             max_leaf_nodes=cfg.max_leaves,
             max_features=cfg.max_features,
-            early_stopping=False,  # stopped below, on the validation split
+            early_stopping=False,  # tree_select_on, below
             random_state=self.seed,
         )
         clf.fit(f_tr, y_tr, sample_weight=np.where(y_tr == 1, pos_weight, 1.0))
-        best = np.inf
+        best = -np.inf
         for n, raw in enumerate(clf.staged_decision_function(f_va)):
             z = raw.ravel()  # (N, 1) -> (N,)
             # the MLP's validation loss: BCE with the train split's class weight
@@ -262,8 +272,14 @@ class Probe:
                 )
             )
             self.history.append({"epoch": n, "val_loss": loss})
-            if loss < best:
-                best, self.best_epoch = loss, n
+            if cfg.tree_select_on == "none":
+                score = float(n)  # every stage kept
+            elif cfg.tree_select_on == "val_loss":
+                score = -loss
+            else:
+                score = roc_auc(y_va, z)
+            if score > best:
+                best, self.best_epoch = score, n
         state = trees_state(clf, self.best_epoch + 1)
         self.net = TreeEnsemble.from_state(state)
         if cfg.calibration == "platt":

@@ -578,7 +578,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also fit every served-model candidate and the raw-feature probe with "
         "gradient-boosted trees (the '(trees)' rows, candidates to serve too); off by "
-        "default: as configured they stop after a few trees on SMD-19 "
+        "default until validated on every data set "
         "(docs/notebook/results-notes.md, 2026-11-27, fourth session)",
     )
     p.add_argument(

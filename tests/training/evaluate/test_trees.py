@@ -50,9 +50,12 @@ def test_tree_probe_stops_and_calibrates_on_validation() -> None:
     x, y = data(900)
     cfg = ProbeConfig(kind="trees", max_trees=80)
     probe = Probe(5, cfg, seed=0).fit(x[:500], y[:500], x[500:700], y[500:700])
-    losses = [h["val_loss"] for h in probe.history]
-    assert len(losses) == 80 and probe.best_epoch == int(np.argmin(losses))
-    assert len(probe.net.state_dict()["roots"]) == probe.best_epoch + 1
+    assert len(probe.net.state_dict()["roots"]) == 80  # by default every stage
+    stop = ProbeConfig(kind="trees", max_trees=80, tree_select_on="val_loss")
+    stopped = Probe(5, stop, seed=0).fit(x[:500], y[:500], x[500:700], y[500:700])
+    losses = [h["val_loss"] for h in stopped.history]
+    assert len(losses) == 80 and stopped.best_epoch == int(np.argmin(losses))
+    assert len(stopped.net.state_dict()["roots"]) == stopped.best_epoch + 1 < 80
     assert probe.calibrator is not None
     risk = probe.predict(x[700:])
     assert ((risk > 0) & (risk < 1)).all()
@@ -68,6 +71,26 @@ def test_tree_probe_stops_and_calibrates_on_validation() -> None:
         for seed in (0, 1)
     )
     assert not np.allclose(a.predict(x[700:]), b.predict(x[700:]))
+
+
+def test_tree_count_follows_select_on() -> None:
+    """tree_select_on="val_auc" (with class weights) stops the trees where validation
+    ROC AUC peaks, as select_on stops the MLP's epochs."""
+    from training.evaluate.metrics import roc_auc
+
+    x, y = data(700)
+    cfg = ProbeConfig(
+        kind="trees", max_trees=40, tree_select_on="val_auc", tree_class_weight=True
+    )
+    probe = Probe(5, cfg, seed=0).fit(x[:400], y[:400], x[400:], y[400:])
+    from sklearn.ensemble import HistGradientBoostingClassifier as H
+
+    clf = H(max_iter=40, learning_rate=0.05, max_leaf_nodes=15, early_stopping=False)
+    n_pos = float(y[:400].sum())
+    w = float(np.float32((400 - n_pos) / n_pos))  # the probe's float32 class weight
+    clf.fit(x[:400], y[:400], sample_weight=np.where(y[:400] == 1, w, 1.0))
+    aucs = [roc_auc(y[400:], z.ravel()) for z in clf.staged_decision_function(x[400:])]
+    assert probe.best_epoch == int(np.argmax(aucs))
 
 
 def test_saved_tree_probe_round_trips_and_is_checked(tmp_path: Path) -> None:
@@ -106,3 +129,5 @@ def test_unknown_probe_kind_is_refused() -> None:
 
     with pytest.raises(UserError, match="probe kind 'forest'"):
         Probe(5, ProbeConfig(kind="forest"), seed=0)
+    with pytest.raises(UserError, match="tree_select_on 'auc'"):
+        Probe(5, ProbeConfig(kind="trees", tree_select_on="auc"), seed=0)
