@@ -593,6 +593,28 @@ def test_export_serves_the_validation_winner(
     assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
 
 
+def _export_and_compare(
+    artifact: dict[str, Path], path: Path, out: Path, seed: int, n: int
+) -> np.ndarray:
+    """Export the probe at ``path``; its ONNX risk on n random windows must match the
+    PyTorch graph's (the evaluation's modules). Returns that risk."""
+    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(path)]
+    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
+    m = load_manifest(out)
+    assert m.probe_features == SavedProbe.load(path).features
+    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
+    served = build_served(load_model(artifact["ckpt"]), SavedProbe.load(path))
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(n, 100, m.n_channels)) * 2 + 1).astype(np.float32)
+    run = ort.InferenceSession(
+        str(out / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    with torch.no_grad():
+        ref = served(torch.from_numpy(x))[0].numpy()
+    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], ref, atol=1e-4)
+    return ref
+
+
 def test_served_detector_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
     """The candidate reading codes, statistics and the four detector scores exports to
     one graph (kNN bank, PCA basis and SC-JEPA's surprise inside) whose risk matches
@@ -603,21 +625,7 @@ def test_served_detector_probe(artifact: dict[str, Path], tmp_path: Path) -> Non
     path = artifact["probe"].parent / "candidates" / f"{features}.pt"
     probe = SavedProbe.load(path)
     assert probe.features == features and probe.n_features == 5 * 16 + 18 + 4
-    out = tmp_path / "art"
-    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(path)]
-    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
-    m = load_manifest(out)
-    assert m.probe_features == features
-    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
-    served = build_served(load_model(artifact["ckpt"]), probe)
-    rng = np.random.default_rng(3)
-    x = (rng.normal(size=(33, 100, m.n_channels)) * 2 + 1).astype(np.float32)
-    run = ort.InferenceSession(
-        str(out / "model.onnx"), providers=["CPUExecutionProvider"]
-    )
-    with torch.no_grad():
-        ref = served(torch.from_numpy(x))[0].numpy()
-    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], ref, atol=1e-4)
+    _export_and_compare(artifact, path, tmp_path / "art", seed=3, n=33)
     # refused: a detector probe whose constants are gone
     probe.detectors = None
     assert probe.problem() is not None and "detectors' constants" in probe.problem()
@@ -634,20 +642,9 @@ def test_served_tree_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
     )
     probe = SavedProbe.load(path)
     assert probe.kind == "trees" and probe.features == CANDIDATES[DET_ROW]
-    out = tmp_path / "art"
-    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(path)]
-    assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
-    m = load_manifest(out)
-    assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
-    served = build_served(load_model(artifact["ckpt"]), probe)
-    rng = np.random.default_rng(4)
-    x = (rng.normal(size=(17, 100, m.n_channels)) * 2 + 1).astype(np.float32)
-    run = ort.InferenceSession(
-        str(out / "model.onnx"), providers=["CPUExecutionProvider"]
-    )
-    with torch.no_grad():
-        ref = served(torch.from_numpy(x))[0].numpy()
-    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], ref, atol=1e-4)
+    # all 200 stages kept by default (tree_select_on="none")
+    assert len(probe.state_dict["roots"]) == probe.probe["config"]["max_trees"]
+    ref = _export_and_compare(artifact, path, tmp_path / "art", seed=4, n=17)
     assert ref.std() > 0  # the trees split these windows
 
 

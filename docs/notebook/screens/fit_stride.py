@@ -17,14 +17,11 @@ on validation, which flatters it, equally at every stride.
 
 import sys
 
+import _screen as screen
 import numpy as np
 import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 from training.data import downstream_splits, load_dataset
-from training.data.windows import cut_windows
 from training.evaluate.baselines import FitContext, fit_knn, fit_pca
 from training.evaluate.encode import CodeFeatures
 from training.evaluate.features import channel_stats
@@ -36,9 +33,7 @@ name = sys.argv[1]
 ds = load_dataset(name)
 va = downstream_splits(ds)["val"]
 on = va.cur == 0
-normal = np.concatenate(
-    [cut_windows(e.train[:, ds.mask], 100) for e in ds.entities if len(e.train) >= 100]
-).astype(np.float32)
+normal = screen.official_train_windows(ds)
 mlp = "mlp" in sys.argv[2:]
 ckpt = [a for a in sys.argv[2:] if a != "mlp"]
 codes = CodeFeatures(load_model(ckpt[0]), 256) if ckpt else None
@@ -54,10 +49,7 @@ def features(s, knn, pca):
 
 
 def aucs(p: np.ndarray) -> str:
-    return (
-        f"{roc_auc_score(va.y, p):.3f} / {average_precision_score(va.y, p):.3f}"
-        f" / {roc_auc_score(va.y[on], p[on]):.3f}"
-    )
+    return screen.aucs(va.y, on, p)
 
 
 print(
@@ -71,17 +63,9 @@ for stride in (100, 20, 10):
     ftr, fva = features(tr, knn, pca), features(va, knn, pca)
     for label in ftr:
         xtr, xva = ftr[label], fva[label]
-        mu, sd = xtr.mean(0), xtr.std(0) + 1e-9
-        row = []
-        for probe in (
-            LogisticRegression(max_iter=3000, C=0.1),
-            HistGradientBoostingClassifier(
-                max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=0
-            ),
-        ):
-            p = probe.fit((xtr - mu) / sd, tr.y).predict_proba((xva - mu) / sd)[:, 1]
-            row.append(aucs(p))
+        row = [screen.fit_score(xtr, tr.y, xva, va.y, on)]
         if mlp:
+            mu, sd = xtr.mean(0), xtr.std(0) + 1e-9
             xs = ((xtr - mu) / sd).astype(np.float32)
             vs = ((xva - mu) / sd).astype(np.float32)
             p = np.mean(

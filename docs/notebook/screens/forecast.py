@@ -25,14 +25,11 @@ alone (no fit): their own ROC / PR / onset AUC on validation.
 
 import sys
 
+import _screen as screen
 import numpy as np
 import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import average_precision_score, roc_auc_score
 
 from training.data import downstream_splits, load_dataset
-from training.data.windows import cut_windows
 from training.evaluate.baselines import FitContext, fit_knn, fit_pca
 from training.evaluate.protocol import load_encoders
 from training.pretrain.checkpoint import load_model
@@ -81,9 +78,7 @@ def own(e: dict[str, np.ndarray]) -> np.ndarray:
 
 
 otr, ova = own(etr), own(eva)
-normal = np.concatenate(
-    [cut_windows(e.train[:, ds.mask], 100) for e in ds.entities if len(e.train) >= 100]
-).astype(np.float32)
+normal = screen.official_train_windows(ds)
 ctx = FitContext(tr, va, normal, None)  # type: ignore[arg-type]
 knn, pca = fit_knn(ctx, 0), fit_pca(ctx, 0)
 
@@ -96,24 +91,11 @@ dtr, dva = det(tr), det(va)
 
 
 def aucs(p: np.ndarray) -> str:
-    return (
-        f"{roc_auc_score(va.y, p):.3f} / {average_precision_score(va.y, p):.3f}"
-        f" / {roc_auc_score(va.y[on], p[on]):.3f}"
-    )
+    return screen.aucs(va.y, on, p)
 
 
 def fit_score(xtr, xva):
-    mu, sd = xtr.mean(0), xtr.std(0) + 1e-9
-    out = []
-    for probe in (
-        LogisticRegression(max_iter=3000, C=0.1),
-        HistGradientBoostingClassifier(
-            max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=0
-        ),
-    ):
-        p = probe.fit((xtr - mu) / sd, tr.y).predict_proba((xva - mu) / sd)[:, 1]
-        out.append(aucs(p))
-    return "   ".join(out)
+    return screen.fit_score(xtr, tr.y, xva, va.y, on)
 
 
 print("label-free, alone: ROC / PR / onset AUC on validation")

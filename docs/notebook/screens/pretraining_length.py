@@ -19,9 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import average_precision_score, roc_auc_score
+from _screen import fit_score as fit_and_score
 
 from training.data import downstream_splits, load_dataset
 from training.evaluate.encode import CodeFeatures
@@ -46,20 +44,7 @@ def stats(s):
 
 
 def fit_score(xtr, xva):
-    mu, sd = xtr.mean(0), xtr.std(0) + 1e-9
-    out = []
-    for probe in (
-        LogisticRegression(max_iter=3000, C=0.1),
-        HistGradientBoostingClassifier(
-            max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=0
-        ),
-    ):
-        p = probe.fit((xtr - mu) / sd, tr.y).predict_proba((xva - mu) / sd)[:, 1]
-        out.append(
-            f"{roc_auc_score(va.y, p):.3f} / {average_precision_score(va.y, p):.3f}"
-            f" / {roc_auc_score(va.y[on], p[on]):.3f}"
-        )
-    return "   ".join(out)
+    return fit_and_score(xtr, tr.y, xva, va.y, on)
 
 
 str_, sva = stats(tr), stats(va)
