@@ -264,7 +264,7 @@ class Probe:
         best = -np.inf
         for n, raw in enumerate(clf.staged_decision_function(f_va)):
             z = raw.ravel()  # (N, 1) -> (N,)
-            # the MLP's validation loss: BCE with the train split's class weight
+            # validation BCE (with the class weight, if the trees use one)
             loss = float(
                 np.mean(
                     pos_weight * y_va * np.logaddexp(0.0, -z)

@@ -863,8 +863,8 @@ NO_SCJEPA = "(no SC-JEPA)"  # suffix of the ablation rows: not baselines to beat
 SERVED_PROBE = "probe-served.pt"
 # The served-model candidates (issue 20) and what each probe reads; the winner is
 # served. Each reads its inputs with the spec's probe (MLP, BCE, Platt) and, with
-# `--tree-probes`, with gradient-boosted trees too (the same class weights, stopping
-# and calibration; training/evaluate/probe.py), the "(trees)" rows.
+# `--tree-probes`, with gradient-boosted trees too (their own stopping and class
+# weights, the same calibration; training/evaluate/probe.py), the "(trees)" rows.
 _MLP_CANDIDATES = {
     "SC-JEPA probe": "codes",
     STATS_ROW: "codes+stats",
