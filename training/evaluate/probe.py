@@ -175,7 +175,9 @@ class Probe:
             )
         self.cfg, self.seed, self.n_features = cfg, seed, n_features
         torch.manual_seed(seed)
-        self.net: nn.Module = build_probe_net(n_features, cfg.hidden, cfg.dropout)
+        self.net: nn.Module  # the trees' module is built by fit
+        if cfg.kind == "mlp":
+            self.net = build_probe_net(n_features, cfg.hidden, cfg.dropout)
         self.calibrator: Platt | None = None
         self.history: list[dict[str, float]] = []
 
@@ -189,18 +191,33 @@ class Probe:
     def fit(
         self, f_tr: np.ndarray, y_tr: np.ndarray, f_va: np.ndarray, y_va: np.ndarray
     ) -> Probe:
+        """Fit on train, stop and calibrate on validation."""
+        cfg = self.cfg
+        n_pos = max(float(y_tr.sum()), 1.0)
+        ratio = (len(y_tr) - n_pos) / n_pos  # the class weight n_neg / n_pos
+        if cfg.kind == "trees":
+            w = float(np.float32(ratio if cfg.tree_class_weight else 1.0))
+            self._fit_trees(f_tr, y_tr, f_va, y_va, w)
+        else:
+            self._fit_mlp(f_tr, y_tr, f_va, y_va, ratio if cfg.class_weight else 1.0)
+        if cfg.calibration == "platt":
+            self.calibrator = Platt().fit(self.logits(f_va), y_va)
+        return self
+
+    def _fit_mlp(
+        self,
+        f_tr: np.ndarray,
+        y_tr: np.ndarray,
+        f_va: np.ndarray,
+        y_va: np.ndarray,
+        weight: float,
+    ) -> None:
         import torch
         from torch import nn
 
         cfg = self.cfg
         x, t = torch.from_numpy(f_tr), torch.from_numpy(y_tr.astype(np.float32))
-        n_pos = max(float(y_tr.sum()), 1.0)
-        pos_weight = torch.tensor(
-            (len(y_tr) - n_pos) / n_pos if cfg.class_weight else 1.0
-        )
-        if cfg.kind == "trees":
-            w = (len(y_tr) - n_pos) / n_pos if cfg.tree_class_weight else 1.0
-            return self._fit_trees(f_tr, y_tr, f_va, y_va, float(np.float32(w)))
+        pos_weight = torch.tensor(weight)
         opt = torch.optim.AdamW(
             self.net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -235,9 +252,6 @@ class Probe:
             elif (waited := waited + 1) >= cfg.patience:
                 break
         self.net.load_state_dict(best_state)
-        if cfg.calibration == "platt":
-            self.calibrator = Platt().fit(self.logits(f_va), y_va)
-        return self
 
     def _fit_trees(
         self,
@@ -246,7 +260,7 @@ class Probe:
         f_va: np.ndarray,
         y_va: np.ndarray,
         pos_weight: float,
-    ) -> Probe:
+    ) -> None:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         from model.trees import TreeEnsemble
@@ -280,11 +294,7 @@ class Probe:
                 score = roc_auc(y_va, z)
             if score > best:
                 best, self.best_epoch = score, n
-        state = trees_state(clf, self.best_epoch + 1)
-        self.net = TreeEnsemble.from_state(state)
-        if cfg.calibration == "platt":
-            self.calibrator = Platt().fit(self.logits(f_va), y_va)
-        return self
+        self.net = TreeEnsemble.from_state(trees_state(clf, self.best_epoch + 1))
 
     def predict(self, f: np.ndarray) -> np.ndarray:
         """Calibrated P(next window anomalous)."""

@@ -658,6 +658,11 @@ def _probe_config(pairs: list[str]) -> ProbeConfig:
         key, _, value = kv.partition("=")
         if not hasattr(cfg, key):
             raise UserError(f"--probe {kv}: unknown probe setting {key!r}")
+        if key == "kind":  # each row names its probe; a global kind would mislabel them
+            raise UserError(
+                f"--probe {kv}: the probe kind is each row's own (--tree-probes adds "
+                "the trees rows)"
+            )
         setattr(
             cfg,
             key,

@@ -1,13 +1,15 @@
 """What the screens share: the official train windows (the label-free detectors'
-reference) and the two probes every screen fits on train and scores on validation."""
+reference), the kNN and PCA baselines' scores, and the two probes every screen fits on
+train and scores on validation."""
 
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from training.data import Dataset
+from training.data import Dataset, Samples
 from training.data.windows import cut_windows
+from training.evaluate.baselines import FitContext, fit_knn, fit_pca
 
 
 def official_train_windows(ds: Dataset) -> np.ndarray:
@@ -19,6 +21,28 @@ def official_train_windows(ds: Dataset) -> np.ndarray:
             if len(e.train) >= 100
         ]
     ).astype(np.float32)
+
+
+def detector_scores(normal: np.ndarray):
+    """Samples -> (N, 2): log kNN distance and log PCA error of each window, the
+    baselines fitted on ``normal`` as `scjepa evaluate` fits them."""
+    ctx = FitContext(None, None, normal, None)  # type: ignore[arg-type]
+    knn, pca = fit_knn(ctx, 0), fit_pca(ctx, 0)
+
+    def score(s: Samples) -> np.ndarray:
+        return np.c_[np.log1p(knn(s.x)), np.log(pca(s.x) + 1e-8)]
+
+    return score
+
+
+def sklearn_probes():
+    """Logistic regression and gradient-boosted trees, unfitted."""
+    return (
+        LogisticRegression(max_iter=3000, C=0.1),
+        HistGradientBoostingClassifier(
+            max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=0
+        ),
+    )
 
 
 def aucs(y: np.ndarray, onset: np.ndarray, p: np.ndarray) -> str:
@@ -34,12 +58,7 @@ def fit_score(xtr, ytr, xva, yva, onset) -> str:
     scored on validation by :func:`aucs`."""
     mu, sd = xtr.mean(0), xtr.std(0) + 1e-9
     out = []
-    for probe in (
-        LogisticRegression(max_iter=3000, C=0.1),
-        HistGradientBoostingClassifier(
-            max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=0
-        ),
-    ):
+    for probe in sklearn_probes():
         p = probe.fit((xtr - mu) / sd, ytr).predict_proba((xva - mu) / sd)[:, 1]
         out.append(aucs(yva, onset, p))
     return "   ".join(out)

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from training.data import downstream_splits, load_dataset
-from training.evaluate.baselines import FitContext, fit_knn, fit_pca
 from training.evaluate.encode import CodeFeatures
 from training.evaluate.features import channel_stats
 from training.evaluate.probe import Probe, ProbeConfig
@@ -39,9 +38,12 @@ ckpt = [a for a in sys.argv[2:] if a != "mlp"]
 codes = CodeFeatures(load_model(ckpt[0]), 256) if ckpt else None
 
 
-def features(s, knn, pca):
+detectors = screen.detector_scores(normal)
+
+
+def features(s):
     st = channel_stats(s.x.astype(np.float64)).reshape(len(s), -1)
-    det = np.c_[np.log1p(knn(s.x)), np.log(pca(s.x) + 1e-8)]
+    det = detectors(s)
     out = {"statistics": st, "kNN + PCA": det, "statistics + kNN + PCA": np.c_[st, det]}
     if codes is not None:
         out["codes"] = codes(s.x)
@@ -58,9 +60,7 @@ print(
 )
 for stride in (100, 20, 10):
     tr = downstream_splits(ds, 100, stride)["train"]
-    ctx = FitContext(tr, va, normal, None)  # type: ignore[arg-type]
-    knn, pca = fit_knn(ctx, 0), fit_pca(ctx, 0)
-    ftr, fva = features(tr, knn, pca), features(va, knn, pca)
+    ftr, fva = features(tr), features(va)
     for label in ftr:
         xtr, xva = ftr[label], fva[label]
         row = [screen.fit_score(xtr, tr.y, xva, va.y, on)]

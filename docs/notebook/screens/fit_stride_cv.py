@@ -19,14 +19,11 @@ over 3 seeds for the MLP and the trees.
 
 import sys
 
+import _screen as screen
 import numpy as np
 import torch
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import average_precision_score, roc_auc_score
 
-from training.data import Samples, downstream_splits, load_dataset
-from training.evaluate.baselines import FitContext, fit_knn, fit_pca
+from training.data import Samples, load_dataset
 from training.evaluate.features import channel_stats, pooled_stats
 from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
@@ -37,10 +34,7 @@ name = sys.argv[1]
 ds = load_dataset(name)
 K, DENSE = 4, 20
 hop_blocks = cv_blocks(ds, 0, K, DENSE)
-sp = downstream_splits(ds)
-normal = normal_windows(ds, 100, 0 if ds.folds else None)
-ctx = FitContext(sp["train"], sp["val"], normal, None)  # type: ignore[arg-type]
-knn, pca = fit_knn(ctx, 0), fit_pca(ctx, 0)
+detectors = screen.detector_scores(normal_windows(ds, 100, 0 if ds.folds else None))
 
 
 def features(s: Samples) -> dict[str, np.ndarray]:
@@ -48,7 +42,7 @@ def features(s: Samples) -> dict[str, np.ndarray]:
     if sys.argv[2:] == ["pooled"]:
         pooled = pooled_stats(s.x.astype(np.float64))
         return {"pooled statistics": pooled, "pooled + per-channel": np.c_[pooled, st]}
-    det = np.c_[np.log1p(knn(s.x)), np.log(pca(s.x) + 1e-8)]
+    det = detectors(s)
     return {
         "statistics": st,
         "kNN + PCA": det,
@@ -65,17 +59,6 @@ print(
     f"{name}: {K} blocks, {len(y)} hop windows ({y.sum()} positive, "
     f"{y[onset].sum()} onset), {n_ev} entity stretches"
 )
-
-
-def probes(seed: int):
-    yield "logistic", lambda: LogisticRegression(max_iter=3000, C=0.1)
-    yield (
-        "trees",
-        lambda: HistGradientBoostingClassifier(
-            max_iter=200, learning_rate=0.05, max_leaf_nodes=15, random_state=seed
-        ),
-    )
-    yield "MLP", None
 
 
 def oof(label: str, kind: str, dense: bool, seed: int) -> np.ndarray:
@@ -96,17 +79,14 @@ def oof(label: str, kind: str, dense: bool, seed: int) -> np.ndarray:
         if kind == "MLP":
             probe = Probe(xtr.shape[1], ProbeConfig(), seed)
             out.append(probe.fit(ztr, ytr, zv, hop_blocks[v].hop.y).predict(zj))
-        else:
-            m = dict(probes(seed))[kind]().fit(ztr, ytr)
+        else:  # logistic, trees (deterministic: the seed changes nothing)
+            m = screen.sklearn_probes()[kind == "trees"].fit(ztr, ytr)
             out.append(m.predict_proba(zj)[:, 1])
     return np.concatenate(out)
 
 
 def aucs(p: np.ndarray) -> str:
-    return (
-        f"{roc_auc_score(y, p):.3f} / {average_precision_score(y, p):.3f}"
-        f" / {roc_auc_score(y[onset], p[onset]):.3f}"
-    )
+    return screen.aucs(y, onset, p)
 
 
 print(f"{'':40s} fit on hop windows: ROC / PR / onset AUC   on dense (stride {DENSE})")

@@ -30,7 +30,6 @@ import numpy as np
 import torch
 
 from training.data import downstream_splits, load_dataset
-from training.evaluate.baselines import FitContext, fit_knn, fit_pca
 from training.evaluate.protocol import load_encoders
 from training.pretrain.checkpoint import load_model
 
@@ -78,15 +77,7 @@ def own(e: dict[str, np.ndarray]) -> np.ndarray:
 
 
 otr, ova = own(etr), own(eva)
-normal = screen.official_train_windows(ds)
-ctx = FitContext(tr, va, normal, None)  # type: ignore[arg-type]
-knn, pca = fit_knn(ctx, 0), fit_pca(ctx, 0)
-
-
-def det(s):
-    return np.c_[np.log1p(knn(s.x)), np.log(pca(s.x) + 1e-8)]
-
-
+det = screen.detector_scores(screen.official_train_windows(ds))
 dtr, dva = det(tr), det(va)
 
 

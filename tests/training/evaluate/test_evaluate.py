@@ -207,6 +207,9 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
         == 2
     )
     assert "unknown probe setting 'nope'" in capsys.readouterr().err
+    bad = ["evaluate", "--dataset", "synthetic", "--out", str(out)]
+    assert main([*bad, "--probe", "kind=trees"]) == 2
+    assert "the probe kind is each row's own" in capsys.readouterr().err
 
 
 def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
