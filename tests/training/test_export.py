@@ -593,6 +593,29 @@ def test_export_serves_the_validation_winner(
     assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
 
 
+def test_cv_scores_reproduce_the_choice(artifact: dict[str, Path]) -> None:
+    """cv_scores.npz holds every candidate's out-of-fold risks: the rule run again on
+    them, over the same blocks, chooses the same winner with the same keys."""
+    from training.data import load_dataset
+    from training.evaluate.select import CVConfig, choose, cv_blocks, read_out_of_fold
+
+    results = artifact["probe"].parent
+    res = json.loads((results / "results.json").read_text())
+    board, events = res["leaderboard"], res["config"]["events"]
+    oof = read_out_of_fold(results / "cv_scores.npz")
+    assert sorted(oof) == sorted(e["row"] for e in board["rows"])
+    blocks = cv_blocks(load_dataset("synthetic"), 0, 4, events["stride"])
+    for per_fold in oof.values():
+        (o,) = per_fold
+        assert [h.shape for h in o.hop] == [(1, len(b.hop)) for b in blocks]
+        assert [d.shape for d in o.dense] == [(1, len(b.dense)) for b in blocks]
+    again = choose([blocks], oof, events["lookback"], CVConfig(seeds=1, n_boot=10))
+    assert again["winner"] == board["winner"]
+    keys = ("n_inputs", "cv_warned_rate", "cv_pr_auc", "cv_stage")
+    got = {e["row"]: [e[k] for k in keys] for e in again["rows"]}
+    assert got == {e["row"]: [e[k] for k in keys] for e in board["rows"]}
+
+
 def _export_and_compare(
     artifact: dict[str, Path], path: Path, out: Path, seed: int, n: int
 ) -> np.ndarray:

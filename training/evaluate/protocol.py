@@ -14,7 +14,8 @@ earlier results files reproduce unchanged), event metrics on the dense windows (
 thresholds and pre-training checkpoint (``{fold}`` in ``--checkpoint``), and pool the
 folds' test splits: every labelled entity is tested exactly once. Writes results.json
 (everything a table needs, with split sizes, seeds, config, git commit, wall time),
-results.md, test scores (scores.npz) and figures.
+results.md, test scores (scores.npz), the served-model cross-validation's out-of-fold
+scores (cv_scores.npz) and figures.
 """
 
 from __future__ import annotations
@@ -611,11 +612,20 @@ def _cross_validate(
     probe: ProbeConfig,
     events: EventConfig,
     cv: CVConfig,
+    out: Path,
 ) -> dict[str, Any] | None:
     """The served-model choice on every fold's train + validation portion
     (training/evaluate/select.py); None when a fold has fewer than 3 blocks with
-    windows or no candidate (then the leaderboard ranks on validation alone)."""
-    from training.evaluate.select import choose, cv_blocks, out_of_fold
+    windows or no candidate (then the leaderboard ranks on validation alone). The
+    out-of-fold risks go to ``out``/cv_scores.npz
+    (:func:`~training.evaluate.select.read_out_of_fold`), so the choice can be
+    audited and other rules compared without refitting."""
+    from training.evaluate.select import (
+        choose,
+        cv_blocks,
+        out_of_fold,
+        write_out_of_fold,
+    )
 
     names = [
         n
@@ -643,6 +653,7 @@ def _cross_validate(
         for n in names
     }
     choice = choose(blocks, oof, events.lookback, cv)
+    write_out_of_fold(out / "cv_scores.npz", oof)
     _say(
         f"served model chosen by {cv.blocks}-block cross-validation "
         f"({len(names)} candidates, {cv.seeds} seed(s), {time.time() - t0:.0f} s): "
@@ -798,7 +809,7 @@ def run(args: argparse.Namespace) -> int:
         progress=True,
     )
     choice = (
-        _cross_validate(ds, folds, inputs, ev.rows, probe_cfg, events, cv)
+        _cross_validate(ds, folds, inputs, ev.rows, probe_cfg, events, cv, args.out)
         if cv.blocks
         else None
     )

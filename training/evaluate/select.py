@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -168,6 +169,46 @@ def out_of_fold(
         hop.append(np.stack(h))
         dense.append(np.stack(d))
     return OutOfFold(hop, dense, int(f_hop[0].shape[1]))
+
+
+def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:
+    """``oof`` (candidates in their order, one :class:`OutOfFold` per fold) as one
+    .npz: ``candidates``, and per candidate ``NAME//n_inputs`` and
+    ``NAME//FOLD_INDEX/BLOCK_INDEX/hop|dense`` (seeds, windows), the blocks in the
+    order :func:`cv_blocks` returns them."""
+    arrays: dict[str, Any] = {"candidates": np.array(list(oof), dtype=str)}
+    for name, per_fold in oof.items():
+        arrays[f"{name}//n_inputs"] = np.array(per_fold[0].n_inputs)
+        for f, o in enumerate(per_fold):
+            for j in range(len(o.hop)):
+                arrays[f"{name}//{f}/{j}/hop"] = o.hop[j]
+                arrays[f"{name}//{f}/{j}/dense"] = o.dense[j]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **arrays)
+
+
+def read_out_of_fold(path: Path) -> dict[str, list[OutOfFold]]:
+    """What :func:`write_out_of_fold` wrote, for :func:`choose`."""
+    with np.load(path) as z:
+        names = [str(n) for n in z["candidates"]]
+        keys = set(z.files)
+        out: dict[str, list[OutOfFold]] = {}
+        for name in names:
+            per_fold = []
+            f = 0
+            while f"{name}//{f}/0/hop" in keys:
+                n = sum(1 for k in keys if k.startswith(f"{name}//{f}/")) // 2
+                get = [
+                    z[f"{name}//{f}/{j}/{kind}"]
+                    for kind in ("hop", "dense")
+                    for j in range(n)
+                ]
+                per_fold.append(
+                    OutOfFold(get[:n], get[n:], int(z[f"{name}//n_inputs"]))
+                )
+                f += 1
+            out[name] = per_fold
+    return out
 
 
 def _vector(c: EventCounts) -> list[float]:
