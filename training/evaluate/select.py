@@ -243,16 +243,30 @@ def one_se(
     return keep, info
 
 
-def choose(
+@dataclass
+class Keys:
+    """The rule's keys per candidate, pooled over the held-out blocks: the warned rate
+    averaged over the budgets (``warned``; at the first budget: ``warned_one``) and
+    the window PR AUC (``pr_auc``), means over seeds, with their bootstrap replicates
+    (``*_reps``, shared resamples, so paired differences are meaningful)."""
+
+    warned: dict[str, float]
+    warned_reps: dict[str, np.ndarray]
+    warned_one: dict[str, float]
+    pr_auc: dict[str, float]
+    pr_auc_reps: dict[str, np.ndarray]
+    n_inputs: dict[str, int]
+    cv: dict[str, Any]  # what the keys rest on (results.json's leaderboard "cv")
+
+
+def cv_keys(
     folds: Sequence[Sequence[HeldOut]],
     oof: dict[str, list[OutOfFold]],
     lookback: int,
     cfg: CVConfig,
-) -> dict[str, Any]:
-    """The rule of the module docstring on the out-of-fold risks of every candidate
-    (``oof[name]``: one per fold, its blocks in ``folds``' order); candidates in
-    ``oof``'s order break ties of the input count. Returns the winner and the per
-    candidate figures (results.json's leaderboard)."""
+) -> Keys:
+    """The keys of every candidate (``oof[name]``: one per fold, its blocks in
+    ``folds``' order) on the held-out blocks of ``folds``."""
     names = list(oof)
     held = [b for bl in folds for b in bl]
     # relabel each held-out block as a fold of its own: warning.make_blocks cuts its
@@ -269,7 +283,7 @@ def choose(
     n_units = len(members)  # make_blocks' units, then any windows left outside them
     draws = draw_blocks(n_units, cfg.n_boot)
     seed_draw = draw_seeds(n_seeds, cfg.n_boot, len(names))
-    w_key, w_rep, p_key, p_rep, w_one = {}, {}, {}, {}, {}
+    k = Keys({}, {}, {}, {}, {}, {n: oof[n][0].n_inputs for n in names}, {})
     n_events = 0
     for c, name in enumerate(names):
         dense = np.concatenate([d for o in oof[name] for d in o.dense], axis=1)
@@ -285,11 +299,11 @@ def choose(
             n_events = int(per_unit[0, :, FIELDS.index("events")].sum())
             rates.append(_warned(per_unit.sum(1)))  # (seeds,)
             reps.append(_warned(count_replicates(per_unit, draws, seed_draw[:, c])))
-        w_one[name] = float(np.mean(rates[0]))
-        w_key[name] = float(np.mean(rates))
-        w_rep[name] = np.mean(reps, axis=0)
-        p_key[name] = float(np.mean([pr_auc(hop.y, h) for h in hops]))
-        p_rep[name] = window_replicates(
+        k.warned_one[name] = float(np.mean(rates[0]))
+        k.warned[name] = float(np.mean(rates))
+        k.warned_reps[name] = np.mean(reps, axis=0)
+        k.pr_auc[name] = float(np.mean([pr_auc(hop.y, h) for h in hops]))
+        k.pr_auc_reps[name] = window_replicates(
             hop.y,
             hops,
             [0.5] * n_seeds,
@@ -298,17 +312,42 @@ def choose(
             seed_draw[:, c],
             names=("pr_auc",),
         )["pr_auc"]
-    n_inputs = {n: oof[n][0].n_inputs for n in names}
-    stage1, gap_w = one_se(w_key, w_rep, names)
-    stage2, gap_p = one_se(p_key, p_rep, stage1)
-    winner = min(stage2, key=lambda n: (n_inputs[n], names.index(n)))
+    k.cv = {
+        "blocks": max((len(bl) for bl in folds), default=0),
+        "folds": len(folds),
+        "seeds": n_seeds,
+        "budgets_per_1000": list(cfg.budgets),
+        "events": n_events,
+        "windows": int(sum(len(b.dense) for b in held)),
+        "positives": int(hop.y.sum()),
+        "bootstrap_units": len(units),
+        "n_boot": cfg.n_boot,
+    }
+    return k
+
+
+def choose(
+    folds: Sequence[Sequence[HeldOut]],
+    oof: dict[str, list[OutOfFold]],
+    lookback: int,
+    cfg: CVConfig,
+) -> dict[str, Any]:
+    """The rule of the module docstring on the out-of-fold risks of every candidate
+    (``oof[name]``: one per fold, its blocks in ``folds``' order); candidates in
+    ``oof``'s order break ties of the input count. Returns the winner and the per
+    candidate figures (results.json's leaderboard)."""
+    names = list(oof)
+    k = cv_keys(folds, oof, lookback, cfg)
+    stage1, gap_w = one_se(k.warned, k.warned_reps, names)
+    stage2, gap_p = one_se(k.pr_auc, k.pr_auc_reps, stage1)
+    winner = min(stage2, key=lambda n: (k.n_inputs[n], names.index(n)))
     rows = [
         {
             "row": n,
-            "n_inputs": n_inputs[n],
-            "cv_warned_rate": _num(w_key[n]),
-            "cv_warned_rate_at_budget": _num(w_one[n]),
-            "cv_pr_auc": _num(p_key[n]),
+            "n_inputs": k.n_inputs[n],
+            "cv_warned_rate": _num(k.warned[n]),
+            "cv_warned_rate_at_budget": _num(k.warned_one[n]),
+            "cv_pr_auc": _num(k.pr_auc[n]),
             "cv_warned_gap": _num(gap_w[n]["gap"]),
             "cv_warned_gap_sd": _num(gap_w[n]["se"]),
             # (PR AUC is compared only among those kept on the warned rate)
@@ -318,21 +357,7 @@ def choose(
         }
         for n in names
     ]
-    return {
-        "winner": winner,
-        "rows": rows,
-        "cv": {
-            "blocks": max((len(bl) for bl in folds), default=0),
-            "folds": len(folds),
-            "seeds": n_seeds,
-            "budgets_per_1000": list(cfg.budgets),
-            "events": n_events,
-            "windows": int(sum(len(b.dense) for b in held)),
-            "positives": int(hop.y.sum()),
-            "bootstrap_units": len(units),
-            "n_boot": cfg.n_boot,
-        },
-    }
+    return {"winner": winner, "rows": rows, "cv": k.cv}
 
 
 def _num(v: float | None) -> float | None:
