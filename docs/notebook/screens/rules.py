@@ -1,0 +1,134 @@
+"""Which selection rule picks the candidate that does best on data it did not see?
+Nested over the served model's cross-validation blocks; no test window is read.
+
+    python docs/notebook/screens/rules.py DATASET RESULTS_DIR [DATASET RESULTS_DIR ...]
+
+RESULTS_DIR is a `scjepa evaluate` run with cv_scores.npz (every candidate's
+out-of-fold risks per block). For each block index j, every rule chooses on the
+other blocks' out-of-fold risks (in every fold) and the chosen candidate is scored on
+block j (pooled over the folds): the warned rate at 1-10 false alarms per 1,000
+windows (the threshold set on block j's own risks, as the rule's key sets it) and the
+window PR AUC. The out-of-fold risks of the other blocks came from probes that were
+fitted with block j among their training blocks, so block j's labels touch the choice
+a little; the risks scored on block j never saw it.
+
+Rules: the served one (warned rate, then PR AUC, each within one bootstrap SD of the
+best, then the fewest inputs), the same with the two keys swapped, PR AUC alone
+(within one SD, then the fewest inputs), and the best on either key alone. Run on the
+ten candidates of --tree-probes and on the five MLP ones.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from training.data import load_dataset
+from training.evaluate.select import (
+    CVConfig,
+    Keys,
+    OutOfFold,
+    cv_blocks,
+    cv_keys,
+    one_se,
+    read_out_of_fold,
+)
+
+
+def fewest(names: list[str], keys: Keys, order: list[str]) -> str:
+    return min(names, key=lambda n: (keys.n_inputs[n], order.index(n)))
+
+
+def rules(keys: Keys, names: list[str]) -> dict[str, str]:
+    w, w_r, p, p_r = keys.warned, keys.warned_reps, keys.pr_auc, keys.pr_auc_reps
+    s1, _ = one_se(w, w_r, names)
+    s2, _ = one_se(p, p_r, s1)
+    t1, _ = one_se(p, p_r, names)
+    t2, _ = one_se(w, w_r, t1)
+    return {
+        "served: warned, then PR AUC, fewest inputs": fewest(s2, keys, names),
+        "PR AUC, then warned, fewest inputs": fewest(t2, keys, names),
+        "PR AUC, fewest inputs": fewest(t1, keys, names),
+        "best warned": max(names, key=lambda n: (w[n], p[n])),
+        "best PR AUC": max(names, key=lambda n: p[n]),
+    }
+
+
+def subset(oof: dict[str, list[OutOfFold]], names: list[str], js: list[int]):
+    return {
+        n: [
+            OutOfFold([o.hop[j] for j in js], [o.dense[j] for j in js], o.n_inputs)
+            for o in oof[n]
+        ]
+        for n in names
+    }
+
+
+def nested(name: str, results: Path, lookback: int = 100, stride: int = 10):
+    ds = load_dataset(name)
+    oof = read_out_of_fold(results / "cv_scores.npz")
+    n_folds = len(next(iter(oof.values())))
+    blocks = [cv_blocks(ds, f, 4, stride) for f in range(n_folds)]
+    k = len(blocks[0])
+    assert all(len(b) == k for b in blocks), [len(b) for b in blocks]
+    every = list(oof)
+    sets = {
+        "ten (with trees)": every,
+        "five (MLP)": [n for n in every if not n.endswith("(trees)")],
+    }
+    out = {}
+    for j in range(k):
+        rest = [i for i in range(k) if i != j]
+        sel = cv_keys(
+            [[b[i] for i in rest] for b in blocks],
+            subset(oof, every, rest),
+            lookback,
+            CVConfig(),
+        )
+        held = cv_keys(
+            [[b[j]] for b in blocks], subset(oof, every, [j]), lookback,
+            CVConfig(n_boot=10),
+        )  # fmt: skip
+        for label, names in sets.items():
+            for rule, chosen in rules(sel, names).items():
+                out.setdefault(label, {}).setdefault(rule, []).append(
+                    (chosen, held.warned[chosen], held.pr_auc[chosen])
+                )
+            for n in names:  # each candidate always, and the best in hindsight
+                out[label].setdefault(f"always: {n}", []).append(
+                    (n, held.warned[n], held.pr_auc[n])
+                )
+            top = max(names, key=lambda n: held.pr_auc[n])
+            out[label].setdefault("hindsight: best PR AUC on block j", []).append(
+                (top, held.warned[top], held.pr_auc[top])
+            )
+        print(f"{name} block {j}: {held.cv['events']} events, "
+              f"{held.cv['positives']} positive windows", flush=True)  # fmt: skip
+    return out
+
+
+def main(argv: list[str]) -> None:
+    pooled: dict[str, dict[str, list]] = {}
+    for name, d in zip(argv[::2], argv[1::2], strict=True):
+        res = nested(name, Path(d))
+        for label, by_rule in res.items():
+            print(f"\n## {name}, {label} candidates: held-out warned / PR AUC, mean "
+                  "over blocks; the choice per block")  # fmt: skip
+            for rule, got in by_rule.items():
+                w = np.nanmean([g[1] for g in got])
+                p = np.mean([g[2] for g in got])
+                picks = ", ".join(g[0] for g in got) if not rule.startswith(
+                    "always") else ""  # fmt: skip
+                print(f"| {rule} | {w:.3f} | {p:.3f} | {picks} |")
+                pooled.setdefault(label, {}).setdefault(rule, []).append((w, p))
+    for label, by_rule in pooled.items():
+        print(f"\n## every data set, {label}: mean of the data sets' means")
+        for rule, got in by_rule.items():
+            if rule.startswith("always") and len(got) < len(argv) // 2:
+                continue
+            w, p = np.mean(got, axis=0)
+            print(f"| {rule} | {w:.3f} | {p:.3f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
