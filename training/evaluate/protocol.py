@@ -90,6 +90,7 @@ from training.evaluate.warning import (
     EventConfig,
     Stretch,
     event_config,
+    pooled,
     score_events,
     stretches,
     val_counts,
@@ -446,8 +447,8 @@ def evaluate(
         thr = _thresholds_per_window(runs, folds, seeds)
         rows[name] = window_row(test, list(scores[name]), thr, runs, n_boot)
     _say("events, block bootstrap and paired differences ...", progress)
-    all_stretches = [s for fd in folds for s in fd.stretches["test"]]
     offsets = np.cumsum([0] + [len(fd.dense["test"]) for fd in folds])
+    all_stretches = pooled([s for fd in folds for s in fd.stretches["test"]], offsets)
     extra = score_events(
         ds=ds,
         rows=rows,
@@ -457,7 +458,6 @@ def evaluate(
         scores=scores,
         dense_scores=dense_scores,
         test_stretches=all_stretches,
-        offsets=offsets,
         val_dense=[fd.dense["val"] for fd in folds],
         events=events,
         n_boot=n_boot,

@@ -381,9 +381,21 @@ def chance_line(res: Mapping[str, Any]) -> str:
     tested = [n for n in rows if n != "random"]
     bonf = 0.05 / len(tested)
     p_of = {n: rows[n]["events"]["budget"]["chance"]["p"] for n in better}
-    listed = ", ".join(f"{n} (p = {p:.3f})" for n, p in p_of.items())
+    listed = ", ".join(f"{n} (p = {p:.4f})" for n, p in p_of.items())
     kept = [n for n, p in p_of.items() if p < bonf]
-    if len(better) == 1:
+    # results files before 2026-11-27 ran 200 rotations: p >= 1 / 201
+    rotations = min(
+        rows[n]["events"]["budget"]["chance"].get("rotations", 200) for n in better
+    )
+    floor = 1 / (1 + rotations)
+    undecided = [n for n, p in p_of.items() if p <= floor and floor >= bonf]
+    if undecided:
+        verdict = (
+            f"{len(undecided)} at the smallest p that {rotations} rotations can give "
+            f"({floor:.4f}) cannot be decided"
+            + (f", {len(kept)} survive" if kept else "")
+        )
+    elif len(better) == 1:
         verdict = "it survives" if kept else "it does not survive"
     else:
         verdict = f"{len(kept)} of them survive" if kept else "none survives"

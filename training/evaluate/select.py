@@ -58,6 +58,7 @@ from training.evaluate.warning import (
     FIELDS,
     Stretch,
     make_blocks,
+    pooled,
     stretches,
     window_members,
 )
@@ -275,7 +276,7 @@ def cv_keys(
         dataclasses.replace(s, fold=g) for g, b in enumerate(held) for s in b.stretches
     ]
     offsets = np.cumsum([0] + [len(b.dense) for b in held])
-    units = make_blocks(sts, offsets, lookback)
+    units = make_blocks(pooled(sts, offsets), lookback)
     hop = Samples.concat([b.hop for b in held])
     fold_of = np.repeat(np.arange(len(held)), [len(b.hop) for b in held])
     members = window_members(hop, fold_of, units)

@@ -11,6 +11,7 @@ of the split's range; every window ends inside it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,9 @@ FIELDS = (
     "steps",
 )
 FLOORS = ("always-positive", "random")  # floors, not baselines to beat
-N_SHIFTS = 200
+# rotations of the chance null: the smallest p they can give, 1 / 2001, is below the
+# Bonferroni threshold 0.05 / rows of a run with up to 100 rows
+N_SHIFTS = 2000
 
 
 @dataclass
@@ -130,9 +133,16 @@ class Block:
     gidx: np.ndarray  # indices into the pooled dense test scores
 
 
-def make_blocks(
-    test_stretches: Sequence[Stretch], offsets: np.ndarray, lookback: int
-) -> list[Block]:
+def pooled(test_stretches: Sequence[Stretch], offsets: np.ndarray) -> list[Stretch]:
+    """The folds' stretches indexing the pooled dense scores (fold k's windows start
+    at ``offsets[k]``), not their own fold's."""
+    return [
+        dataclasses.replace(st, idx=offsets[st.fold] + st.idx) for st in test_stretches
+    ]
+
+
+def make_blocks(test_stretches: Sequence[Stretch], lookback: int) -> list[Block]:
+    """The bootstrap blocks of :func:`pooled` stretches."""
     blocks = []
     for st in test_stretches:
         dummy = Segment(st.labels, st.ends, np.zeros(len(st.ends)))
@@ -144,7 +154,7 @@ def make_blocks(
                     st.start + lo,
                     np.asarray(seg.labels),
                     np.asarray(seg.ends),
-                    offsets[st.fold] + st.idx[sub],
+                    st.idx[sub],
                 )
             )
     return blocks
@@ -224,18 +234,18 @@ def score_events(
     scores: dict[str, np.ndarray],
     dense_scores: dict[str, np.ndarray],
     test_stretches: list[Stretch],
-    offsets: np.ndarray,
     val_dense: list[Samples],
     events: EventConfig,
     n_boot: int,
     test_sizes: list[int],
 ) -> dict[str, Any]:
     """Adds each row's event metrics, block intervals and paired differences (in
-    place); returns results.json's top-level event keys."""
+    place); returns results.json's top-level event keys. ``test_stretches`` index the
+    pooled scores (:func:`pooled`)."""
     L = events.lookback
     names = list(rows)
     n_folds = len(test_sizes)
-    blocks = make_blocks(test_stretches, offsets, L)
+    blocks = make_blocks(test_stretches, L)
     fold_of = np.repeat(np.arange(n_folds), test_sizes)  # fold of each test window
     members = window_members(test, fold_of, blocks)
     n_blocks = len(members)
@@ -317,6 +327,7 @@ def score_events(
                     if n_events
                     else float("nan"),
                     "p": float((1 + np.sum(null >= observed)) / (1 + len(null))),
+                    "rotations": len(null),
                 },
                 "per_seed": summaries,
             }

@@ -360,3 +360,37 @@ def test_an_older_results_file_still_reports_unchanged(tmp_path: Path) -> None:
         "Event metrics" not in text
         and "| method | F1 | ROC AUC | PR AUC | precision |" in text
     )
+
+
+def test_pooled_folds_read_their_own_windows(skab_root: Path) -> None:
+    """A data set split into folds pools the folds' dense test scores: the warning
+    curve and the rotation null of each row must read every fold's own windows
+    (recomputed here fold by fold, from that fold's scores alone)."""
+    from training.evaluate.baselines import fit_level_shift
+    from training.evaluate.events import Segment, shifted_warned, warning_curve
+    from training.evaluate.warning import N_SHIFTS
+
+    ds = load_dataset("skab", skab_root)
+    events = event_config(ds)
+    folds = prepare_folds(ds, events)
+    assert len(folds) > 1
+    name = "level / variance shift (training-free)"
+    ev = evaluate(ds, {name: fit_level_shift}, [0], FAST_PROBE, n_boot=10,
+                  events=events, folds=folds)  # fmt: skip
+    cuts = np.cumsum([len(fd.dense["test"]) for fd in folds])[:-1]
+    own = np.split(ev.dense_scores[name][0], cuts)  # each fold's scores
+    assert [len(s) for s in own] == [len(fd.dense["test"]) for fd in folds]
+    segs = [
+        [Segment(st.labels, st.ends, own[k][st.idx]) for st in fd.stretches["test"]]
+        for k, fd in enumerate(folds)
+    ]
+    row = ev.rows[name]
+    want = warning_curve([s for per_fold in segs for s in per_fold], events.lookback)
+    for key in ("warned_rate", "false_alarms_per_1000_windows"):
+        np.testing.assert_allclose(row["curve"][key], want[key], atol=1e-5)
+    b = row["events"]["budget"]
+    null = sum(
+        shifted_warned(segs[k], b["thresholds"][0][k], events.lookback, N_SHIFTS, k)
+        for k in range(len(folds))
+    )
+    assert b["chance"]["warned_rate"] == pytest.approx(null.mean() / b["events"])

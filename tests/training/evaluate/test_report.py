@@ -140,3 +140,31 @@ def test_served_model_section_names_the_rows_of_its_run() -> None:
     )
     assert "(first)" not in table  # another run's rows are not this leaderboard's
     assert "SC-JEPA's contribution" in text
+
+
+def _chance_rows(ps: list[float], rotations: int | None) -> dict:
+    def row(p: float) -> dict:
+        chance = {"warned_rate": 0.05, "p": p}
+        if rotations is not None:
+            chance["rotations"] = rotations
+        return {"events": {"budget": {"events": 40, "chance": chance}}}
+
+    return {"rows": {f"row {i}": row(p) for i, p in enumerate(ps)}}
+
+
+def test_chance_line_says_when_the_rotations_cannot_decide() -> None:
+    """25 rows: Bonferroni's threshold is 0.002. 200 rotations cannot give a p below
+    1/201, so a row at that floor is undecided, not "does not survive"; with 2,000
+    rotations the same row's p can fall below the threshold and survive."""
+    from training.evaluate.results import chance_line
+
+    old = chance_line(_chance_rows([1 / 201] + [0.5] * 24, None))
+    assert "1 at the smallest p that 200 rotations can give" in old
+    assert "cannot be decided" in old and "does not survive" not in old
+    new = chance_line(_chance_rows([1 / 2001] + [0.5] * 24, 2000))
+    assert new.endswith("it survives.") and "row 0 (p = 0.0005)" in new
+    worse = chance_line(_chance_rows([0.01] + [0.5] * 24, 2000))
+    assert worse.endswith("it does not survive.")
+    assert "No method warns better than chance" in chance_line(
+        _chance_rows([0.5] * 25, 2000)
+    )
