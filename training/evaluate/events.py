@@ -249,7 +249,9 @@ def shifted_warned(
 ) -> np.ndarray:
     """Warned events under the null that alerts are not aligned with onsets: each
     segment's alert sequence is rotated by a random offset (its alert count and
-    clustering kept), ``n_shifts`` times; returns the total warned per rotation."""
+    clustering kept), ``n_shifts`` times; returns the total warned per rotation. The
+    offsets depend on ``seed`` and the segments' lengths only, not on the scores: the
+    same seed rotates every probe seed's alerts alike (the null of their mean)."""
     rng = np.random.default_rng(seed)
     total = np.zeros(n_shifts, dtype=np.int64)
     for seg in segments:
@@ -257,6 +259,7 @@ def shifted_warned(
         n = len(ends)
         if n == 0:
             continue
+        r = rng.integers(0, n, n_shifts)  # alerts rotated by r: a'[i] = a[i - r]
         order = np.argsort(ends, kind="stable")
         ends = ends[order]
         alert = (np.asarray(seg.scores)[order] >= threshold).astype(np.int64)
@@ -268,7 +271,6 @@ def shifted_warned(
         i1 = np.searchsorted(ends, onsets, side="right")
         width = i1 - i0
         prefix = np.r_[0, np.cumsum(np.r_[alert, alert])]  # over two laps
-        r = rng.integers(0, n, n_shifts)  # alerts rotated by r: a'[i] = a[i - r]
         start = (i0[None, :] - r[:, None]) % n  # (shifts, onsets)
         hits = prefix[start + width[None, :]] - prefix[start]
         total += ((hits > 0) & (width[None, :] > 0)).sum(axis=1)

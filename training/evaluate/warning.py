@@ -298,9 +298,7 @@ def score_events(
             ev_reps[name][kind + "_fa"] = rep_rates["false_alarms_per_1000_windows"]
             null = np.mean(
                 [
-                    _shifted(
-                        test_stretches, dense_scores[name][si], thr[kind][si], L, si
-                    )
+                    _shifted(test_stretches, dense_scores[name][si], thr[kind][si], L)
                     for si in range(len(seeds))
                 ],
                 axis=0,
@@ -437,15 +435,16 @@ def _shifted(
     scores: np.ndarray,
     thr_by_fold: np.ndarray,
     lookback: int,
-    seed: int,
 ) -> np.ndarray:
+    """The warned count of a seed's alerts under N_SHIFTS rotations, each fold's
+    drawn from its own seed: every probe seed is rotated alike, so the mean over
+    seeds is the null of the seeds' mean warned count (rotating seeds independently
+    would shrink its spread and the p with it)."""
     folds = sorted({st.fold for st in test_stretches})
     total = np.zeros(N_SHIFTS)
     for k in folds:
         segs = [st.segment(scores) for st in test_stretches if st.fold == k]
-        total += shifted_warned(
-            segs, float(thr_by_fold[k]), lookback, N_SHIFTS, seed * 101 + k
-        )
+        total += shifted_warned(segs, float(thr_by_fold[k]), lookback, N_SHIFTS, k)
     return total
 
 

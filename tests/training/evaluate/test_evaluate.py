@@ -394,3 +394,8 @@ def test_pooled_folds_read_their_own_windows(skab_root: Path) -> None:
         for k in range(len(folds))
     )
     assert b["chance"]["warned_rate"] == pytest.approx(null.mean() / b["events"])
+    # a row whose seeds alert alike: its seeds are rotated alike, so the null of their
+    # mean is that of one seed (rotated independently, its spread and p would shrink)
+    two = evaluate(ds, {name: fit_level_shift}, [0, 1], FAST_PROBE, n_boot=10,
+                   events=events, folds=folds)  # fmt: skip
+    assert two.rows[name]["events"]["budget"]["chance"] == b["chance"]

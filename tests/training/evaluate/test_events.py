@@ -260,11 +260,10 @@ def test_shifted_warned_is_the_warned_count_of_rotated_alerts(seed: int) -> None
     r_rng = np.random.default_rng(seed)
     want = np.zeros(25, dtype=int)
     for s in segs:
-        n = len(s.ends)
+        rs = r_rng.integers(0, len(s.ends), 25)  # drawn for every segment
         if not len(events(s.labels)) or not (np.asarray(s.scores) >= 0.7).any():
             continue
         if not any(o > 0 for o, _ in events(s.labels).tolist()):
             continue
-        rs = r_rng.integers(0, n, 25)
         want += [brute_shift_warned(s, 0.7, 5, int(r)) for r in rs]
     np.testing.assert_array_equal(got, want)
