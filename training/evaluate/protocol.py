@@ -204,6 +204,13 @@ def prepare_folds(
     return out
 
 
+def test_stretches(folds: list[FoldData]) -> list[Stretch]:
+    """Every fold's test stretches, indexing the folds' dense test windows pooled in
+    fold order (how evaluate pools the scores)."""
+    offsets = np.cumsum([0] + [len(fd.dense["test"]) for fd in folds])
+    return pooled([s for fd in folds for s in fd.stretches["test"]], offsets)
+
+
 def _fold(
     ds: Dataset,
     k: int,
@@ -447,8 +454,6 @@ def evaluate(
         thr = _thresholds_per_window(runs, folds, seeds)
         rows[name] = window_row(test, list(scores[name]), thr, runs, n_boot)
     _say("events, block bootstrap and paired differences ...", progress)
-    offsets = np.cumsum([0] + [len(fd.dense["test"]) for fd in folds])
-    all_stretches = pooled([s for fd in folds for s in fd.stretches["test"]], offsets)
     extra = score_events(
         ds=ds,
         rows=rows,
@@ -457,7 +462,7 @@ def evaluate(
         test=test,
         scores=scores,
         dense_scores=dense_scores,
-        test_stretches=all_stretches,
+        test_stretches=test_stretches(folds),
         val_dense=[fd.dense["val"] for fd in folds],
         events=events,
         n_boot=n_boot,

@@ -296,13 +296,7 @@ def score_events(
             rep_rates = _rates(reps, events.steps_per_day)
             ev_reps[name][kind] = rep_rates["warned_rate"]
             ev_reps[name][kind + "_fa"] = rep_rates["false_alarms_per_1000_windows"]
-            null = np.mean(
-                [
-                    _shifted(test_stretches, dense_scores[name][si], thr[kind][si], L)
-                    for si in range(len(seeds))
-                ],
-                axis=0,
-            )
+            null = rotation_null(test_stretches, dense_scores[name], thr[kind], L)
             observed = float(np.mean([t.warned for t in totals]))
             n_events = totals[0].events
             out[kind] = {
@@ -430,22 +424,25 @@ def _window_thresholds(
     return [np.array([table[(s, int(k))] for k in fold_of]) for s in seeds]
 
 
-def _shifted(
+def rotation_null(
     test_stretches: Sequence[Stretch],
     scores: np.ndarray,
-    thr_by_fold: np.ndarray,
+    thresholds: np.ndarray,
     lookback: int,
+    n_shifts: int = N_SHIFTS,
 ) -> np.ndarray:
-    """The warned count of a seed's alerts under N_SHIFTS rotations, each fold's
-    drawn from its own seed: every probe seed is rotated alike, so the mean over
-    seeds is the null of the seeds' mean warned count (rotating seeds independently
-    would shrink its spread and the p with it)."""
+    """(n_shifts,): the seeds' mean warned count when their alerts are rotated in time
+    (``scores`` (seeds, windows) pooled, ``thresholds`` (seeds, folds)). Each fold's
+    offsets come from its own seed and every probe seed is rotated alike, so this is
+    the null of the seeds' mean (rotating seeds independently would shrink its spread
+    and the p with it)."""
     folds = sorted({st.fold for st in test_stretches})
-    total = np.zeros(N_SHIFTS)
-    for k in folds:
-        segs = [st.segment(scores) for st in test_stretches if st.fold == k]
-        total += shifted_warned(segs, float(thr_by_fold[k]), lookback, N_SHIFTS, k)
-    return total
+    total = np.zeros(n_shifts)
+    for s, thr in zip(scores, thresholds, strict=True):
+        for k in folds:
+            segs = [st.segment(s) for st in test_stretches if st.fold == k]
+            total += shifted_warned(segs, float(thr[k]), lookback, n_shifts, k)
+    return total / len(scores)
 
 
 def best_baselines(rows: dict[str, Any]) -> dict[str, str | None]:

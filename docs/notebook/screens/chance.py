@@ -15,18 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from training.data import load_dataset
-from training.evaluate.events import shifted_warned
-from training.evaluate.protocol import prepare_folds
-from training.evaluate.warning import EventConfig, pooled
+from training.evaluate.protocol import prepare_folds, test_stretches
+from training.evaluate.warning import EventConfig, rotation_null
 
 
 def main(name: str, results: Path, rotations: int = 20000) -> None:
     res = json.loads((results / "results.json").read_text())
     ev = EventConfig(**res["config"]["events"])
-    ds = load_dataset(name)
-    folds = prepare_folds(ds, ev)
-    offsets = np.cumsum([0] + [len(fd.dense["test"]) for fd in folds])
-    sts = pooled([s for fd in folds for s in fd.stretches["test"]], offsets)
+    sts = test_stretches(prepare_folds(load_dataset(name), ev))
     with np.load(results / "scores.npz") as z:
         dense = {k[len("dense/score/") :]: z[k] for k in z.files if "dense/score/" in k}
     tested = [n for n in res["rows"] if "events" in res["rows"][n] and n != "random"]
@@ -35,13 +31,7 @@ def main(name: str, results: Path, rotations: int = 20000) -> None:
     for n in tested:
         b = res["rows"][n]["events"]["budget"]
         thr = np.array(b["thresholds"], dtype=float).reshape(len(dense[n]), -1)
-        null = np.zeros(rotations)
-        for si, s in enumerate(dense[n]):
-            for k in range(len(folds)):
-                segs = [st.segment(s) for st in sts if st.fold == k]
-                # every seed rotated alike (as `scjepa evaluate` does now)
-                null += shifted_warned(segs, thr[si, k], ev.lookback, rotations, k)
-        null /= len(dense[n])
+        null = rotation_null(sts, dense[n], thr, ev.lookback, rotations)
         observed = b["warned"]["mean"]
         p = (1 + np.sum(null >= observed)) / (1 + rotations)
         print(f"| {n} | {observed:.1f} / {b['events']} | {null.mean():.2f} | {p:.5f} |")
