@@ -58,7 +58,6 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 "max_epochs=20",
                 "--cv-seeds",
                 "1",
-                "--tree-probes",
                 "--out",
                 str(d / "eval"),
             ]

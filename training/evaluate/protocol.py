@@ -581,11 +581,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--tree-probes",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="also fit every served-model candidate and the raw-feature probe with "
-        "gradient-boosted trees (the '(trees)' rows, candidates to serve too); off by "
-        "default until validated on every data set "
-        "(docs/notebook/results-notes.md, 2026-11-27, fourth session)",
+        "gradient-boosted trees (the '(trees)' rows, candidates to serve too; on by "
+        "default since they raised the held-out warned rate on the four data sets: "
+        "docs/notebook/results-notes.md, 2026-11-27, sixth session); "
+        "--no-tree-probes fits the MLP probes only (a third of the time)",
     )
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (0 = torch default)"
@@ -676,8 +678,8 @@ def _probe_config(pairs: list[str]) -> ProbeConfig:
             raise UserError(f"--probe {kv}: unknown probe setting {key!r}")
         if key == "kind":  # each row names its probe; a global kind would mislabel them
             raise UserError(
-                f"--probe {kv}: the probe kind is each row's own (--tree-probes adds "
-                "the trees rows)"
+                f"--probe {kv}: the probe kind is each row's own (the '(trees)' rows "
+                "are the trees; --no-tree-probes leaves them out)"
             )
         setattr(
             cfg,
@@ -883,8 +885,8 @@ DET_ONLY_UNTRAINED_ROW = "SC-JEPA probe on detector scores, untrained model"
 NO_SCJEPA = "(no SC-JEPA)"  # suffix of the ablation rows: not baselines to beat
 SERVED_PROBE = "probe-served.pt"
 # The served-model candidates (issue 20) and what each probe reads; the winner is
-# served. Each reads its inputs with the spec's probe (MLP, BCE, Platt) and, with
-# `--tree-probes`, with gradient-boosted trees too (their own stopping and class
+# served. Each reads its inputs with the spec's probe (MLP, BCE, Platt) and, unless
+# `--no-tree-probes`, with gradient-boosted trees too (their own stopping and class
 # weights, the same calibration; training/evaluate/probe.py), the "(trees)" rows.
 _MLP_CANDIDATES = {
     "SC-JEPA probe": "codes",

@@ -18,6 +18,7 @@ best, then the fewest inputs), the same with the two keys swapped, PR AUC alone
 ten candidates of --tree-probes and on the five MLP ones.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -64,8 +65,11 @@ def subset(oof: dict[str, list[OutOfFold]], names: list[str], js: list[int]):
     }
 
 
-def nested(name: str, results: Path, lookback: int = 100, stride: int = 10):
+def nested(name: str, results: Path):
     ds = load_dataset(name)
+    # the run's own event settings (Daphnet: a window every 16 steps, look-back 128)
+    events = json.loads((results / "results.json").read_text())["config"]["events"]
+    lookback, stride = events["lookback"], events["stride"]
     oof = read_out_of_fold(results / "cv_scores.npz")
     n_folds = len(next(iter(oof.values())))
     blocks = [cv_blocks(ds, f, 4, stride) for f in range(n_folds)]

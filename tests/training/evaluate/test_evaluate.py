@@ -147,7 +147,7 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
         str(out),
     ]
     probe = ["--probe", "hidden=32", "--probe", "max_epochs=40"]
-    assert main([*args, *probe, "--ts2vec-iters", "3"]) == 0
+    assert main([*args, *probe, "--ts2vec-iters", "3", "--no-tree-probes"]) == 0
     res = json.loads((out / "results.json").read_text())
     for key in (
         "dataset",
@@ -170,7 +170,7 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     text = doc.read_text()
     assert text.index("The codebook collapsed.") < text.index("### SYNTHETIC")
     assert "always-positive" in text and "raw-feature probe (MLP)" in text
-    assert "(trees)" not in text  # the tree probes are opt-in (--tree-probes)
+    assert "(trees)" not in text  # --no-tree-probes: the MLP probes only
     assert "| TS2Vec + same probe |" in text
     assert text.startswith("# Results: anomaly prediction")
     assert (
@@ -308,6 +308,10 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert "fold 5/5 [" in err and "SC-JEPA probe: fitted 2 seed(s)" in err
     res = json.loads((out / "results.json").read_text())
     assert res["folds"] == 5
+    # the tree probes are candidates by default, each beside its MLP twin
+    for name in ("raw-feature probe (trees)", "SC-JEPA probe (trees)"):
+        assert name in res["rows"]
+        assert name in {r["row"] for r in res["leaderboard"]["rows"]}
     n_runs = sum(1 for e in ds.entities if e.test is not None)
     assert res["events"]["test"]["events"] == n_runs  # one fault per run, each once
     assert res["events"]["stride"] == 10 and res["events"]["lookback"] == 100
