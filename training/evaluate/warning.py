@@ -436,11 +436,13 @@ def rotation_null(
     offsets come from its own seed and every probe seed is rotated alike, so this is
     the null of the seeds' mean (rotating seeds independently would shrink its spread
     and the p with it)."""
-    folds = sorted({st.fold for st in test_stretches})
+    by_fold: dict[int, list[Stretch]] = {}
+    for st in test_stretches:
+        by_fold.setdefault(st.fold, []).append(st)
     total = np.zeros(n_shifts)
     for s, thr in zip(scores, thresholds, strict=True):
-        for k in folds:
-            segs = [st.segment(s) for st in test_stretches if st.fold == k]
+        for k, sts in sorted(by_fold.items()):
+            segs = [st.segment(s) for st in sts]
             total += shifted_warned(segs, float(thr[k]), lookback, n_shifts, k)
     return total / len(scores)
 

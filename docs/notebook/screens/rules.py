@@ -15,7 +15,7 @@ a little; the risks scored on block j never saw it.
 Rules: the served one (warned rate, then PR AUC, each within one bootstrap SD of the
 best, then the fewest inputs), the same with the two keys swapped, PR AUC alone
 (within one SD, then the fewest inputs), and the best on either key alone. Run on the
-ten candidates of --tree-probes and on the five MLP ones.
+ten default candidates (MLP and trees) and on the five MLP ones (--no-tree-probes).
 """
 
 import json
@@ -34,6 +34,7 @@ from training.evaluate.select import (
     one_se,
     read_out_of_fold,
 )
+from training.evaluate.warning import EventConfig
 
 
 def fewest(names: list[str], keys: Keys, order: list[str]) -> str:
@@ -68,8 +69,10 @@ def subset(oof: dict[str, list[OutOfFold]], names: list[str], js: list[int]):
 def nested(name: str, results: Path):
     ds = load_dataset(name)
     # the run's own event settings (Daphnet: a window every 16 steps, look-back 128)
-    events = json.loads((results / "results.json").read_text())["config"]["events"]
-    lookback, stride = events["lookback"], events["stride"]
+    ev = EventConfig(
+        **json.loads((results / "results.json").read_text())["config"]["events"]
+    )
+    lookback, stride = ev.lookback, ev.stride
     oof = read_out_of_fold(results / "cv_scores.npz")
     n_folds = len(next(iter(oof.values())))
     blocks = [cv_blocks(ds, f, 4, stride) for f in range(n_folds)]
