@@ -274,7 +274,11 @@ class Probe:
             early_stopping=False,  # tree_select_on, below
             random_state=self.seed,
         )
-        clf.fit(f_tr, y_tr, sample_weight=np.where(y_tr == 1, pos_weight, 1.0))
+        # no sample_weight when every weight is 1: the same trees, but scikit-learn
+        # (1.9) then bins each feature with np.percentile rather than its weighted
+        # percentile, 16x faster on the 320 code features
+        weight = np.where(y_tr == 1, pos_weight, 1.0) if pos_weight != 1.0 else None
+        clf.fit(f_tr, y_tr, sample_weight=weight)
         best = -np.inf
         for n, raw in enumerate(clf.staged_decision_function(f_va)):
             z = raw.ravel()  # (N, 1) -> (N,)

@@ -587,7 +587,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "gradient-boosted trees (the '(trees)' rows, candidates to serve too; on by "
         "default since they raised the held-out warned rate on the four data sets: "
         "docs/notebook/results-notes.md, 2026-11-27, sixth session); "
-        "--no-tree-probes fits the MLP probes only (on Daphnet a quarter of the wall time)",
+        "--no-tree-probes fits the MLP probes only (on Daphnet about half the wall time)",
     )
     p.add_argument(
         "--threads", type=int, default=0, help="torch threads (0 = torch default)"

@@ -62,3 +62,111 @@ def fit_score(xtr, ytr, xva, yva, onset) -> str:
         p = probe.fit((xtr - mu) / sd, ytr).predict_proba((xva - mu) / sd)[:, 1]
         out.append(aucs(yva, onset, p))
     return "   ".join(out)
+
+
+def cv_table(
+    name: str, inputs: dict, probes: list[tuple[str, str]], paired: str = "first"
+) -> None:
+    """Out-of-fold keys of each input x probe, over the served model's cross-validation
+    blocks (training/evaluate/select.py: fold 0, K = 4; fitted on two blocks, stopped
+    and calibrated on the next, scoring the held-out one; 3 seeds for the MLP, one for
+    the deterministic trees), printed as a table: the warned rate at 1-10 and at 1
+    false alarm per 1,000 windows and the window PR AUC as the selection rule computes
+    them (cv_keys), the onset AUC and the PR AUC on the normal windows. No test window
+    is read.
+
+    ``inputs``: label -> featurizer (windows -> features), fitted once per data set by
+    the caller; ``probes``: (kind, fitted on), kind "mlp" | "trees" (the served
+    recipes, training/evaluate/probe.py), fitted on "every window" (as served),
+    "normal windows" (the windows that are normal themselves) or "dense windows" (a
+    window every ``stride`` steps, as the event counts use). Each row's warned rate is
+    compared with the table's first row (``paired="first"``) or with the row above it
+    (``"previous"``), with the bootstrap SD of the paired difference."""
+    import json
+    from pathlib import Path
+
+    from training.evaluate.metrics import pr_auc, roc_auc
+    from training.evaluate.probe import Probe, ProbeConfig
+    from training.evaluate.select import CVConfig, OutOfFold, cv_blocks, cv_keys
+    from training.evaluate.warning import EventConfig
+
+    runs = Path("docs/results")
+    run = runs / "skab-trees" if name == "skab" else runs / f"{name}-trees200"
+    ev = EventConfig(
+        **json.loads((run / "results.json").read_text())["config"]["events"]
+    )
+    blocks = cv_blocks(name_ds(name), 0, 4, ev.stride)
+    k, seeds = len(blocks), (0, 1, 2)
+    hop_y = np.concatenate([b.hop.y for b in blocks])
+    hop_on = np.concatenate([b.hop.cur == 0 for b in blocks])
+    print(
+        f"\n## {name}: {k} blocks, {len(hop_y)} hop windows, {hop_y.sum()} positive, "
+        f"{hop_y[hop_on].sum()} of them onsets (the window before normal); "
+        f"look-back {ev.lookback}, a dense window every {ev.stride} steps",
+        flush=True,
+    )
+    oof: dict[str, list[OutOfFold]] = {}
+    for label, featurize in inputs.items():
+        f_hop = [featurize(b.hop.x) for b in blocks]
+        f_dense = [featurize(b.dense.x) for b in blocks]
+        for kind, fit_on in probes:
+            # what each block offers to fit on, and to stop and calibrate on (its hop
+            # windows, the normal ones only when the probe fits on those)
+            src = [b.dense if fit_on == "dense windows" else b.hop for b in blocks]
+            f_src = f_dense if fit_on == "dense windows" else f_hop
+            normal = fit_on == "normal windows"
+            m_fit = [s.cur == 0 if normal else np.ones(len(s), bool) for s in src]
+            m_val = [
+                b.hop.cur == 0 if normal else np.ones(len(b.hop), bool) for b in blocks
+            ]
+            hop, dense = [], []
+            for j in range(k):
+                v = (j + 1) % k
+                fit = [i for i in range(k) if i not in (j, v)]
+                x_tr = np.concatenate([f_src[i][m_fit[i]] for i in fit])
+                y_tr = np.concatenate([src[i].y[m_fit[i]] for i in fit])
+                x_v, y_v = f_hop[v][m_val[v]], blocks[v].hop.y[m_val[v]]
+                h, d = [], []
+                for seed in seeds if kind == "mlp" else seeds[:1]:
+                    p = Probe(x_tr.shape[1], ProbeConfig(kind=kind), seed)
+                    p.fit(x_tr, y_tr, x_v, y_v)
+                    h.append(p.predict(f_hop[j]))
+                    d.append(p.predict(f_dense[j]))
+                reps = len(seeds) // len(h)  # the trees are deterministic
+                hop.append(np.stack(h * reps))
+                dense.append(np.stack(d * reps))
+            oof[f"{label}, {kind}, {fit_on}"] = [
+                OutOfFold(hop, dense, f_hop[0].shape[1])
+            ]
+    keys = cv_keys([blocks], oof, ev.lookback, CVConfig(n_boot=200))
+    print(
+        f"{keys.cv['events']} events. | input, probe, fitted on | warned at 1-10 "
+        f"(SD) | against the {paired} row (SD of the paired difference) | warned at 1 | "
+        "PR AUC | onset AUC | onset PR AUC |"
+    )
+    names = list(oof)
+    for r, (n, o) in enumerate(oof.items()):
+        ref = names[0] if paired == "first" or r == 0 else names[r - 1]
+        h = np.concatenate(o[0].hop, axis=1)
+        on_roc = np.mean([roc_auc(hop_y[hop_on], s[hop_on]) for s in h])
+        on_pr = np.mean([pr_auc(hop_y[hop_on], s[hop_on]) for s in h])
+        print(
+            f"| {n} | {keys.warned[n]:.3f} ({np.std(keys.warned_reps[n]):.3f}) | "
+            f"{keys.warned[n] - keys.warned[ref]:+.3f} "
+            f"({np.std(keys.warned_reps[n] - keys.warned_reps[ref]):.3f}) | "
+            f"{keys.warned_one[n]:.3f} | {keys.pr_auc[n]:.3f} | {on_roc:.3f} | "
+            f"{on_pr:.3f} |",
+            flush=True,
+        )
+
+
+_loaded: dict = {}
+
+
+def name_ds(name: str) -> Dataset:
+    """The data set ``name``, loaded once per process."""
+    from training.data import load_dataset
+
+    if name not in _loaded:
+        _loaded[name] = load_dataset(name)
+    return _loaded[name]

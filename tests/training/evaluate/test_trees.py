@@ -131,3 +131,21 @@ def test_unknown_probe_kind_is_refused() -> None:
         Probe(5, ProbeConfig(kind="forest"), seed=0)
     with pytest.raises(UserError, match="tree_select_on 'auc'"):
         Probe(5, ProbeConfig(kind="trees", tree_select_on="auc"), seed=0)
+
+
+def test_unweighted_tree_probe_is_the_unit_weight_fit() -> None:
+    """Without class weights the probe fits with no sample_weight (scikit-learn then
+    bins with np.percentile, not its slow weighted percentile): the trees must be those
+    of the unit-weight fit, on features with more distinct values than bins and on
+    features on a coarse grid."""
+    rng = np.random.default_rng(3)
+    x = np.c_[rng.normal(size=(1500, 3)), data(1500)[0][:, :2]].astype(np.float32)
+    y = (x[:, 0] + x[:, 3] * x[:, 4] + rng.normal(size=1500) > 1).astype(np.int8)
+    probe = Probe(5, ProbeConfig(kind="trees", max_trees=40), seed=0)
+    probe.fit(x[:1000], y[:1000], x[1000:1200], y[1000:1200])
+    clf = HistGradientBoostingClassifier(
+        max_iter=40, learning_rate=0.05, max_leaf_nodes=15, early_stopping=False
+    ).fit(x[:1000], y[:1000], sample_weight=np.ones(1000))
+    np.testing.assert_allclose(
+        probe.logits(x[1200:]), clf.decision_function(x[1200:]), atol=1e-5
+    )
