@@ -12,6 +12,11 @@ window PR AUC. The out-of-fold risks of the other blocks came from probes that w
 fitted with block j among their training blocks, so block j's labels touch the choice
 a little; the risks scored on block j never saw it.
 
+With --ensembles, two more candidates built from the same out-of-fold risks (no refit):
+the mean of the ten candidates' risks and the mean of the five trees' (seed by seed),
+and a third candidate set, the ten and these two (results-notes.md, 2026-11-27, seventh
+session).
+
 Rules: the served one (warned rate, then PR AUC, each within one bootstrap SD of the
 best, then the fewest inputs), the same with the two keys swapped, PR AUC alone
 (within one SD, then the fewest inputs), and the best on either key alone. Run on the
@@ -35,6 +40,25 @@ from training.evaluate.select import (
     read_out_of_fold,
 )
 from training.evaluate.warning import EventConfig
+
+ALL_TEN, FIVE_TREES = "mean of the ten", "mean of the five trees"
+ENSEMBLES = False  # --ensembles
+
+
+def mean_of(oof: dict[str, list[OutOfFold]], names: list[str]) -> list[OutOfFold]:
+    """An ensemble candidate: the mean of ``names``' calibrated out-of-fold risks (seed
+    by seed), counted as reading every input its members read."""
+    return [
+        OutOfFold(
+            [np.mean([oof[n][f].hop[j] for n in names], 0) for j in range(len(o.hop))],
+            [
+                np.mean([oof[n][f].dense[j] for n in names], 0)
+                for j in range(len(o.hop))
+            ],
+            max(oof[n][f].n_inputs for n in names),
+        )
+        for f, o in enumerate(oof[names[0]])
+    ]
 
 
 def fewest(names: list[str], keys: Keys, order: list[str]) -> str:
@@ -75,14 +99,20 @@ def nested(name: str, results: Path):
     lookback, stride = ev.lookback, ev.stride
     oof = read_out_of_fold(results / "cv_scores.npz")
     n_folds = len(next(iter(oof.values())))
+    ten = list(oof)
+    if ENSEMBLES:
+        oof[ALL_TEN] = mean_of(oof, ten)
+        oof[FIVE_TREES] = mean_of(oof, [n for n in ten if n.endswith("(trees)")])
     blocks = [cv_blocks(ds, f, 4, stride) for f in range(n_folds)]
     k = len(blocks[0])
     assert all(len(b) == k for b in blocks), [len(b) for b in blocks]
     every = list(oof)
     sets = {
-        "ten (with trees)": every,
-        "five (MLP)": [n for n in every if not n.endswith("(trees)")],
+        "ten (with trees)": ten,
+        "five (MLP)": [n for n in ten if not n.endswith("(trees)")],
     }
+    if ENSEMBLES:
+        sets["twelve (the ten and two means)"] = every
     out = {}
     for j in range(k):
         rest = [i for i in range(k) if i != j]
@@ -138,4 +168,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    if "--ensembles" in args:
+        ENSEMBLES = True
+        args.remove("--ensembles")
+    main(args)
