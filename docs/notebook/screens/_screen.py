@@ -75,7 +75,7 @@ def cv_table(
     them (cv_keys), the onset AUC and the PR AUC on the normal windows. No test window
     is read.
 
-    ``inputs``: label -> featurizer (windows -> features), fitted once per data set by
+    ``inputs``: label -> featurizer (Samples -> features), fitted once per data set by
     the caller; ``probes``: (kind, fitted on), kind "mlp" | "trees" (the served
     recipes, training/evaluate/probe.py), fitted on "every window" (as served),
     "normal windows" (the windows that are normal themselves) or "dense windows" (a
@@ -107,8 +107,8 @@ def cv_table(
     )
     oof: dict[str, list[OutOfFold]] = {}
     for label, featurize in inputs.items():
-        f_hop = [featurize(b.hop.x) for b in blocks]
-        f_dense = [featurize(b.dense.x) for b in blocks]
+        f_hop = [featurize(b.hop) for b in blocks]
+        f_dense = [featurize(b.dense) for b in blocks]
         for kind, fit_on in probes:
             # what each block offers to fit on, and to stop and calibrate on (its hop
             # windows, the normal ones only when the probe fits on those)

@@ -35,8 +35,8 @@ for name in sys.argv[1:]:
     screen.cv_table(
         name,
         {
-            "pooled statistics (served)": pooled,
-            "statistics per channel": lambda x, scale=scale: scale(per_channel(x)),
+            "pooled statistics (served)": lambda s, f=pooled: f(s.x),
+            "statistics per channel": lambda s, scale=scale: scale(per_channel(s.x)),
         },
         [
             ("trees", "every window"),

@@ -35,8 +35,10 @@ for name in sys.argv[1:]:
     screen.cv_table(
         name,
         {
-            "statistics": stats,
-            "statistics + kNN + PCA": lambda x, s=stats, d=knn_pca: np.c_[s(x), d(x)],
+            "statistics": lambda s, f=stats: f(s.x),
+            "statistics + kNN + PCA": lambda s, f=stats, d=knn_pca: np.c_[
+                f(s.x), d(s.x)
+            ],
         },
         [(k, t) for k in ("mlp", "trees") for t in ("every window", "normal windows")],
         paired="previous",  # each "normal windows" row against its "every window" one
