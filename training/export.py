@@ -23,6 +23,14 @@ are recorded in the manifest):
 - ``--fp16`` (GPU): model.fp16.onnx, every float tensor in fp16 except the float32
   input and outputs, for the CUDA execution provider.
 
+The manifest's threshold, at which the service alerts, is by default the one that
+kept the probe's validation false alarms within the budget `scjepa evaluate` was run
+with (``--fa-budget``, 1 per 1,000 windows): the operating point results.md reports as
+warned events at the budget. ``--threshold f1`` serves the F1-optimal threshold
+instead, which on the benchmarks' test splits false-alarms on 294-747 of 1,000
+windows (against 0.7-9 at the budget). The manifest's eval_metrics.threshold says
+which, with both values and the budget.
+
 :func:`export_artifact` does the work; `scjepa demo` calls it too.
 """
 
@@ -247,13 +255,15 @@ def export_artifact(
     int8: bool = False,
     fp16: bool = False,
     hop: int | None = None,
+    threshold: str = "budget",
 ) -> Manifest:
     """Write ``out``/model.onnx (+ the variants asked for and kept) and manifest.json.
 
     ``ds``: the probe's data set, for parity on its real test windows and the variants'
     metrics (the int8/fp16 variants need it). ``name`` defaults to scjepa-<dataset>,
     ``version`` to a UTC timestamp, ``hop`` to the model's window (its seq_len).
-    Returns the manifest as written.
+    ``threshold``: "budget" or "f1" (:func:`served_threshold`). Returns the manifest
+    as written.
     """
     from model.export import export_onnx
     from service.manifest import (
@@ -274,6 +284,7 @@ def export_artifact(
         raise UserError(
             f"--dataset {ds.name}: channels differ from those the probe was trained on"
         )
+    alert_at, threshold_info = served_threshold(probe, threshold)
     window = model.cfg.seq_len
     step = _Steps(4 + int8 + fp16)
     step(f"building the served graph (probe reads {probe.features})")
@@ -304,7 +315,7 @@ def export_artifact(
         )
 
     quant = Quantization(dtype="fp32")
-    metrics = probe.metrics | {"onnx_parity_max_abs": par}
+    metrics = probe.metrics | {"onnx_parity_max_abs": par, "threshold": threshold_info}
     for flag, file, key in ((int8, INT8_FILE, "int8"), (fp16, FP16_FILE, "fp16")):
         v_path = out / file
         if not flag:
@@ -343,7 +354,7 @@ def export_artifact(
         channel_mask=probe.mask,
         window=window,
         hop=window if hop is None else hop,
-        threshold=float(np.clip(probe.threshold, 0.0, 1.0)),
+        threshold=alert_at,
         calibration=dict(probe.probe["calibration"]),
         probe_features=probe.features,
         eval_metrics=metrics,
@@ -356,6 +367,47 @@ def export_artifact(
     print(f"wrote {out}/model.onnx ({size:.1f} MB) and manifest.json")
     print(f"parity max |risk diff|: {par}; variants: {written.quantization or 'none'}")
     return written
+
+
+THRESHOLDS = ("budget", "f1")
+
+
+def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any]]:
+    """The threshold the service alerts at, and the manifest's record of it.
+
+    "budget": the lowest one that kept the probe's validation false alarms within the
+    evaluation's budget; a probe file without one (older than it) or whose validation
+    no threshold kept within the budget is refused with what to do. "f1": the
+    F1-optimal threshold on validation.
+    """
+    if rule not in THRESHOLDS:
+        raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
+    info: dict[str, Any] = {
+        "rule": rule,
+        "f1": float(probe.threshold),
+        "budget": probe.budget_threshold,
+        **{f"budget_{k}": v for k, v in (probe.budget or {}).items()},
+    }
+    if rule == "f1":
+        value = probe.threshold
+    elif probe.budget_threshold is None:
+        raise UserError(
+            "the probe file has no false-alarm-budget threshold (written before "
+            "scjepa evaluate recorded one): evaluate again, or export with "
+            "--threshold f1"
+        )
+    elif not np.isfinite(probe.budget_threshold):
+        per_1000 = (probe.budget or {}).get("false_alarms_per_1000")
+        within = f"{per_1000:g} per 1,000 windows" if per_1000 else "the budget"
+        raise UserError(
+            f"no threshold kept the probe's validation false alarms within {within}: "
+            "evaluate with a larger --fa-budget, or export with --threshold f1"
+        )
+    else:
+        value = probe.budget_threshold
+    if not np.isfinite(info["budget"] or 0.0):
+        info["budget"] = None  # JSON has no infinity
+    return float(np.clip(value, 0.0, 1.0)), info
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -400,6 +452,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="serving hop recorded in the manifest (default: the model's window)",
     )
+    p.add_argument(
+        "--threshold",
+        choices=THRESHOLDS,
+        default="budget",
+        help="the threshold the service alerts at: 'budget' (default), the one that "
+        "kept validation false alarms within scjepa evaluate's --fa-budget; 'f1', the "
+        "F1-optimal one on validation (far more alerts)",
+    )
     from training.data.cli import add_table_arguments
 
     add_table_arguments(p)
@@ -429,6 +489,7 @@ def run(args: argparse.Namespace) -> int:
         int8=args.int8,
         fp16=args.fp16,
         hop=args.hop,
+        threshold=args.threshold,
     )
     return 0
 

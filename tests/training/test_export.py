@@ -58,6 +58,10 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                 "max_epochs=20",
                 "--cv-seeds",
                 "1",
+                # a budget the synthetic validation split (a few hundred windows) can
+                # hold: at 1 per 1,000 its first false alarm already breaks it
+                "--fa-budget",
+                "20",
                 "--out",
                 str(d / "eval"),
             ]
@@ -94,7 +98,18 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     m = load_manifest(artifact["dir"])
     probe = SavedProbe.load(artifact["probe"])
     assert m.channels == probe.channels and m.channel_mask == probe.mask
-    assert m.threshold == pytest.approx(probe.threshold)
+    # the service alerts at the threshold that kept validation false alarms within
+    # the evaluation's budget (--fa-budget), not at the F1-optimal one
+    assert probe.budget_threshold is not None and probe.budget is not None
+    assert m.threshold == pytest.approx(probe.budget_threshold)
+    assert m.eval_metrics["threshold"] == {
+        "rule": "budget",
+        "f1": pytest.approx(probe.threshold),
+        "budget": pytest.approx(probe.budget_threshold),
+        "budget_false_alarms_per_1000": 20.0,
+        "budget_lookback": 100.0,
+        "budget_stride": 10.0,
+    }
     assert m.model_cfg["d_model"] == 32 and m.window == 100
     # the window is the model's own (its seq_len), and the hop defaults to it
     assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == m.window
@@ -314,6 +329,38 @@ def test_export_artifact_called_directly(
         f"export [{k}/4" for k in (1, 2, 3, 4)
     ]
     assert "parity with PyTorch on 65 windows" in steps[2]
+
+
+def test_threshold_rule(artifact: dict[str, Path], tmp_path: Path) -> None:
+    """--threshold f1 serves the F1-optimal threshold; a probe without a budget
+    threshold, or whose validation no threshold kept within the budget, is refused
+    with what to do, before anything is written."""
+    from dataclasses import replace
+
+    from training.errors import UserError
+    from training.export import export_artifact, served_threshold
+
+    probe = SavedProbe.load(artifact["probe"])
+    # the two differ here, so the manifests below tell which one was served
+    assert probe.budget_threshold != pytest.approx(probe.threshold)
+    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe"]
+    args += [str(artifact["probe"]), "--out", str(tmp_path / "f1")]
+    assert main([*args, "--threshold", "f1"]) == 0
+    m = load_manifest(tmp_path / "f1")
+    assert m.threshold == pytest.approx(probe.threshold)
+    assert m.eval_metrics["threshold"]["rule"] == "f1"
+    model = load_model(artifact["ckpt"])
+    for changed, match in (
+        (replace(probe, budget_threshold=float("inf")), "larger --fa-budget"),
+        (replace(probe, budget_threshold=None, budget=None), "evaluate again"),
+    ):
+        with pytest.raises(UserError, match=match):
+            export_artifact(model=model, probe=changed, out=tmp_path / "no")
+        assert not (tmp_path / "no").exists()
+        value, info = served_threshold(changed, "f1")  # still servable at F1
+        assert value == pytest.approx(probe.threshold) and info["rule"] == "f1"
+    with pytest.raises(UserError, match="choose one of budget, f1"):
+        served_threshold(probe, "0.5")
 
 
 @pytest.fixture(scope="module")

@@ -382,6 +382,11 @@ class SavedProbe:
     stats_scale: dict[str, list[float]] | None = None  # {"mean": [...], "std": [...]}
     # model/detectors.py's constants (kNN bank, PCA basis, z-scaling), numpy arrays
     detectors: dict[str, Any] | None = None
+    # the lowest threshold keeping this seed's validation false alarms within the
+    # evaluation's budget (inf: none does) and that budget ("false_alarms_per_1000",
+    # "lookback", "stride"); None in files older than them
+    budget_threshold: float | None = None
+    budget: dict[str, float] | None = None
 
     @property
     def parts(self) -> tuple[str, ...]:

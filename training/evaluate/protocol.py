@@ -1083,6 +1083,14 @@ def served_probe(
             },
         }
         | ({"row": name, "leaderboard": board} if board is not None else {}),
+        budget_threshold=float(chosen.budget_threshold),
+        budget={
+            "false_alarms_per_1000": float(events["budget_per_1000"]),
+            "lookback": float(events["lookback"]),
+            "stride": float(events["stride"]),
+        }
+        if (events := ev.extra.get("events"))
+        else None,
     )
 
 

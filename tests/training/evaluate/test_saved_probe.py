@@ -45,6 +45,11 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
     back = SavedProbe.load(tmp_path / "sub" / "probe.pt")
     for name in ("n_features", "probe", "threshold", "dataset", "channels", "mask"):
         assert getattr(back, name) == getattr(probe, name), name
+    assert (back.budget_threshold, back.budget) == (None, None)  # none given
+    budgeted = make_probe(budget_threshold=0.7, budget={"false_alarms_per_1000": 1.0})
+    budgeted.save(tmp_path / "b.pt")
+    back_b = SavedProbe.load(tmp_path / "b.pt")
+    assert (back_b.budget_threshold, back_b.budget) == (0.7, budgeted.budget)
     assert (back.features, back.stats_scale, back.metrics) == (
         "codes",
         None,
@@ -66,7 +71,8 @@ def test_round_trip_keeps_every_field(tmp_path: Path) -> None:
 
 def test_reads_the_older_dict_without_the_later_keys(tmp_path: Path) -> None:
     """probe.pt files from before SavedProbe: no format_version; the oldest also lack
-    features, stats_scale and data_fingerprint (export read them with defaults)."""
+    features, stats_scale and data_fingerprint (export read them with defaults); all
+    of them lack the budget threshold."""
     probe = make_probe()
     old = {f: getattr(probe, f) for f in ("state_dict", "n_features", "probe")}
     old |= {"threshold": 0.4, "checkpoint": None, "dataset": "synthetic"}
@@ -75,6 +81,7 @@ def test_reads_the_older_dict_without_the_later_keys(tmp_path: Path) -> None:
     back = SavedProbe.load(tmp_path / "old.pt")
     assert (back.features, back.data_fingerprint) == ("codes", "unknown")
     assert back.threshold == 0.4 and back.checkpoint is None
+    assert (back.budget_threshold, back.budget) == (None, None)
 
 
 def test_uncalibrated_probe_serves_the_plain_sigmoid() -> None:
