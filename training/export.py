@@ -27,9 +27,9 @@ The manifest's threshold, at which the service alerts, is by default the one tha
 kept the probe's validation false alarms within the budget `scjepa evaluate` was run
 with (``--fa-budget``, 1 per 1,000 windows): the operating point results.md reports as
 warned events at the budget. ``--threshold f1`` serves the F1-optimal threshold
-instead, which on the benchmarks' test splits false-alarms on 294-747 of 1,000
-windows (against 0.7-9 at the budget). The manifest's eval_metrics.threshold says
-which, with both values and the budget.
+instead, which alerts far more often (docs/notebook/results-notes.md, 2026-11-27,
+seventh session). The manifest's eval_metrics.threshold says which, with both values
+and the budget.
 
 :func:`export_artifact` does the work; `scjepa demo` calls it too.
 """
@@ -384,9 +384,9 @@ def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any
         raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
     info: dict[str, Any] = {
         "rule": rule,
-        "f1": float(probe.threshold),
-        "budget": probe.budget_threshold,
-        **{f"budget_{k}": v for k, v in (probe.budget or {}).items()},
+        "f1_threshold": float(probe.threshold),
+        "budget_threshold": probe.budget_threshold,
+        **(probe.budget or {}),  # false_alarms_per_1000, lookback, stride
     }
     if rule == "f1":
         value = probe.threshold
@@ -405,8 +405,8 @@ def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any
         )
     else:
         value = probe.budget_threshold
-    if not np.isfinite(info["budget"] or 0.0):
-        info["budget"] = None  # JSON has no infinity
+    if not np.isfinite(info["budget_threshold"] or 0.0):
+        info["budget_threshold"] = None  # JSON has no infinity
     return float(np.clip(value, 0.0, 1.0)), info
 
 

@@ -104,11 +104,11 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     assert m.threshold == pytest.approx(probe.budget_threshold)
     assert m.eval_metrics["threshold"] == {
         "rule": "budget",
-        "f1": pytest.approx(probe.threshold),
-        "budget": pytest.approx(probe.budget_threshold),
-        "budget_false_alarms_per_1000": 20.0,
-        "budget_lookback": 100.0,
-        "budget_stride": 10.0,
+        "f1_threshold": pytest.approx(probe.threshold),
+        "budget_threshold": pytest.approx(probe.budget_threshold),
+        "false_alarms_per_1000": 20.0,
+        "lookback": 100.0,
+        "stride": 10.0,
     }
     assert m.model_cfg["d_model"] == 32 and m.window == 100
     # the window is the model's own (its seq_len), and the hop defaults to it

@@ -65,8 +65,9 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert "[1/3] pre-training" in out and "[3/3] exporting" in out
     # it alerts at the threshold of its false-alarm budget (not the F1-optimal one)
     rule = manifest["eval_metrics"]["threshold"]
-    assert rule["rule"] == "budget" and rule["budget_false_alarms_per_1000"] == 20.0
-    assert manifest["threshold"] == pytest.approx(rule["budget"]) != rule["f1"]
+    assert rule["rule"] == "budget" and rule["false_alarms_per_1000"] == 20.0
+    threshold = manifest["threshold"]
+    assert threshold == pytest.approx(rule["budget_threshold"]) != rule["f1_threshold"]
     assert "within 20 false alarms per 1,000 validation windows" in out
     # one plain line per scored window: 4 streams x 26 windows (steps 9400-11999)
     assert len(re.findall(r"^unit-\d +window steps", out, re.M)) == 4 * 26
