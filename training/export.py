@@ -372,6 +372,12 @@ def export_artifact(
 THRESHOLDS = ("budget", "f1")
 
 
+def holds_budget(probe: SavedProbe) -> bool:
+    """Whether the probe has a budget threshold (one held the budget on validation)."""
+    b = probe.budget_threshold
+    return b is not None and bool(np.isfinite(b))
+
+
 def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any]]:
     """The threshold the service alerts at, and the manifest's record of it.
 
@@ -382,21 +388,23 @@ def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any
     """
     if rule not in THRESHOLDS:
         raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
+    budget = probe.budget_threshold
     info: dict[str, Any] = {
         "rule": rule,
         "f1_threshold": float(probe.threshold),
-        "budget_threshold": probe.budget_threshold,
+        # None where there is none (JSON has no infinity)
+        "budget_threshold": budget if holds_budget(probe) else None,
         **(probe.budget or {}),  # false_alarms_per_1000, lookback, stride
     }
     if rule == "f1":
         value = probe.threshold
-    elif probe.budget_threshold is None:
+    elif budget is None:
         raise UserError(
             "the probe file has no false-alarm-budget threshold (written before "
             "scjepa evaluate recorded one): evaluate again, or export with "
             "--threshold f1"
         )
-    elif not np.isfinite(probe.budget_threshold):
+    elif info["budget_threshold"] is None:  # inf: none held the budget
         per_1000 = (probe.budget or {}).get("false_alarms_per_1000")
         within = f"{per_1000:g} per 1,000 windows" if per_1000 else "the budget"
         raise UserError(
@@ -404,9 +412,7 @@ def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any
             "evaluate with a larger --fa-budget, or export with --threshold f1"
         )
     else:
-        value = probe.budget_threshold
-    if not np.isfinite(info["budget_threshold"] or 0.0):
-        info["budget_threshold"] = None  # JSON has no infinity
+        value = budget
     return float(np.clip(value, 0.0, 1.0)), info
 
 

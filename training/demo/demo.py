@@ -93,7 +93,7 @@ def build_artifact(
         with_window_stats,
     )
     from training.evaluate.warning import event_config
-    from training.export import export_artifact
+    from training.export import export_artifact, holds_budget
     from training.pretrain.checkpoint import load_model
     from training.pretrain.config import load_config
     from training.pretrain.train import pretrain
@@ -155,9 +155,7 @@ def build_artifact(
 
     # alert where validation kept false alarms within the budget, as `scjepa export`
     # does; a validation split too short to hold it falls back to the F1 threshold
-    budget_ok = probe.budget_threshold is not None and np.isfinite(
-        probe.budget_threshold
-    )
+    budget_ok = holds_budget(probe)
     _say(
         "[3/3] exporting encoder + codebook + probe to ONNX; alert threshold: "
         + (

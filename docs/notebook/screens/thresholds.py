@@ -43,6 +43,10 @@ def own_rank(scores: np.ndarray) -> np.ndarray:
     return out
 
 
+def scored(score: str, risk: np.ndarray) -> np.ndarray:
+    return own_rank(risk) if score == "rank" else risk
+
+
 def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
     ds = load_dataset(name)
     res = json.loads((run / "results.json").read_text())
@@ -54,22 +58,17 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
         blocks = cv_blocks(ds, f, 4, ev.stride)
         k = len(blocks)
         for s in range(per_fold.dense[0].shape[0]):
-            segs = {
-                score: [
-                    [
-                        Segment(
-                            st.labels,
-                            st.ends,
-                            (lambda r: own_rank(r) if score == "rank" else r)(
-                                per_fold.dense[b][s][st.idx]
-                            ),
-                        )
-                        for st in blocks[b].stretches
-                    ]
-                    for b in range(k)
-                ]
-                for score in ("risk", "rank")
-            }
+            segs = {}
+            for score in ("risk", "rank"):
+                segs[score] = []
+                for b in range(k):
+                    risk = per_fold.dense[b][s]
+                    segs[score].append(
+                        [
+                            Segment(st.labels, st.ends, scored(score, risk[st.idx]))
+                            for st in blocks[b].stretches
+                        ]
+                    )
             for score, by_block in segs.items():
                 for j in range(k):
                     v = (j + 1) % k
