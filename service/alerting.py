@@ -1,7 +1,7 @@
 """Per-stream risk alerts, posted to Alertmanager (its v2 API, ``POST /api/v2/alerts``).
 
 A stream ENTERS alert when ``windows`` consecutive scored windows are at or above the
-model's threshold (SCJEPA_ALERT_WINDOWS, default 3): one alert is posted, labelled with
+model's threshold (SCJEPA_ALERT_WINDOWS, default 1): one alert is posted, labelled with
 the tenant and the stream (Alertmanager deduplicates and groups by labels) and annotated
 with the model, the risk, the threshold and the top channels. While the stream stays in
 alert the alert is posted again every ``resend_s`` (on its next window) with ``endsAt``

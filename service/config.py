@@ -81,8 +81,10 @@ class Settings(BaseSettings):
     # --- alerting (service/alerting.py): per-stream risk alerts to Alertmanager
     # Alertmanager's base URL, e.g. http://alertmanager:9093; None = no stream alerts
     alertmanager_url: str | None = None
-    # consecutive scored windows at/above the threshold that put a stream in alert
-    alert_windows: Annotated[int, Field(ge=1)] = 3
+    # consecutive scored windows at/above the threshold that put a stream in alert;
+    # 1 = every such window, as the event figures count (more warned of fewer incidents
+    # on held-out data: results-notes.md, 2026-11-27, eighth session)
+    alert_windows: Annotated[int, Field(ge=1)] = 1
     # a firing stream's alert is posted again this often (on its next window) ...
     alert_resend_s: Annotated[float, Field(gt=0)] = 60.0
     # ... with endsAt this far ahead (must exceed alert_resend_s): a stream that stops

@@ -29,7 +29,10 @@ with (``--fa-budget``, 1 per 1,000 windows): the operating point results.md repo
 warned events at the budget. ``--threshold f1`` serves the F1-optimal threshold
 instead, which alerts far more often (docs/notebook/results-notes.md, 2026-11-27,
 seventh session). The manifest's eval_metrics.threshold says which, with both values
-and the budget.
+and the budget. The manifest's hop (how often the service scores a stream) is by
+default the one that threshold was set on: the evaluation's dense stride for the
+budget threshold (so the service pages on the windows the event figures count), the
+model's window for the F1 one (results-notes.md, 2026-11-27, eighth session).
 
 :func:`export_artifact` does the work; `scjepa demo` calls it too.
 """
@@ -261,7 +264,8 @@ def export_artifact(
 
     ``ds``: the probe's data set, for parity on its real test windows and the variants'
     metrics (the int8/fp16 variants need it). ``name`` defaults to scjepa-<dataset>,
-    ``version`` to a UTC timestamp, ``hop`` to the model's window (its seq_len).
+    ``version`` to a UTC timestamp, ``hop`` to the windows the threshold was set on
+    (:func:`served_hop`).
     ``threshold``: "budget" or "f1" (:func:`served_threshold`). Returns the manifest
     as written.
     """
@@ -286,6 +290,7 @@ def export_artifact(
         )
     alert_at, threshold_info = served_threshold(probe, threshold)
     window = model.cfg.seq_len
+    hop = served_hop(threshold_info, window) if hop is None else hop
     step = _Steps(4 + int8 + fp16)
     step(f"building the served graph (probe reads {probe.features})")
     served = build_served(model, probe)
@@ -353,7 +358,7 @@ def export_artifact(
         n_channels=len(probe.channels),
         channel_mask=probe.mask,
         window=window,
-        hop=window if hop is None else hop,
+        hop=hop,
         threshold=alert_at,
         calibration=dict(probe.probe["calibration"]),
         probe_features=probe.features,
@@ -416,6 +421,16 @@ def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any
     return float(np.clip(value, 0.0, 1.0)), info
 
 
+def served_hop(threshold_info: dict[str, Any], window: int) -> int:
+    """The windows the served threshold was set on, the manifest's default hop: the
+    evaluation's dense stride for the budget threshold, the model's window for the F1
+    one. At another hop the budget threshold keeps about its share of windows in false
+    alert (every hop's windows are a sample of the dense ones), and a sparser hop warns
+    of fewer incidents (results-notes.md, 2026-11-27, eighth session)."""
+    stride = threshold_info.get("stride")
+    return int(stride) if threshold_info["rule"] == "budget" and stride else window
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--checkpoint",
@@ -456,7 +471,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--hop",
         type=int,
         default=None,
-        help="serving hop recorded in the manifest (default: the model's window)",
+        help="serving hop recorded in the manifest (default: the windows the "
+        "threshold was set on: the evaluation's stride for the budget threshold, the "
+        "model's window for the F1 one)",
     )
     p.add_argument(
         "--threshold",
@@ -485,7 +502,7 @@ def run(args: argparse.Namespace) -> int:
         if args.dataset
         else None
     )
-    export_artifact(
+    m = export_artifact(
         model=model,
         probe=probe,
         out=args.out,
@@ -497,6 +514,14 @@ def run(args: argparse.Namespace) -> int:
         hop=args.hop,
         threshold=args.threshold,
     )
+    own = served_hop(m.eval_metrics["threshold"], m.window)
+    if m.hop != own:
+        print(
+            f"note: --hop {m.hop}: the threshold was set on a window every {own} steps; "
+            "it keeps about the same share of windows in false alert, and warns of "
+            "fewer incidents the sparser the hop",
+            file=sys.stderr,
+        )
     return 0
 
 

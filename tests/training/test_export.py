@@ -111,8 +111,10 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
         "stride": 10.0,
     }
     assert m.model_cfg["d_model"] == 32 and m.window == 100
-    # the window is the model's own (its seq_len), and the hop defaults to it
-    assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == m.window
+    # the window is the model's own (its seq_len); the hop defaults to the windows the
+    # budget threshold was set on (the evaluation's stride), so the service pages on
+    # the windows the event figures count
+    assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == 10
     assert m.eval_metrics["onnx_parity_max_abs"]["random_b64"] < 1e-4
     assert m.training_data_fingerprint != "unknown" and len(m.onnx_sha256) == 64
     # weights live inside model.onnx (no external .data file the sha256 would miss)
@@ -331,10 +333,12 @@ def test_export_artifact_called_directly(
     assert "parity with PyTorch on 65 windows" in steps[2]
 
 
-def test_threshold_rule(artifact: dict[str, Path], tmp_path: Path) -> None:
-    """--threshold f1 serves the F1-optimal threshold; a probe without a budget
-    threshold, or whose validation no threshold kept within the budget, is refused
-    with what to do, before anything is written."""
+def test_threshold_rule(
+    artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--threshold f1 serves the F1-optimal threshold (on the windows it was set on);
+    a probe without a budget threshold, or whose validation no threshold kept within
+    the budget, is refused with what to do, before anything is written."""
     from dataclasses import replace
 
     from training.errors import UserError
@@ -349,6 +353,12 @@ def test_threshold_rule(artifact: dict[str, Path], tmp_path: Path) -> None:
     m = load_manifest(tmp_path / "f1")
     assert m.threshold == pytest.approx(probe.threshold)
     assert m.eval_metrics["threshold"]["rule"] == "f1"
+    assert m.hop == m.window  # the F1 threshold was set on non-overlapping windows
+    # a hop other than the threshold's windows is served as asked, and said
+    capsys.readouterr()
+    hop100 = [*args[:-1], str(tmp_path / "hop100"), "--hop", "100"]
+    assert main(hop100) == 0 and load_manifest(tmp_path / "hop100").hop == 100
+    assert "set on a window every 10 steps" in capsys.readouterr().err
     model = load_model(artifact["ckpt"])
     for changed, match in (
         (replace(probe, budget_threshold=float("inf")), "larger --fa-budget"),
