@@ -160,6 +160,38 @@ def cv_table(
         )
 
 
+def beside_statistics(name: str, label: str, per_channel) -> None:
+    """:func:`cv_table` of three inputs: the served pooled window statistics, those and
+    ``label``, and ``label`` alone, each read by the trees and the MLP fitted on every
+    window. ``per_channel``: (N, T, V) windows -> (N, F, V) features, pooled over the
+    channels by mean, max and min and standardised on the normal windows."""
+    from training.evaluate.baselines import WindowStatsFeatures
+    from training.evaluate.features import Standardizer
+    from training.evaluate.protocol import normal_windows
+
+    def pooled(x: np.ndarray) -> np.ndarray:
+        f = per_channel(x)
+        return np.concatenate([f.mean(2), f.max(2), f.min(2)], axis=1).astype(
+            np.float32
+        )
+
+    ds = name_ds(name)
+    normal = normal_windows(ds, 100, 0 if ds.folds else None)
+    stats = WindowStatsFeatures(normal)
+    scale = Standardizer().fit(pooled(normal))
+    cv_table(
+        name,
+        {
+            "pooled statistics (served)": lambda s: stats(s.x),
+            f"pooled statistics + {label}": lambda s: np.c_[
+                stats(s.x), scale(pooled(s.x))
+            ],
+            f"{label} alone": lambda s: scale(pooled(s.x)),
+        },
+        [("trees", "every window"), ("mlp", "every window")],
+    )
+
+
 _loaded: dict = {}
 
 

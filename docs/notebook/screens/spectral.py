@@ -19,10 +19,6 @@ import _screen as screen
 import numpy as np
 import torch
 
-from training.evaluate.baselines import WindowStatsFeatures
-from training.evaluate.features import Standardizer
-from training.evaluate.protocol import normal_windows
-
 torch.set_num_threads(1)
 
 EDGES = (1, 2, 4, 8, 16, 32, 51)  # octave bands of rfft bins of a 100-step window
@@ -44,24 +40,5 @@ def band_shares(x: np.ndarray) -> np.ndarray:
     return np.log((bands + eps) / (bands.sum(1, keepdims=True) + len(EDGES) * eps))
 
 
-def pooled_bands(x: np.ndarray) -> np.ndarray:
-    s = band_shares(x)
-    return np.concatenate([s.mean(2), s.max(2), s.min(2)], axis=1).astype(np.float32)
-
-
 for name in sys.argv[1:]:
-    ds = screen.name_ds(name)
-    normal = normal_windows(ds, 100, 0 if ds.folds else None)
-    stats = WindowStatsFeatures(normal)
-    bands = Standardizer().fit(pooled_bands(normal))
-    screen.cv_table(
-        name,
-        {
-            "pooled statistics (served)": lambda s, f=stats: f(s.x),
-            "pooled statistics + band powers": lambda s, f=stats, b=bands: np.c_[
-                f(s.x), b(pooled_bands(s.x))
-            ],
-            "band powers alone": lambda s, b=bands: b(pooled_bands(s.x)),
-        },
-        [("trees", "every window"), ("mlp", "every window")],
-    )
+    screen.beside_statistics(name, "band powers", band_shares)

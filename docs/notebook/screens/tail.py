@@ -21,41 +21,22 @@ import _screen as screen
 import numpy as np
 import torch
 
-from training.evaluate.baselines import WindowStatsFeatures
-from training.evaluate.features import Standardizer
-from training.evaluate.protocol import normal_windows
-
 torch.set_num_threads(1)
 
 TAIL = 10
 
 
 def tail(x: np.ndarray) -> np.ndarray:
-    """(N, T, V) -> (N, 9): mean shift, largest deviation and log std ratio of the
-    last TAIL steps against the rest, per channel, pooled by mean, max and min."""
+    """(N, T, V) -> (N, 3, V): mean shift, largest deviation and log std ratio of the
+    last TAIL steps against the rest, per channel."""
     x = x.astype(np.float64)
     head, end = x[:, :-TAIL], x[:, -TAIL:]
     mu, sd = head.mean(1), head.std(1) + 1e-6
     shift = (end.mean(1) - mu) / sd
     dev = (np.abs(end - mu[:, None]) / sd[:, None]).max(1)
     ratio = np.log((end.std(1) + 1e-6) / sd)
-    f = np.stack([shift, np.log1p(dev), ratio], axis=1)  # (N, 3, V)
-    return np.concatenate([f.mean(2), f.max(2), f.min(2)], axis=1).astype(np.float32)
+    return np.stack([shift, np.log1p(dev), ratio], axis=1)
 
 
 for name in sys.argv[1:]:
-    ds = screen.name_ds(name)
-    normal = normal_windows(ds, 100, 0 if ds.folds else None)
-    stats = WindowStatsFeatures(normal)
-    scale = Standardizer().fit(tail(normal))
-    screen.cv_table(
-        name,
-        {
-            "pooled statistics (served)": lambda s, f=stats: f(s.x),
-            "pooled statistics + tail": lambda s, f=stats, t=scale: np.c_[
-                f(s.x), t(tail(s.x))
-            ],
-            "tail alone": lambda s, t=scale: t(tail(s.x)),
-        },
-        [("trees", "every window"), ("mlp", "every window")],
-    )
+    screen.beside_statistics(name, "tail", tail)
