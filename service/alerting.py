@@ -74,7 +74,7 @@ for _outcome in ("ok", "failed", "dropped"):
 @dataclass(frozen=True)
 class Policy:
     url: str  # Alertmanager's base URL, e.g. http://alertmanager:9093
-    windows: int = 3  # consecutive windows at/above threshold to enter alert
+    windows: int = 1  # consecutive windows at/above threshold to enter alert
     resend_s: float = 60.0  # a firing alert is posted again this often
     hold_s: float = 600.0  # endsAt of a firing post: now + hold_s
     timeout_s: float = 2.0  # one POST to Alertmanager
@@ -389,7 +389,7 @@ def build(
     *,
     redis_url: str | None,
     prefix: str = "scjepa",
-    windows: int = 3,
+    windows: int = 1,
     resend_s: float = 60.0,
     hold_s: float = 600.0,
     timeout_s: float = 2.0,
