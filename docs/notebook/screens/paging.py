@@ -185,12 +185,13 @@ def pages(name: str, run: Path, budgets=(1.0, 2.0, 5.0, 10.0)) -> None:
         print(f"| ({stride * every}, {k}) | {np.mean(rates):.3f} |", flush=True)
 
 
-args = sys.argv[1:]
-if args[0] == "--dense-budgets":
-    DENSE_BUDGETS, args = True, args[1:]
-if args[0] == "--pages":
-    for name, run in zip(args[1::2], args[2::2], strict=True):
-        pages(name, Path(run))
-    sys.exit()
-for name, run in zip(args[::2], args[1::2], strict=True):
-    screen(name, Path(run))
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[0] == "--dense-budgets":
+        DENSE_BUDGETS, args = True, args[1:]
+    if args[0] == "--pages":
+        for name, run in zip(args[1::2], args[2::2], strict=True):
+            pages(name, Path(run))
+        sys.exit()
+    for name, run in zip(args[::2], args[1::2], strict=True):
+        screen(name, Path(run))
