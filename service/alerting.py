@@ -5,12 +5,14 @@ model's threshold (SCJEPA_ALERT_WINDOWS, default 1): one alert is posted, labell
 the tenant and the stream (Alertmanager deduplicates and groups by labels) and annotated
 with the model, the risk, the threshold and the top channels. While the stream stays in
 alert the alert is posted again every ``resend_s`` (on its next window) with ``endsAt``
-``hold_s`` ahead, so Alertmanager keeps it firing; the first window below the threshold
-posts it RESOLVED (``endsAt`` = now). A stream that stops sending while in alert is
-resolved by Alertmanager itself when ``endsAt`` passes.
+``hold_s`` ahead, so Alertmanager keeps it firing; ``clear`` consecutive windows below the
+threshold (SCJEPA_ALERT_CLEAR_WINDOWS, default 1: the first one) post it RESOLVED
+(``endsAt`` = now), so a risk hovering at the threshold can be kept from flapping. A
+stream that stops sending while in alert is resolved by Alertmanager itself when
+``endsAt`` passes.
 
 Several scorer processes: the per-stream state (last window number seen, the run of
-windows in alert, firing or not, when last posted) lives in Redis and is stepped by one
+windows in alert, firing or not, when last posted, the windows below since) lives in Redis and is stepped by one
 Lua script per window, atomically, so two scorers never both open (or both resolve) a
 stream's alert, and a window older than the last one seen (another scorer's, claimed
 late) changes nothing. Without Redis (the in-memory store: one process) the same steps
@@ -75,6 +77,7 @@ for _outcome in ("ok", "failed", "dropped"):
 class Policy:
     url: str  # Alertmanager's base URL, e.g. http://alertmanager:9093
     windows: int = 1  # consecutive windows at/above threshold to enter alert
+    clear: int = 1  # consecutive windows below it that resolve a firing alert
     resend_s: float = 60.0  # a firing alert is posted again this often
     hold_s: float = 600.0  # endsAt of a firing post: now + hold_s
     timeout_s: float = 2.0  # one POST to Alertmanager
@@ -82,10 +85,14 @@ class Policy:
     ttl_s: int = 7 * 24 * 3600  # a stream's alert state expires with the stream
 
     def __post_init__(self) -> None:
-        if self.windows < 1 or self.hold_s <= self.resend_s or self.queue < 1:
+        if (
+            min(self.windows, self.clear, self.queue) < 1
+            or self.hold_s <= self.resend_s
+        ):
             raise ValueError(
-                "alerting: windows >= 1, hold_s > resend_s and queue >= 1 needed "
-                f"(got {self.windows}, {self.hold_s}, {self.resend_s}, {self.queue})"
+                "alerting: windows, clear, queue >= 1 and hold_s > resend_s needed (got "
+                f"{self.windows}, {self.clear}, {self.queue}, {self.hold_s}, "
+                f"{self.resend_s})"
             )
 
 
@@ -98,6 +105,7 @@ class State:
     run: int  # consecutive windows at/above threshold, up to n
     firing: bool
     sent: float  # when last posted (time.time())
+    below: int = 0  # consecutive windows below the threshold while firing
 
 
 def step(
@@ -113,9 +121,10 @@ def step(
     run = state.run if state is not None else 0
     firing = state.firing if state is not None else False
     sent = state.sent if state is not None else 0.0
+    below = state.below if state is not None else 0
     action = NONE
     if alert:
-        run += 1
+        run, below = run + 1, 0
         if firing and now - sent >= policy.resend_s:
             action, sent = REFRESH, now
         elif not firing and run >= policy.windows:
@@ -123,23 +132,28 @@ def step(
     else:
         run = 0
         if firing:
-            action, firing = RESOLVE, False
-    return State(n, run, firing, sent), action
+            below += 1
+            if below >= policy.clear:
+                action, firing, below = RESOLVE, False, 0
+            elif now - sent >= policy.resend_s:  # held firing: keep it alive
+                action, sent = REFRESH, now
+    return State(n, run, firing, sent, below), action
 
 
 # the same step on a Redis hash, atomically (KEYS[1]: the stream's state;
-# ARGV: n, alert 0/1, windows, now, resend_s, ttl_s)
+# ARGV: n, alert 0/1, windows, now, resend_s, ttl_s, clear)
 STEP_LUA = """
-local s = redis.call('HMGET', KEYS[1], 'n', 'run', 'firing', 'sent')
+local s = redis.call('HMGET', KEYS[1], 'n', 'run', 'firing', 'sent', 'below')
 local n = tonumber(ARGV[1])
 if s[1] and n <= tonumber(s[1]) then return 0 end
 local run = tonumber(s[2]) or 0
 local firing = s[3] == '1'
 local sent = tonumber(s[4]) or 0
+local below = tonumber(s[5]) or 0
 local now = tonumber(ARGV[4])
 local action = 0
 if ARGV[2] == '1' then
-  run = run + 1
+  run = run + 1; below = 0
   if firing and now - sent >= tonumber(ARGV[5]) then
     action = 2; sent = now
   elseif (not firing) and run >= tonumber(ARGV[3]) then
@@ -147,11 +161,18 @@ if ARGV[2] == '1' then
   end
 else
   run = 0
-  if firing then action = 3; firing = false end
+  if firing then
+    below = below + 1
+    if below >= tonumber(ARGV[7]) then
+      action = 3; firing = false; below = 0
+    elseif now - sent >= tonumber(ARGV[5]) then
+      action = 2; sent = now
+    end
+  end
 end
 if run == 0 and not s[1] then return action end  -- never in alert: no state
 redis.call('HSET', KEYS[1], 'n', n, 'run', run, 'firing', firing and 1 or 0,
-           'sent', tostring(sent))
+           'sent', tostring(sent), 'below', below)
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 return action
 """
@@ -215,7 +236,15 @@ class RedisStates:
         calls = [
             (
                 self.key(w.tenant, w.stream),
-                [w.window_n, int(w.alert), p.windows, repr(now), p.resend_s, p.ttl_s],
+                [
+                    w.window_n,
+                    int(w.alert),
+                    p.windows,
+                    repr(now),
+                    p.resend_s,
+                    p.ttl_s,
+                    p.clear,
+                ],
             )
             for w in windows
         ]
@@ -390,6 +419,7 @@ def build(
     redis_url: str | None,
     prefix: str = "scjepa",
     windows: int = 1,
+    clear: int = 1,
     resend_s: float = 60.0,
     hold_s: float = 600.0,
     timeout_s: float = 2.0,
@@ -400,7 +430,7 @@ def build(
     """The alerter, or None without an Alertmanager URL (no per-stream alerts)."""
     if not url:
         return None
-    policy = Policy(url, windows, resend_s, hold_s, timeout_s, queue, ttl_s)
+    policy = Policy(url, windows, clear, resend_s, hold_s, timeout_s, queue, ttl_s)
     if not redis_url:
         return Alerter(policy, MemoryStates(policy))
     from service.store.redis_store import connect  # the store's client construction
@@ -417,6 +447,7 @@ def listeners(settings: Settings) -> list[Listener]:
         redis_url=settings.redis_url,
         prefix=settings.key_prefix,
         windows=settings.alert_windows,
+        clear=settings.alert_clear_windows,
         resend_s=settings.alert_resend_s,
         hold_s=settings.alert_hold_s,
         timeout_s=settings.alert_timeout_s,

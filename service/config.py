@@ -44,8 +44,8 @@ class Settings(BaseSettings):
     # a request preempts a running batch on arrival; 0 = the kernel's default
     loop_slice_us: Annotated[int, AfterValidator(sched.check_us)] = 100
     # --- windows and batching
-    # readings between scored windows (= the window: non-overlapping); None = the
-    # manifest's hop
+    # readings between scored windows (100 = the window: non-overlapping); None = the
+    # manifest's hop (scjepa export: the stride its threshold was set on)
     hop: Annotated[int | None, Field(ge=1)] = None
     max_batch: Annotated[int, Field(ge=1)] = 64  # windows per batch (one worker job)
     # CPU: a batch runs in onnxruntime runs of about this many encoder tokens
@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     # 1 = every such window, as the event figures count (more warned of fewer incidents
     # on held-out data: results-notes.md, 2026-11-27, eighth session)
     alert_windows: Annotated[int, Field(ge=1)] = 1
+    # consecutive scored windows below the threshold that resolve a firing alert; more
+    # keep a risk hovering at the threshold from flapping (the event figures count
+    # windows at/above the threshold, so they do not depend on it)
+    alert_clear_windows: Annotated[int, Field(ge=1)] = 1
     # a firing stream's alert is posted again this often (on its next window) ...
     alert_resend_s: Annotated[float, Field(gt=0)] = 60.0
     # ... with endsAt this far ahead (must exceed alert_resend_s): a stream that stops

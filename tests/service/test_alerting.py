@@ -7,6 +7,7 @@ one alert carrying its name, resolved when its risk falls."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import subprocess
@@ -81,6 +82,30 @@ def test_step_persistence_rule(
     assert walk([bool(a) for a in alerts], times) == want
 
 
+@pytest.mark.parametrize(
+    ("alerts", "times", "want"),
+    [
+        # fire on the first window; two below hold it, the third resolves it
+        ([1, 0, 0, 0, 1], [0, 1, 2, 3, 4], [FIRE, 0, 0, RESOLVE, FIRE]),
+        # a window at/above the threshold starts the count of windows below again
+        ([1, 0, 0, 1, 0, 0, 0], list(range(7)), [FIRE, 0, 0, 0, 0, 0, RESOLVE]),
+        # held firing while below: posted again once resend_s has passed
+        ([1, 0, 0, 0], [0, 30, 61, 62], [FIRE, 0, REFRESH, RESOLVE]),
+    ],
+    ids=["held-then-resolved", "count-restarts", "refreshed-while-held"],
+)
+def test_clear_windows_hold_a_firing_alert(
+    alerts: list[int], times: list[float], want: list[int]
+) -> None:
+    policy = Policy("http://127.0.0.1:9", windows=1, clear=3, resend_s=60, hold_s=600)
+    state: State | None = None
+    got = []
+    for n, (a, t) in enumerate(zip(alerts, times, strict=True), start=1):
+        state, action = step(state, n, bool(a), t, policy)
+        got.append(action)
+    assert got == want
+
+
 def test_a_late_window_changes_nothing() -> None:
     state, _ = step(None, 300, True, 0.0, POLICY)
     assert state is not None
@@ -105,6 +130,8 @@ def test_a_late_window_of_an_ended_run_reopens_nothing() -> None:
 def test_policy_refuses_a_hold_shorter_than_the_resend() -> None:
     with pytest.raises(ValueError, match="hold_s > resend_s"):
         Policy("http://x", resend_s=60, hold_s=30)
+    with pytest.raises(ValueError, match="clear"):
+        Policy("http://x", clear=0)
 
 
 # --- the Redis state: the Lua step is the Python step, shared by scorers
@@ -118,9 +145,12 @@ def redis_url(request: pytest.FixtureRequest) -> str:
     return str(request.getfixturevalue(fixture).url)
 
 
-def test_redis_step_matches_the_python_step(redis_url: str) -> None:
+@pytest.mark.parametrize("clear", [1, 2])
+def test_redis_step_matches_the_python_step(redis_url: str, clear: int) -> None:
     """Random windows of 20 streams through both, in batches of 25 as the scorer calls
-    (a batch holds several windows of one stream): the same action for every one."""
+    (a batch holds several windows of one stream): the same action for every one, with
+    an alert resolved by the first window below and by the second."""
+    policy = dataclasses.replace(POLICY, clear=clear)
     rnd = random.Random(7)
     windows = []
     for n in range(1, 400):
@@ -129,8 +159,9 @@ def test_redis_step_matches_the_python_step(redis_url: str) -> None:
 
     async def run() -> tuple[list[int], list[int]]:
         client = connect(redis_url, timeout_s=5.0)
-        states = alerting.RedisStates(client, f"t{rnd.randrange(10**9)}", POLICY)
-        memory = alerting.MemoryStates(POLICY)
+        prefix = f"t{clear}-{rnd.randrange(10**9)}"  # not the other case's keys
+        states = alerting.RedisStates(client, prefix, policy)
+        memory = alerting.MemoryStates(policy)
         got, want, t = [], [], 0.0
         try:
             for i in range(0, len(windows), 25):
