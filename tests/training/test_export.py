@@ -333,6 +333,23 @@ def test_export_artifact_called_directly(
     assert "parity with PyTorch on 65 windows" in steps[2]
 
 
+@pytest.mark.parametrize(
+    ("info", "hop"),
+    [
+        ({"rule": "budget", "stride": 16.0}, 16),  # Daphnet's stride
+        ({"rule": "budget", "stride": 10.0}, 10),
+        ({"rule": "f1", "stride": 16.0}, 100),  # the F1 threshold: hop-100 windows
+        ({"rule": "budget"}, 100),  # no stride recorded: the window
+    ],
+)
+def test_served_hop_is_the_windows_the_threshold_was_set_on(
+    info: dict[str, object], hop: int
+) -> None:
+    from training.export import served_hop
+
+    assert served_hop(info, 100) == hop
+
+
 def test_threshold_rule(
     artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

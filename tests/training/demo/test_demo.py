@@ -66,6 +66,9 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     # it alerts at the threshold of its false-alarm budget (not the F1-optimal one)
     rule = manifest["eval_metrics"]["threshold"]
     assert rule["rule"] == "budget" and rule["false_alarms_per_1000"] == 20.0
+    # its replay shows non-overlapping windows: served at hop = the window, not the
+    # stride the threshold was set on
+    assert manifest["hop"] == manifest["window"] == 100 != rule["stride"]
     threshold = manifest["threshold"]
     assert threshold == pytest.approx(rule["budget_threshold"]) != rule["f1_threshold"]
     assert "within 20 false alarms per 1,000 validation windows" in out
