@@ -54,6 +54,22 @@ def page(risk: np.ndarray, every: int, k: int) -> np.ndarray:
     return out
 
 
+def paged(folds: list, oof: list[OutOfFold], every: int, k: int) -> list[OutOfFold]:
+    """``oof`` (one per fold of ``folds``) with every held-out stretch's dense risks
+    under the rule (every, k) of :func:`page`."""
+    out = []
+    for blocks, o in zip(folds, oof, strict=True):
+        dense = []
+        for b, risk in zip(blocks, o.dense, strict=True):
+            r = np.full_like(risk, QUIET)
+            for st in b.stretches:
+                for s in range(risk.shape[0]):
+                    r[s, st.idx] = page(risk[s, st.idx], every, k)
+            dense.append(r)
+        out.append(OutOfFold(o.hop, dense, o.n_inputs))
+    return out
+
+
 def screen(name: str, run: Path) -> None:
     ds = load_dataset(name)
     res = json.loads((run / "results.json").read_text())
@@ -71,19 +87,7 @@ def screen(name: str, run: Path) -> None:
         f"({stride * hop100}, 2)": (hop100, 2),
         f"({stride * hop100}, 3): the service's defaults": (hop100, 3),
     }
-    cands = {}
-    for label, (every, k) in rules.items():
-        per_fold = []
-        for blocks, o in zip(folds, oof, strict=True):
-            dense = []
-            for b, risk in zip(blocks, o.dense, strict=True):
-                paged = np.full_like(risk, QUIET)
-                for st in b.stretches:
-                    for s in range(risk.shape[0]):
-                        paged[s, st.idx] = page(risk[s, st.idx], every, k)
-                dense.append(paged)
-            per_fold.append(OutOfFold(o.hop, dense, o.n_inputs))
-        cands[label] = per_fold
+    cands = {label: paged(folds, oof, every, k) for label, (every, k) in rules.items()}
     # budgets per 1,000 windows the rule scores: a rule scoring every `every`-th
     # dense window is held to 1/every of each budget per 1,000 dense windows (the same
     # share of its windows in false alert). cv_keys draws the same bootstrap resamples

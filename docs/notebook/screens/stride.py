@@ -24,7 +24,7 @@ from pathlib import Path
 import _screen as screen
 import numpy as np
 import torch
-from paging import BUDGETS, QUIET, page
+from paging import BUDGETS, paged
 
 from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.probe import Probe, ProbeConfig
@@ -44,19 +44,7 @@ def compare(name: str, folds: list, oof: list[OutOfFold], lookback: int) -> None
     """Every window of ``oof`` (out-of-fold risks at the half stride, one per fold of
     ``folds``) against every second one, each held to 1-10 false alarms per 1,000 of
     its own windows (the same bootstrap draws in both cv_keys calls)."""
-    cands = {}
-    for every in (1, 2):
-        per_fold = []
-        for blocks, o in zip(folds, oof, strict=True):
-            paged = []
-            for b, risk in zip(blocks, o.dense, strict=True):
-                out = np.full_like(risk, QUIET)
-                for st in b.stretches:
-                    for s in range(risk.shape[0]):
-                        out[s, st.idx] = page(risk[s, st.idx], every, 1)
-                paged.append(out)
-            per_fold.append(OutOfFold(o.hop, paged, o.n_inputs))
-        cands[every] = per_fold
+    cands = {every: paged(folds, oof, every, 1) for every in (1, 2)}
     k1, k2 = (
         cv_keys(folds, cands, lookback, CVConfig(n_boot=1000, budgets=b))
         for b in (BUDGETS, tuple(x / 2 for x in BUDGETS))
