@@ -12,9 +12,9 @@ stream that stops sending while in alert is resolved by Alertmanager itself when
 ``endsAt`` passes.
 
 Several scorer processes: the per-stream state (last window number seen, the run of
-windows in alert, firing or not, when last posted, the windows below since) lives in Redis and is stepped by one
-Lua script per window, atomically, so two scorers never both open (or both resolve) a
-stream's alert, and a window older than the last one seen (another scorer's, claimed
+windows in alert, firing or not, when last posted, the windows below since) lives in
+Redis and is stepped by one Lua script per window, atomically, so two scorers never
+both open (or both resolve) a stream's alert, and a window older than the last one seen (another scorer's, claimed
 late) changes nothing. Without Redis (the in-memory store: one process) the same steps
 run on a dict. A stream never in alert keeps no state; one that has been keeps its last
 window number after its run ends (until ``ttl_s`` after its last window), so a window
@@ -430,7 +430,16 @@ def build(
     """The alerter, or None without an Alertmanager URL (no per-stream alerts)."""
     if not url:
         return None
-    policy = Policy(url, windows, clear, resend_s, hold_s, timeout_s, queue, ttl_s)
+    policy = Policy(
+        url,
+        windows=windows,
+        clear=clear,
+        resend_s=resend_s,
+        hold_s=hold_s,
+        timeout_s=timeout_s,
+        queue=queue,
+        ttl_s=ttl_s,
+    )
     if not redis_url:
         return Alerter(policy, MemoryStates(policy))
     from service.store.redis_store import connect  # the store's client construction
