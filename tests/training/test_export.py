@@ -108,13 +108,13 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
         "budget_threshold": pytest.approx(probe.budget_threshold),
         "false_alarms_per_1000": 20.0,
         "lookback": 100.0,
-        "stride": 10.0,
+        "stride": 5.0,
     }
     assert m.model_cfg["d_model"] == 32 and m.window == 100
     # the window is the model's own (its seq_len); the hop defaults to the windows the
     # budget threshold was set on (the evaluation's stride), so the service pages on
     # the windows the event figures count
-    assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == 10
+    assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == 5
     assert m.eval_metrics["onnx_parity_max_abs"]["random_b64"] < 1e-4
     assert m.training_data_fingerprint != "unknown" and len(m.onnx_sha256) == 64
     # weights live inside model.onnx (no external .data file the sha256 would miss)
@@ -336,9 +336,9 @@ def test_export_artifact_called_directly(
 @pytest.mark.parametrize(
     ("info", "hop"),
     [
-        ({"rule": "budget", "stride": 16.0}, 16),  # Daphnet's stride
-        ({"rule": "budget", "stride": 10.0}, 10),
-        ({"rule": "f1", "stride": 16.0}, 100),  # the F1 threshold: hop-100 windows
+        ({"rule": "budget", "stride": 8.0}, 8),  # Daphnet's stride
+        ({"rule": "budget", "stride": 5.0}, 5),
+        ({"rule": "f1", "stride": 8.0}, 100),  # the F1 threshold: hop-100 windows
         ({"rule": "budget"}, 100),  # no stride recorded: the window
     ],
 )
@@ -375,7 +375,7 @@ def test_threshold_rule(
     capsys.readouterr()
     hop100 = [*args[:-1], str(tmp_path / "hop100"), "--hop", "100"]
     assert main(hop100) == 0 and load_manifest(tmp_path / "hop100").hop == 100
-    assert "set on a window every 10 steps" in capsys.readouterr().err
+    assert "set on a window every 5 steps" in capsys.readouterr().err
     model = load_model(artifact["ckpt"])
     for changed, match in (
         (replace(probe, budget_threshold=float("inf")), "larger --fa-budget"),

@@ -314,7 +314,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
         assert name in {r["row"] for r in res["leaderboard"]["rows"]}
     n_runs = sum(1 for e in ds.entities if e.test is not None)
     assert res["events"]["test"]["events"] == n_runs  # one fault per run, each once
-    assert res["events"]["stride"] == 10 and res["events"]["lookback"] == 100
+    assert res["events"]["stride"] == 5 and res["events"]["lookback"] == 100
     for name in ("level / variance shift (training-free)", "k-means distance",
                  "SC-JEPA probe", "SC-JEPA reconstruction error (label-free)"):  # fmt: skip
         row = res["rows"][name]
