@@ -552,7 +552,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--stride",
         type=int,
         help="steps between the dense windows the event metrics score (default: the "
-        "data set's, e.g. 10)",
+        "data set's, e.g. 5)",
     )
     p.add_argument(
         "--lookback",
