@@ -14,8 +14,8 @@ stream that stops sending while in alert is resolved by Alertmanager itself when
 Several scorer processes: the per-stream state (last window number seen, the run of
 windows in alert, firing or not, when last posted, the windows below since) lives in
 Redis and is stepped by one Lua script per window, atomically, so two scorers never
-both open (or both resolve) a stream's alert, and a window older than the last one seen (another scorer's, claimed
-late) changes nothing. Without Redis (the in-memory store: one process) the same steps
+both open (or both resolve) a stream's alert, and a window older than the last one
+seen (another scorer's, claimed late) changes nothing. Without Redis (the in-memory store: one process) the same steps
 run on a dict. A stream never in alert keeps no state; one that has been keeps its last
 window number after its run ends (until ``ttl_s`` after its last window), so a window
 of an ended run, scored again late, cannot start that run again and reopen its alert.

@@ -172,7 +172,7 @@ def build_artifact(
         ds=ds,
         threshold="budget" if budget_ok else "f1",
         # the replay shows one line per non-overlapping window; the threshold, set on
-        # a window every 5 steps, keeps about its share of windows in false alert
+        # the evaluation's dense windows, keeps about its share of windows in false alert
         hop=WINDOW,
     )
 

@@ -44,21 +44,13 @@ if TYPE_CHECKING:
     from training.evaluate.protocol import Fitted
     from training.evaluate.results import Row
 
-# (dense stride, look-back) in steps, per data set: one window of look-back (the
-# horizon the model is trained for: the next 100 steps), scored every 5 steps;
-# Daphnet (64 Hz): every 8 steps (0.125 s), a look-back of 128 steps (2 s). The stride
-# is also the served hop (`scjepa export`); half the earlier 10 (16) warned more
-# incidents out of fold at the same share of windows in false alert (notebook, entry
-# of 2026-11-27, eighth session).
-EVENT_DEFAULTS: dict[str, tuple[int, int]] = {
-    "msl": (5, WINDOW),
-    "smap": (5, WINDOW),
-    "smd": (5, WINDOW),
-    "psm": (5, WINDOW),
-    "swat": (5, WINDOW),
-    "skab": (5, WINDOW),
-    "daphnet": (8, 128),
-}
+# (dense stride, look-back) in steps: one window of look-back (the horizon the model
+# is trained for: the next 100 steps), scored every 5 steps; Daphnet (64 Hz): every 8
+# steps (0.125 s), a look-back of 128 steps (2 s). The stride is also the served hop
+# (`scjepa export`); half the earlier 10 (16) warned more incidents out of fold at the
+# same share of windows in false alert (notebook, entry of 2026-11-27, eighth session).
+EVENT_DEFAULT = (5, WINDOW)
+EVENT_DEFAULTS: dict[str, tuple[int, int]] = {"daphnet": (8, 128)}  # the exceptions
 KINDS = ("val_threshold", "budget")
 FIELDS = (
     "events",
@@ -90,7 +82,7 @@ def event_config(
     lookback: int | None = None,
     budget: float = 1.0,
 ) -> EventConfig:
-    d_stride, d_look = EVENT_DEFAULTS.get(ds.name, (5, WINDOW))
+    d_stride, d_look = EVENT_DEFAULTS.get(ds.name, EVENT_DEFAULT)
     return EventConfig(stride or d_stride, lookback or d_look, budget, ds.steps_per_day)
 
 
