@@ -24,15 +24,19 @@ are recorded in the manifest):
   input and outputs, for the CUDA execution provider.
 
 The manifest's threshold, at which the service alerts, is by default the one that
-kept the probe's validation false alarms within the budget `scjepa evaluate` was run
-with (``--fa-budget``, 1 per 1,000 windows): the operating point results.md reports as
-warned events at the budget. ``--threshold f1`` serves the F1-optimal threshold
-instead, which alerts far more often (docs/notebook/results-notes.md, 2026-11-27,
-seventh session). The manifest's eval_metrics.threshold says which, with both values
-and the budget. The manifest's hop (how often the service scores a stream) is by
-default the one that threshold was set on: the evaluation's dense stride for the
-budget threshold (so the service pages on the windows the event figures count), the
-model's window for the F1 one (results-notes.md, 2026-11-27, eighth session).
+kept the out-of-fold false alarms of the served model's cross-validation (every train
++ validation block, training/evaluate/select.py) within the budget `scjepa evaluate`
+was run with (``--fa-budget``, 1 per 1,000 windows): results.md's "What an operator
+gets". A probe without one (chosen on validation alone) serves the same budget on its
+validation split (``--threshold budget``, the operating point of results.md's event
+tables), which lets through more false alarms on data it was not set on
+(results-notes.md, 2026-11-28, tenth session). ``--threshold f1`` serves the
+F1-optimal threshold, which alerts far more often (2026-11-27, seventh session). The
+manifest's eval_metrics.threshold says which, with every value and the budget. The
+manifest's hop (how often the service scores a stream) is by default the one the
+threshold was set on: the evaluation's dense stride for the budget thresholds (so the
+service pages on the windows the event figures count), the model's window for the F1
+one (2026-11-27, eighth session).
 
 :func:`export_artifact` does the work; `scjepa demo` calls it too.
 """
@@ -258,7 +262,7 @@ def export_artifact(
     int8: bool = False,
     fp16: bool = False,
     hop: int | None = None,
-    threshold: str = "budget",
+    threshold: str | None = None,
 ) -> Manifest:
     """Write ``out``/model.onnx (+ the variants asked for and kept) and manifest.json.
 
@@ -266,7 +270,8 @@ def export_artifact(
     metrics (the int8/fp16 variants need it). ``name`` defaults to scjepa-<dataset>,
     ``version`` to a UTC timestamp, ``hop`` to the windows the threshold was set on
     (:func:`served_hop`).
-    ``threshold``: "budget" or "f1" (:func:`served_threshold`). Returns the manifest
+    ``threshold``: "cv-budget", "budget" or "f1" (:func:`served_threshold`; None:
+    :func:`default_rule`). Returns the manifest
     as written.
     """
     from model.export import export_onnx
@@ -374,7 +379,7 @@ def export_artifact(
     return written
 
 
-THRESHOLDS = ("budget", "f1")
+THRESHOLDS = ("cv-budget", "budget", "f1")
 
 
 def holds_budget(probe: SavedProbe) -> bool:
@@ -383,26 +388,56 @@ def holds_budget(probe: SavedProbe) -> bool:
     return b is not None and bool(np.isfinite(b))
 
 
-def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any]]:
+def default_rule(probe: SavedProbe) -> str:
+    """ "cv-budget" where `scjepa evaluate` set one (the served model chosen by
+    cross-validation), else "budget"."""
+    return "budget" if probe.cv_budget_threshold is None else "cv-budget"
+
+
+def served_threshold(
+    probe: SavedProbe, rule: str | None = None
+) -> tuple[float, dict[str, Any]]:
     """The threshold the service alerts at, and the manifest's record of it.
 
-    "budget": the lowest one that kept the probe's validation false alarms within the
-    evaluation's budget; a probe file without one (older than it) or whose validation
-    no threshold kept within the budget is refused with what to do. "f1": the
+    "cv-budget" (the default where the probe has one, :func:`default_rule`): the
+    lowest one that kept the false alarms of the out-of-fold risks of every
+    train + validation block within the evaluation's budget. "budget": the same on the
+    probe's validation split alone, the split it was stopped and calibrated on, which
+    lets through more false alarms on data it was not set on (results-notes.md,
+    2026-11-28, tenth session). A probe file without the one asked for, or whose data
+    no threshold kept within the budget, is refused with what to do. "f1": the
     F1-optimal threshold on validation.
     """
+    rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
         raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
-    budget = probe.budget_threshold
+    budget, cv = probe.budget_threshold, probe.cv_budget_threshold
     info: dict[str, Any] = {
         "rule": rule,
         "f1_threshold": float(probe.threshold),
         # None where there is none (JSON has no infinity)
         "budget_threshold": budget if holds_budget(probe) else None,
+        "cv_budget_threshold": cv if cv is not None and np.isfinite(cv) else None,
         **(probe.budget or {}),  # false_alarms_per_1000, lookback, stride
     }
+    per_1000 = (probe.budget or {}).get("false_alarms_per_1000")
+    within = f"{per_1000:g} per 1,000 windows" if per_1000 else "the budget"
     if rule == "f1":
         value = probe.threshold
+    elif rule == "cv-budget":
+        if cv is None:
+            raise UserError(
+                "the probe file has no cross-fitted budget threshold (its served "
+                "model was not chosen by cross-validation, or the file is older): "
+                "evaluate again, or export with --threshold budget"
+            )
+        if info["cv_budget_threshold"] is None:
+            raise UserError(
+                "no threshold kept the out-of-fold false alarms within "
+                f"{within}: evaluate with a larger --fa-budget, or export with "
+                "--threshold budget or f1"
+            )
+        value = cv
     elif budget is None:
         raise UserError(
             "the probe file has no false-alarm-budget threshold (written before "
@@ -410,8 +445,6 @@ def served_threshold(probe: SavedProbe, rule: str) -> tuple[float, dict[str, Any
             "--threshold f1"
         )
     elif info["budget_threshold"] is None:  # inf: none held the budget
-        per_1000 = (probe.budget or {}).get("false_alarms_per_1000")
-        within = f"{per_1000:g} per 1,000 windows" if per_1000 else "the budget"
         raise UserError(
             f"no threshold kept the probe's validation false alarms within {within}: "
             "evaluate with a larger --fa-budget, or export with --threshold f1"
@@ -428,7 +461,8 @@ def served_hop(threshold_info: dict[str, Any], window: int) -> int:
     alert (every hop's windows are a sample of the dense ones), and a sparser hop warns
     of fewer incidents (results-notes.md, 2026-11-27, eighth session)."""
     stride = threshold_info.get("stride")
-    return int(stride) if threshold_info["rule"] == "budget" and stride else window
+    budgeted = threshold_info["rule"] in ("budget", "cv-budget")
+    return int(stride) if budgeted and stride else window
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -478,9 +512,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--threshold",
         choices=THRESHOLDS,
-        default="budget",
-        help="the threshold the service alerts at: 'budget' (default), the one that "
-        "kept validation false alarms within scjepa evaluate's --fa-budget; 'f1', the "
+        default=None,
+        help="the threshold the service alerts at: 'cv-budget' (default where the "
+        "probe has one), the lowest that kept the out-of-fold false alarms of every "
+        "train + validation block within scjepa evaluate's --fa-budget; 'budget' "
+        "(the default otherwise), the same on the validation split alone; 'f1', the "
         "F1-optimal one on validation (far more alerts)",
     )
     from training.data.cli import add_table_arguments

@@ -98,14 +98,17 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     m = load_manifest(artifact["dir"])
     probe = SavedProbe.load(artifact["probe"])
     assert m.channels == probe.channels and m.channel_mask == probe.mask
-    # the service alerts at the threshold that kept validation false alarms within
-    # the evaluation's budget (--fa-budget), not at the F1-optimal one
+    # the service alerts at the threshold that kept the out-of-fold false alarms of
+    # the served model's cross-validation within the evaluation's budget
+    # (--fa-budget): neither validation's nor the F1-optimal one
     assert probe.budget_threshold is not None and probe.budget is not None
-    assert m.threshold == pytest.approx(probe.budget_threshold)
+    assert probe.cv_budget_threshold is not None
+    assert m.threshold == pytest.approx(probe.cv_budget_threshold)
     assert m.eval_metrics["threshold"] == {
-        "rule": "budget",
+        "rule": "cv-budget",
         "f1_threshold": pytest.approx(probe.threshold),
         "budget_threshold": pytest.approx(probe.budget_threshold),
+        "cv_budget_threshold": pytest.approx(probe.cv_budget_threshold),
         "false_alarms_per_1000": 20.0,
         "lookback": 100.0,
         "stride": 5.0,
@@ -338,6 +341,7 @@ def test_export_artifact_called_directly(
     [
         ({"rule": "budget", "stride": 8.0}, 8),  # Daphnet's stride
         ({"rule": "budget", "stride": 5.0}, 5),
+        ({"rule": "cv-budget", "stride": 5.0}, 5),  # set on the same dense windows
         ({"rule": "f1", "stride": 8.0}, 100),  # the F1 threshold: hop-100 windows
         ({"rule": "budget"}, 100),  # no stride recorded: the window
     ],
@@ -353,19 +357,26 @@ def test_served_hop_is_the_windows_the_threshold_was_set_on(
 def test_threshold_rule(
     artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--threshold f1 serves the F1-optimal threshold (on the windows it was set on);
-    a probe without a budget threshold, or whose validation no threshold kept within
-    the budget, is refused with what to do, before anything is written."""
+    """--threshold budget and f1 serve validation's budget and F1-optimal thresholds
+    (on the windows each was set on); a probe without the threshold asked for, or
+    whose data no threshold kept within the budget, is refused with what to do,
+    before anything is written; without a cross-fitted one the default is
+    validation's."""
     from dataclasses import replace
 
     from training.errors import UserError
     from training.export import export_artifact, served_threshold
 
     probe = SavedProbe.load(artifact["probe"])
-    # the two differ here, so the manifests below tell which one was served
-    assert probe.budget_threshold != pytest.approx(probe.threshold)
+    # the three differ here, so the manifests below tell which one was served
+    thresholds = (probe.threshold, probe.budget_threshold, probe.cv_budget_threshold)
+    assert len({round(float(t), 6) for t in thresholds if t is not None}) == 3
     args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe"]
     args += [str(artifact["probe"]), "--out", str(tmp_path / "f1")]
+    assert main([*args[:-1], str(tmp_path / "val"), "--threshold", "budget"]) == 0
+    m = load_manifest(tmp_path / "val")
+    assert m.threshold == pytest.approx(probe.budget_threshold)
+    assert m.eval_metrics["threshold"]["rule"] == "budget" and m.hop == 5
     assert main([*args, "--threshold", "f1"]) == 0
     m = load_manifest(tmp_path / "f1")
     assert m.threshold == pytest.approx(probe.threshold)
@@ -377,16 +388,24 @@ def test_threshold_rule(
     assert main(hop100) == 0 and load_manifest(tmp_path / "hop100").hop == 100
     assert "set on a window every 5 steps" in capsys.readouterr().err
     model = load_model(artifact["ckpt"])
-    for changed, match in (
-        (replace(probe, budget_threshold=float("inf")), "larger --fa-budget"),
-        (replace(probe, budget_threshold=None, budget=None), "evaluate again"),
+    no_cv = replace(probe, cv_budget_threshold=None)  # chosen on validation alone
+    for changed, rule, match in (
+        (replace(probe, cv_budget_threshold=float("inf")), None, "out-of-fold"),
+        (no_cv, "cv-budget", "--threshold budget"),
+        (replace(no_cv, budget_threshold=float("inf")), None, "larger --fa-budget"),
+        (replace(no_cv, budget_threshold=None, budget=None), None, "evaluate again"),
     ):
         with pytest.raises(UserError, match=match):
-            export_artifact(model=model, probe=changed, out=tmp_path / "no")
+            export_artifact(
+                model=model, probe=changed, out=tmp_path / "no", threshold=rule
+            )
         assert not (tmp_path / "no").exists()
         value, info = served_threshold(changed, "f1")  # still servable at F1
         assert value == pytest.approx(probe.threshold) and info["rule"] == "f1"
-    with pytest.raises(UserError, match="choose one of budget, f1"):
+    value, info = served_threshold(no_cv)
+    assert value == pytest.approx(probe.budget_threshold) and info["rule"] == "budget"
+    assert info["cv_budget_threshold"] is None
+    with pytest.raises(UserError, match="choose one of cv-budget, budget, f1"):
         served_threshold(probe, "0.5")
 
 

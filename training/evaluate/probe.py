@@ -387,6 +387,10 @@ class SavedProbe:
     # "lookback", "stride"); None in files older than them
     budget_threshold: float | None = None
     budget: dict[str, float] | None = None
+    # the same budget on the out-of-fold risks of every train + validation CV block
+    # (training.evaluate.select.cv_threshold; inf: none held it); None where the
+    # served model was not chosen by cross-validation, and in older files
+    cv_budget_threshold: float | None = None
 
     @property
     def parts(self) -> tuple[str, ...]:

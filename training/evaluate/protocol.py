@@ -85,10 +85,11 @@ from training.evaluate.results import (
     git_commit,
     write_results,
 )
-from training.evaluate.select import CVConfig
+from training.evaluate.select import CVConfig, json_num
 from training.evaluate.warning import (
     EventConfig,
     Stretch,
+    add_cv_budget,
     event_config,
     pooled,
     score_events,
@@ -630,6 +631,7 @@ def _cross_validate(
     from training.evaluate.select import (
         choose,
         cv_blocks,
+        cv_threshold,
         out_of_fold,
         write_out_of_fold,
     )
@@ -660,6 +662,14 @@ def _cross_validate(
         for n in names
     }
     choice = choose(blocks, oof, events.lookback, cv)
+    # per candidate and fold: its threshold at the budget on the out-of-fold risks
+    choice["thresholds"] = {
+        n: [
+            cv_threshold(b, o, events.lookback, events.budget)
+            for b, o in zip(blocks, oof[n], strict=True)
+        ]
+        for n in names
+    }
     write_out_of_fold(out / "cv_scores.npz", oof)
     _say(
         f"served model chosen by {cv.blocks}-block cross-validation "
@@ -820,6 +830,18 @@ def run(args: argparse.Namespace) -> int:
         if cv.blocks
         else None
     )
+    if choice:
+        add_cv_budget(
+            ev.rows,
+            choice["thresholds"],
+            seeds=ev.seeds,
+            test=ev.test,
+            dense_scores=ev.dense_scores,
+            test_stretches=test_stretches(folds),
+            events=events,
+            n_boot=args.n_boot,
+            test_sizes=[len(fd.splits["test"]) for fd in folds],
+        )
     board = leaderboard(ev.rows, choice)
     if board["rows"]:
         ev.extra["leaderboard"] = board
@@ -949,6 +971,7 @@ def leaderboard(
     validation warned rate at the false-alarm budget, then PR AUC. Names the winner
     and the row that is the winner without SC-JEPA's inputs."""
     cv = {e["row"]: e for e in choice["rows"]} if choice else {}
+    thresholds = (choice or {}).get("thresholds", {})  # per fold, out of fold
     board = []
     for name, features in CANDIDATES.items():
         if name not in rows or (choice and name not in cv):
@@ -967,6 +990,11 @@ def leaderboard(
                 "val_roc_auc": r["val"]["roc_auc"]["mean"],
             }
             | {k: v for k, v in cv.get(name, {}).items() if k != "row"}
+            | (
+                {"cv_budget_thresholds": [json_num(t) for t in thresholds[name]]}
+                if name in thresholds
+                else {}
+            )
         )
 
     def num(v: float | None) -> float:
@@ -1084,6 +1112,7 @@ def served_probe(
         }
         | ({"row": name, "leaderboard": board} if board is not None else {}),
         budget_threshold=float(chosen.budget_threshold),
+        cv_budget_threshold=_cv_threshold(ev.extra.get("leaderboard"), name),
         budget={
             "false_alarms_per_1000": float(events["budget_per_1000"]),
             "lookback": float(events["lookback"]),
@@ -1092,6 +1121,15 @@ def served_probe(
         if (events := ev.extra.get("events"))
         else None,
     )
+
+
+def _cv_threshold(board: dict[str, Any] | None, name: str) -> float | None:
+    """Row ``name``'s cross-fitted budget threshold (fold 0) from the leaderboard."""
+    for e in (board or {}).get("rows", []):
+        if e["row"] == name and "cv_budget_thresholds" in e:
+            t = e["cv_budget_thresholds"][0]
+            return float("inf") if t is None else float(t)
+    return None
 
 
 def load_encoders(path: Path) -> tuple[SCJEPA, SCJEPA, dict[str, Any]]:

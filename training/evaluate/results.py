@@ -49,13 +49,19 @@ class Row(TypedDict):
     block_ci95: NotRequired[dict[str, tuple[float, float]]]
     # validation warned rate / false alarms at the budget: how rows are chosen
     val_events: NotRequired[dict[str, Any]]
-    # "val_threshold" / "budget" -> event counts, rates, quartiles, intervals, chance
+    # "val_threshold" / "budget" (and CV_KIND for the served-model candidates) ->
+    # event counts, rates, quartiles, intervals, chance
     events: NotRequired[dict[str, Any]]
     # warned rate and false alarms per 1,000 windows as the threshold sweeps
     curve: NotRequired[dict[str, list[float]]]
     # "window" / "events" -> {"vs": best baseline, metric: {"diff", "ci95"}}
     paired: NotRequired[dict[str, Any]]
     external: NotRequired[dict[str, Any]]  # SKAB leaderboard / Daphnet pre-freeze
+
+
+# the served-model candidates' third threshold kind: the budget on their out-of-fold
+# risks (training.evaluate.warning.add_cv_budget), the one `scjepa export` serves
+CV_KIND = "cv_budget"
 
 
 class SplitSummary(TypedDict):
@@ -339,12 +345,18 @@ def operator_line(res: Mapping[str, Any]) -> str:
         return (w if np.isfinite(w) else -1.0, -fa if np.isfinite(fa) else -1e9)
 
     name = served or max(rows, key=key)
-    b = rows[name]["events"]["budget"]
+    cross = CV_KIND in rows[name]["events"]  # served at its cross-fitted threshold
+    b = rows[name]["events"][CV_KIND if cross else "budget"]
     n = b["events"]
     spd = ev.get("steps_per_day")
     w = b["warned"]["mean"]
     how = "the served model" if served else "chosen on validation"
-    text = f"with **{name}** ({how}), at its budget threshold: warns {w:.3g} of {n} incidents"
+    at = (
+        "at the threshold it is served at (the budget on its out-of-fold risks)"
+        if cross
+        else "at its budget threshold"
+    )
+    text = f"with **{name}** ({how}), {at}: warns {w:.3g} of {n} incidents"
     if b["lead_quartiles"]:
         text += f", median {_steps(b['lead_quartiles'][1], spd)} ahead"
     text += f"; {b['late']['mean']:.3g} more caught late"
@@ -353,6 +365,8 @@ def operator_line(res: Mapping[str, Any]) -> str:
     text += f"; {b['missed']['mean']:.3g} missed; {b['false_alarms_per_1000_windows']['mean']:.2f} false alarms per 1,000 windows"
     if "false_alarms_per_day" in b:
         text += f" ({b['false_alarms_per_day']['mean']:.2f} per day)"
+    if cross:
+        text += f"; chance p = {b['chance']['p']:.3f}"
     text += f" (means over {len(res['seeds'])} seeds"
     if n < MIN_EVENTS:
         text += f"; {TOO_SMALL}: {n} events cannot separate methods"
@@ -426,8 +440,11 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
         else "one model per fold, none exported: the candidate that would be served"
     )
     cv = board.get("cv")
+    # runs before the cross-fitted threshold (2026-11-28) have no such column
+    cross = any(CV_KIND in r.get("events", {}) for r in rows.values())
     if cv:
         budgets = ", ".join(f"{b:g}" for b in cv["budgets_per_1000"])
+        at_cv = ["the same at the CV threshold"] if cross else []
         lines = [
             f"**Served model** ({how}; chosen on {board['chosen_on']}): "
             f"**{winner}**. The cross-validation: {cv['blocks']} blocks per fold, "
@@ -439,8 +456,28 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             "read once after the choice; Δ = paired difference with the best baseline "
             "(chosen on validation), * where its interval excludes 0:",
             "",
-            f"| candidate | reads | inputs | CV warned rate ({budgets} FA / 1,000) | CV warned rate at 1 / 1,000 | CV PR AUC | kept | val warned rate | val PR AUC | test PR AUC | test ROC AUC | test warned / events (FA / 1,000) | Δ test PR AUC | Δ test warned rate |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| "
+            + " | ".join(
+                [
+                    "candidate",
+                    "reads",
+                    "inputs",
+                    f"CV warned rate ({budgets} FA / 1,000)",
+                    "CV warned rate at 1 / 1,000",
+                    "CV PR AUC",
+                    "kept",
+                    "val warned rate",
+                    "val PR AUC",
+                    "test PR AUC",
+                    "test ROC AUC",
+                    "test warned / events (FA / 1,000)",
+                    *at_cv,
+                    "Δ test PR AUC",
+                    "Δ test warned rate",
+                ]
+            )
+            + " |",
+            "|" + "---|" * (14 + len(at_cv)),
         ]
     else:
         lines = [
@@ -459,12 +496,7 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
         r = rows[name]
         b = r.get("events", {}).get("budget")
         paired = r.get("paired", {})
-        warned = (
-            f"{b['warned']['mean']:.3g} / {b['events']} "
-            f"({b['false_alarms_per_1000_windows']['mean']:.1f})"
-            if b
-            else "-"
-        )
+        warned = _warned_cell(b)
         small_w = r["all"]["positives"] < MIN_EVENTS
         small_e = not b or b["events"] < MIN_EVENTS
         if cv:
@@ -500,6 +532,7 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             _cell(r["all"]["pr_auc"]),
             _cell(r["all"]["roc_auc"]),
             warned,
+            *([_warned_cell(r.get("events", {}).get(CV_KIND))] if cv and cross else []),
             TOO_SMALL
             if small_w
             else _diff(paired.get("window", {}).get("pr_auc")) or "(best baseline)",
@@ -541,6 +574,16 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             "nothing (its floor is the always-positive row).",
         ]
     return [*lines, ""]
+
+
+def _warned_cell(b: Mapping[str, Any] | None) -> str:
+    """ "warned / events (false alarms per 1,000 windows)" at one threshold kind."""
+    if not b:
+        return "-"
+    return (
+        f"{b['warned']['mean']:.3g} / {b['events']} "
+        f"({b['false_alarms_per_1000_windows']['mean']:.1f})"
+    )
 
 
 def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:

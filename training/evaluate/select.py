@@ -172,6 +172,29 @@ def out_of_fold(
     return OutOfFold(hop, dense, int(f_hop[0].shape[1]))
 
 
+def cv_threshold(
+    blocks: Sequence[HeldOut], oof: OutOfFold, lookback: int, budget: float
+) -> float:
+    """The cross-fitted budget threshold: the lowest one keeping the false alarms of
+    the out-of-fold risks of every held-out block, every seed's pooled, within
+    ``budget`` per 1,000 windows (inf if none does).
+
+    The served probe is stopped and calibrated on the validation split, so a threshold
+    set there is set on the risks it was fitted to: on held-out CV blocks such a
+    one-block threshold let through 6.5 (SMD-19) to 126 (Daphnet) false alarms per
+    1,000 windows against a budget of 1, and this pooled one 1.7 and 7.7
+    (results-notes.md, 2026-11-28, tenth session)."""
+    segs = [
+        st.segment(risk)
+        for b, dense in zip(blocks, oof.dense, strict=True)
+        for risk in dense
+        for st in b.stretches
+    ]
+    if not sum(len(s.ends) for s in segs):
+        return float("inf")
+    return threshold_at_budget(segs, lookback, budget)
+
+
 def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:
     """``oof`` (candidates in their order, one :class:`OutOfFold` per fold) as one
     .npz: ``candidates``, and per candidate ``NAME//n_inputs`` and
@@ -346,14 +369,14 @@ def choose(
         {
             "row": n,
             "n_inputs": k.n_inputs[n],
-            "cv_warned_rate": _num(k.warned[n]),
-            "cv_warned_rate_at_budget": _num(k.warned_one[n]),
-            "cv_pr_auc": _num(k.pr_auc[n]),
-            "cv_warned_gap": _num(gap_w[n]["gap"]),
-            "cv_warned_gap_sd": _num(gap_w[n]["se"]),
+            "cv_warned_rate": json_num(k.warned[n]),
+            "cv_warned_rate_at_budget": json_num(k.warned_one[n]),
+            "cv_pr_auc": json_num(k.pr_auc[n]),
+            "cv_warned_gap": json_num(gap_w[n]["gap"]),
+            "cv_warned_gap_sd": json_num(gap_w[n]["se"]),
             # (PR AUC is compared only among those kept on the warned rate)
-            "cv_pr_auc_gap": _num(gap_p.get(n, {}).get("gap")),
-            "cv_pr_auc_gap_sd": _num(gap_p.get(n, {}).get("se")),
+            "cv_pr_auc_gap": json_num(gap_p.get(n, {}).get("gap")),
+            "cv_pr_auc_gap_sd": json_num(gap_p.get(n, {}).get("se")),
             "cv_stage": 2 if n in stage2 else 1 if n in stage1 else 0,
         }
         for n in names
@@ -361,6 +384,6 @@ def choose(
     return {"winner": winner, "rows": rows, "cv": k.cv}
 
 
-def _num(v: float | None) -> float | None:
+def json_num(v: float | None) -> float | None:
     """JSON-safe: None for a missing or undefined figure (no NaN in results.json)."""
     return float(v) if v is not None and np.isfinite(v) else None

@@ -39,6 +39,7 @@ from training.evaluate.power import (
     interval,
     window_replicates,
 )
+from training.evaluate.results import CV_KIND
 
 if TYPE_CHECKING:
     from training.evaluate.protocol import Fitted
@@ -240,12 +241,10 @@ def score_events(
     L = events.lookback
     names = list(rows)
     n_folds = len(test_sizes)
-    blocks = make_blocks(test_stretches, L)
-    fold_of = np.repeat(np.arange(n_folds), test_sizes)  # fold of each test window
-    members = window_members(test, fold_of, blocks)
-    n_blocks = len(members)
-    draws = draw_blocks(n_blocks, n_boot)
-    seed_draw = draw_seeds(len(seeds), n_boot, len(names))
+    blocks, fold_of, members, draws, seed_draw = _test_resamples(
+        test, test_stretches, test_sizes, L, n_boot, len(seeds), len(names)
+    )
+    n_blocks = len(members)  # make_blocks' blocks, then any windows outside them
     win_reps: dict[str, dict[str, np.ndarray]] = {}
     ev_reps: dict[str, dict[str, np.ndarray]] = {}
     for r, name in enumerate(names):
@@ -271,53 +270,18 @@ def score_events(
         out: dict[str, Any] = {}
         ev_reps[name] = {}
         for kind in KINDS:
-            per_block = np.zeros((len(seeds), n_blocks, len(FIELDS)))
-            totals: list[EventCounts] = []
-            for si in range(len(seeds)):
-                s = dense_scores[name][si]
-                total = EventCounts()
-                for b, blk in enumerate(blocks):
-                    c = segment_counts(
-                        Segment(blk.labels, blk.ends, s[blk.gidx]),
-                        thr[kind][si, blk.fold],
-                        L,
-                    )
-                    per_block[si, b] = _vector(c)
-                    total.add(c)
-                totals.append(total)
-            summaries = [summary(t, events.steps_per_day) for t in totals]
-            seed_rates = _rates(per_block.sum(1), events.steps_per_day)
-            reps = count_replicates(per_block, draws, seed_draw[:, r])
-            rep_rates = _rates(reps, events.steps_per_day)
+            out[kind], rep_rates = _kind_events(
+                dense_scores[name],
+                thr[kind],
+                blocks,
+                n_blocks,
+                draws,
+                seed_draw[:, r],
+                test_stretches,
+                events,
+            )
             ev_reps[name][kind] = rep_rates["warned_rate"]
             ev_reps[name][kind + "_fa"] = rep_rates["false_alarms_per_1000_windows"]
-            null = rotation_null(test_stretches, dense_scores[name], thr[kind], L)
-            observed = float(np.mean([t.warned for t in totals]))
-            n_events = totals[0].events
-            out[kind] = {
-                "thresholds": thr[kind].tolist()
-                if n_folds > 1
-                else thr[kind][:, 0].tolist(),
-                "events": n_events,
-                "censored_events": totals[0].censored,
-                "windows": totals[0].windows,
-                "warned": _stat([t.warned for t in totals]),
-                "late": _stat([t.late for t in totals]),
-                "missed": _stat([t.missed for t in totals]),
-                "false_alarms": _stat([t.false_alarms for t in totals]),
-                "lead_quartiles": quartiles([v for t in totals for v in t.leads]),
-                "delay_quartiles": quartiles([v for t in totals for v in t.delays]),
-                **{k: _stat(v) for k, v in seed_rates.items()},
-                "ci95": {k: interval(v) for k, v in rep_rates.items()},
-                "chance": {
-                    "warned_rate": float(null.mean() / n_events)
-                    if n_events
-                    else float("nan"),
-                    "p": float((1 + np.sum(null >= observed)) / (1 + len(null))),
-                    "rotations": len(null),
-                },
-                "per_seed": summaries,
-            }
         row["events"] = out
         # -- the warned-rate / false-alarm curve of the seed-mean score
         mean_score = dense_scores[name].mean(0)
@@ -417,6 +381,123 @@ def _window_thresholds(
         return [by_seed[s] for s in seeds]
     table = {(f.seed, f.fold): f.threshold for f in runs}
     return [np.array([table[(s, int(k))] for k in fold_of]) for s in seeds]
+
+
+def add_cv_budget(
+    rows: dict[str, Row],
+    thresholds: dict[str, list[float]],
+    *,
+    seeds: list[int],
+    test: Samples,
+    dense_scores: dict[str, np.ndarray],
+    test_stretches: list[Stretch],
+    events: EventConfig,
+    n_boot: int,
+    test_sizes: list[int],
+) -> None:
+    """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``thresholds``
+    (the served-model candidates): its test event figures at its cross-fitted budget
+    threshold (training.evaluate.select.cv_threshold: one per fold, every seed's
+    probe alike), with the blocks, resamples and chance null of :func:`score_events`."""
+    names = list(rows)
+    blocks, _, members, draws, seed_draw = _test_resamples(
+        test,
+        test_stretches,
+        test_sizes,
+        events.lookback,
+        n_boot,
+        len(seeds),
+        len(names),
+    )
+    for name, per_fold in thresholds.items():
+        if name not in rows:
+            continue
+        thr = np.tile(np.asarray(per_fold, dtype=np.float64), (len(seeds), 1))
+        rows[name]["events"][CV_KIND], _ = _kind_events(
+            dense_scores[name],
+            thr,
+            blocks,
+            len(members),
+            draws,
+            seed_draw[:, names.index(name)],
+            test_stretches,
+            events,
+        )
+
+
+def _kind_events(
+    scores: np.ndarray,
+    thr: np.ndarray,
+    blocks: Sequence[Any],
+    n_blocks: int,
+    draws: np.ndarray,
+    seed_col: np.ndarray,
+    test_stretches: Sequence[Stretch],
+    events: EventConfig,
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """One row's test event figures at one kind of threshold (``thr`` (seeds, folds);
+    ``scores`` (seeds, dense windows) pooled), and the bootstrap replicates of its
+    rates."""
+    L, n_seeds, n_folds = events.lookback, len(scores), thr.shape[1]
+    per_block = np.zeros((n_seeds, n_blocks, len(FIELDS)))
+    totals: list[EventCounts] = []
+    for si in range(n_seeds):
+        s = scores[si]
+        total = EventCounts()
+        for b, blk in enumerate(blocks):
+            c = segment_counts(
+                Segment(blk.labels, blk.ends, s[blk.gidx]), thr[si, blk.fold], L
+            )
+            per_block[si, b] = _vector(c)
+            total.add(c)
+        totals.append(total)
+    summaries = [summary(t, events.steps_per_day) for t in totals]
+    seed_rates = _rates(per_block.sum(1), events.steps_per_day)
+    reps = count_replicates(per_block, draws, seed_col)
+    rep_rates = _rates(reps, events.steps_per_day)
+    null = rotation_null(test_stretches, scores, thr, L)
+    observed = float(np.mean([t.warned for t in totals]))
+    n_events = totals[0].events
+    out = {
+        "thresholds": thr.tolist() if n_folds > 1 else thr[:, 0].tolist(),
+        "events": n_events,
+        "censored_events": totals[0].censored,
+        "windows": totals[0].windows,
+        "warned": _stat([t.warned for t in totals]),
+        "late": _stat([t.late for t in totals]),
+        "missed": _stat([t.missed for t in totals]),
+        "false_alarms": _stat([t.false_alarms for t in totals]),
+        "lead_quartiles": quartiles([v for t in totals for v in t.leads]),
+        "delay_quartiles": quartiles([v for t in totals for v in t.delays]),
+        **{k: _stat(v) for k, v in seed_rates.items()},
+        "ci95": {k: interval(v) for k, v in rep_rates.items()},
+        "chance": {
+            "warned_rate": float(null.mean() / n_events) if n_events else float("nan"),
+            "p": float((1 + np.sum(null >= observed)) / (1 + len(null))),
+            "rotations": len(null),
+        },
+        "per_seed": summaries,
+    }
+    return out, rep_rates
+
+
+def _test_resamples(
+    test: Samples,
+    test_stretches: Sequence[Stretch],
+    test_sizes: list[int],
+    lookback: int,
+    n_boot: int,
+    n_seeds: int,
+    n_rows: int,
+) -> tuple[list[Any], np.ndarray, list[np.ndarray], np.ndarray, np.ndarray]:
+    """The test split's bootstrap blocks and resamples, the same for every row and
+    threshold kind: (blocks, each test window's fold, the windows of each block,
+    block draws (n_boot, blocks), seed draws (n_boot, rows))."""
+    blocks = make_blocks(test_stretches, lookback)
+    fold_of = np.repeat(np.arange(len(test_sizes)), test_sizes)
+    members = window_members(test, fold_of, blocks)
+    draws = draw_blocks(len(members), n_boot)
+    return blocks, fold_of, members, draws, draw_seeds(n_seeds, n_boot, n_rows)
 
 
 def rotation_null(

@@ -19,7 +19,8 @@ own untrained twin (fourth session): no setting found so far earns the GPU run.
 batch that fits 100 epochs into the budget (lr 5e-4, 1e-3, 2e-3; the largest batch
 otherwise, with as many epochs as fit), selects from half the epochs, and writes
 metrics.jsonl, run.json, config.yaml and plan.json to $OUT, with the selected model
-in two files (model-a.pt, model-b.pt: the device returns files of at most 16 MiB).
+in files of at most 12 MB (model-a.pt, model-b.pt, ...: the device returns files of
+at most 16 MiB, eight at most).
 SIGTERM (`timeout`) stops it with the best checkpoint so far written out. Extra
 arguments are `--set` style overrides (KEY=VALUE); `tiny` drops the paper size (a
 CPU test of the script).
@@ -109,13 +110,19 @@ def train(path: str, budget: float, extra: list[str]) -> None:
         src = RUN / "best.pt" if (RUN / "best.pt").exists() else RUN / "last.pt"
         if src.exists():
             ck = torch.load(src, map_location="cpu", weights_only=False)
-            keys = list(ck["model"])
-            a, b = keys[: len(keys) // 2], keys[len(keys) // 2 :]
+            parts: list[dict[str, Any]] = [{}]
+            size = 0
+            for k, v in ck["model"].items():  # parts of at most 12 MB
+                n = v.numel() * v.element_size()
+                if size and size + n > 12e6:
+                    parts.append({})
+                    size = 0
+                parts[-1][k] = v
+                size += n
             head = {"config": ck["config"], "from": src.name, "epoch": ck.get("epoch")}
-            torch.save(
-                head | {"model": {k: ck["model"][k] for k in a}}, out / "model-a.pt"
-            )
-            torch.save({"model": {k: ck["model"][k] for k in b}}, out / "model-b.pt")
+            for i, part in enumerate(parts):
+                extra = head if i == 0 else {}
+                torch.save(extra | {"model": part}, out / f"model-{chr(97 + i)}.pt")
             print("saved", src, "epoch", ck.get("epoch"), flush=True)
         print("wall", round(time.time() - t0, 1), flush=True)
 

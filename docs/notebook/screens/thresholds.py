@@ -57,23 +57,40 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
     for f, per_fold in enumerate(oof):
         blocks = cv_blocks(ds, f, 4, ev.stride)
         k = len(blocks)
-        for s in range(per_fold.dense[0].shape[0]):
-            segs = {}
-            for score in ("risk", "rank"):
-                segs[score] = []
-                for b in range(k):
-                    risk = per_fold.dense[b][s]
-                    segs[score].append(
-                        [
-                            Segment(st.labels, st.ends, scored(score, risk[st.idx]))
-                            for st in blocks[b].stretches
-                        ]
-                    )
-            for score, by_block in segs.items():
+        n_seeds = per_fold.dense[0].shape[0]
+        # segs[s][score][b]: block b's stretches scored with seed s's risks
+        segs = [
+            {
+                score: [
+                    [
+                        Segment(st.labels, st.ends, scored(score, risk[st.idx]))
+                        for st in blocks[b].stretches
+                    ]
+                    for b, risk in enumerate(per_fold.dense[i][s] for i in range(k))
+                ]
+                for score in ("risk", "rank")
+            }
+            for s in range(n_seeds)
+        ]
+        for s in range(n_seeds):
+            for score, by_block in segs[s].items():
                 for j in range(k):
                     v = (j + 1) % k
                     others = [g for b in range(k) if b != j for g in by_block[b]]
-                    for source, fit in (("block j+1", by_block[v]), ("pooled", others)):
+                    every = [
+                        g
+                        for t in range(n_seeds)
+                        for b in range(k)
+                        if b != j
+                        for g in segs[t][score][b]
+                    ]
+                    for source, fit in (
+                        ("block j+1", by_block[v]),
+                        ("pooled", others),
+                        ("pooled, every seed", every),
+                    ):
+                        if score == "rank" and source == "pooled, every seed":
+                            continue
                         thr = threshold_at_budget(fit, ev.lookback, BUDGET)
                         c = event_counts(by_block[j], thr, ev.lookback)
                         out.setdefault((score, source), []).append(

@@ -319,7 +319,11 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
                  "SC-JEPA probe", "SC-JEPA reconstruction error (label-free)"):  # fmt: skip
         row = res["rows"][name]
         assert len(row["thresholds"]) == 2 and len(row["thresholds"][0]) == 5
-        assert set(row["events"]) == {"val_threshold", "budget"}
+        # a served-model candidate is also counted at its cross-fitted threshold
+        kinds = {"val_threshold", "budget"} | (
+            {"cv_budget"} if name == "SC-JEPA probe" else set()
+        )
+        assert set(row["events"]) == kinds
         b = row["events"]["budget"]
         assert b["events"] == n_runs and len(b["per_seed"]) == 2
         w = b["warned"]["mean"] + b["late"]["mean"] + b["missed"]["mean"]
@@ -332,6 +336,24 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
         }
         assert set(row["block_ci95"]) >= {"f1", "roc_auc", "pr_auc"}
         assert len(row["curve"]["warned_rate"]) >= 2
+    # the cross-fitted threshold: one per fold, the same for every seed's probe,
+    # the one the leaderboard records
+    board = {r["row"]: r for r in res["leaderboard"]["rows"]}
+    for name, e in board.items():
+        got = res["rows"][name]["events"]["cv_budget"]
+        assert (
+            len(e["cv_budget_thresholds"]) == 5
+            and got["thresholds"]
+            == [
+                [
+                    pytest.approx(t if t is not None else float("inf"))
+                    for t in e["cv_budget_thresholds"]
+                ]
+            ]
+            * 2
+        )
+        w = got["warned"]["mean"] + got["late"]["mean"] + got["missed"]["mean"]
+        assert w == pytest.approx(n_runs) and got["events"] == n_runs
     best = res["best_baseline"]
     assert best["window"] and not best["window"].startswith("SC-JEPA")
     assert res["rows"]["SC-JEPA probe"]["paired"]["window"]["vs"] == best["window"]
@@ -342,6 +364,8 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     text = doc.read_text()
     assert "### SKAB: 5 folds by entity" in text
     assert "**What an operator gets**" in text and "n too small" in text
+    assert "at the threshold it is served at" in text
+    assert "the same at the CV threshold |" in text
     assert "SKAB's own metrics" in text and "Conv-AE F1 0.78" in text
     assert (
         "![warned-event rate against false alarms, skab](skab/warning_curve.png)"

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from training.data import Samples, load_dataset, split_segments
+from training.evaluate.events import Segment, event_counts
 from training.evaluate.events import events as event_runs
 from training.evaluate.metrics import roc_auc
 from training.evaluate.probe import ProbeConfig
@@ -20,6 +21,7 @@ from training.evaluate.select import (
     OutOfFold,
     choose,
     cv_blocks,
+    cv_threshold,
     one_se,
     out_of_fold,
 )
@@ -190,3 +192,36 @@ def test_choice_prefers_what_warns_then_the_simpler(rng) -> None:
     # the same risks read from fewer inputs: indistinguishable, the simpler wins
     oof["also warns"] = [_oof(blocks, warns, 4)]
     assert choose([blocks], oof, 100, cfg)["winner"] == "also warns"
+
+
+def test_cv_threshold_holds_the_budget_on_every_block_and_seed_pooled(rng) -> None:
+    """The lowest threshold whose false alarms, counted over every held-out block's
+    out-of-fold risks of every seed, stay within the budget; a block whose fit runs
+    high raises it for all (one block alone would not)."""
+    blocks = _event_blocks(rng, k=3)
+
+    def risk(s: Samples, seed: int) -> np.ndarray:
+        j = next(i for i, b in enumerate(blocks) if b.dense is s)
+        scale = 3.0 if j == 2 else 1.0  # block 2's fold model runs high
+        return scale * np.random.default_rng(seed + 10 * j).random(len(s))
+
+    oof = _oof(blocks, risk, 4)
+    thr = cv_threshold(blocks, oof, 100, 5.0)
+
+    def per_1000(t: float, which: list[int]) -> float:
+        segs = [
+            Segment(st.labels, st.ends, oof.dense[j][s][st.idx])
+            for j in which
+            for s in range(2)
+            for st in blocks[j].stretches
+        ]
+        return event_counts(segs, t, 100).false_alarms_per_1000
+
+    assert per_1000(thr, [0, 1, 2]) <= 5.0
+    lower = np.concatenate([d.ravel() for d in oof.dense])
+    assert per_1000(float(lower[lower < thr].max()), [0, 1, 2]) > 5.0  # the lowest
+    # block 0 alone would set a threshold under 1, which block 2 overshoots
+    alone = cv_threshold(blocks[:1], OutOfFold(oof.hop[:1], oof.dense[:1], 4), 100, 5.0)
+    assert alone < 1.0 < thr and per_1000(alone, [2]) > 50
+    empty = [HeldOut(0, 0, b.hop, b.dense, []) for b in blocks]
+    assert cv_threshold(empty, oof, 100, 5.0) == float("inf")
