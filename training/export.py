@@ -23,14 +23,16 @@ are recorded in the manifest):
 - ``--fp16`` (GPU): model.fp16.onnx, every float tensor in fp16 except the float32
   input and outputs, for the CUDA execution provider.
 
-The manifest's threshold, at which the service alerts, is by default the one that
-kept the out-of-fold false alarms of the served model's cross-validation (every train
-+ validation block, training/evaluate/select.py) within the budget `scjepa evaluate`
-was run with (``--fa-budget``, 1 per 1,000 windows): results.md's "What an operator
-gets". A probe without one (chosen on validation alone) serves the same budget on its
-validation split (``--threshold budget``, the operating point of results.md's event
-tables), which lets through more false alarms on data it was not set on
-(results-notes.md, 2026-11-28, tenth session). ``--threshold f1`` serves the
+The manifest's threshold, at which the service alerts, is by default set at the
+false-alarm budget `scjepa evaluate` was run with (``--fa-budget``, 1 per 1,000
+windows) twice, and the more cautious (higher) of the two is served
+(``--threshold cv-budget``; results.md's "What an operator gets"): on the probe's
+validation split, and on the out-of-fold risks of the served model's
+cross-validation (every train + validation block, training/evaluate/select.py). The
+first alone (``--threshold budget``, the operating point of results.md's event
+tables, and the default for a probe chosen on validation alone) lets through more
+false alarms on data it was not set on (results-notes.md, 2026-11-28, tenth
+session). ``--threshold f1`` serves the
 F1-optimal threshold, which alerts far more often (2026-11-27, seventh session). The
 manifest's eval_metrics.threshold says which, with every value and the budget. The
 manifest's hop (how often the service scores a stream) is by default the one the
@@ -56,6 +58,7 @@ from training.data import Dataset, Samples
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.results import git_commit
+from training.evaluate.select import cautious
 
 if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
     import onnx
@@ -399,14 +402,15 @@ def served_threshold(
 ) -> tuple[float, dict[str, Any]]:
     """The threshold the service alerts at, and the manifest's record of it.
 
-    "cv-budget" (the default where the probe has one, :func:`default_rule`): the
-    lowest one that kept the false alarms of the out-of-fold risks of every
-    train + validation block within the evaluation's budget. "budget": the same on the
-    probe's validation split alone, the split it was stopped and calibrated on, which
-    lets through more false alarms on data it was not set on (results-notes.md,
-    2026-11-28, tenth session). A probe file without the one asked for, or whose data
-    no threshold kept within the budget, is refused with what to do. "f1": the
-    F1-optimal threshold on validation.
+    "budget": the lowest threshold that kept the probe's validation false alarms
+    within the evaluation's budget; validation is the split the probe was stopped and
+    calibrated on, and on data it was not set on such a threshold lets through more
+    (results-notes.md, 2026-11-28, tenth session). "cv-budget" (the default where the
+    probe has one, :func:`default_rule`): the more cautious (higher) of that one and
+    the lowest that kept the out-of-fold false alarms of every train + validation CV
+    block within the budget (training.evaluate.select.cautious). A probe file without
+    the one asked for, or whose data no threshold kept within the budget, is refused
+    with what to do. "f1": the F1-optimal threshold on validation.
     """
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
@@ -431,13 +435,13 @@ def served_threshold(
                 "model was not chosen by cross-validation, or the file is older): "
                 "evaluate again, or export with --threshold budget"
             )
-        if info["cv_budget_threshold"] is None:
+        value = cautious(budget, cv)
+        if not np.isfinite(value):
             raise UserError(
-                "no threshold kept the out-of-fold false alarms within "
-                f"{within}: evaluate with a larger --fa-budget, or export with "
-                "--threshold budget or f1"
+                "no threshold kept the validation or the out-of-fold false alarms "
+                f"within {within}: evaluate with a larger --fa-budget, or export "
+                "with --threshold f1"
             )
-        value = cv
     elif budget is None:
         raise UserError(
             "the probe file has no false-alarm-budget threshold (written before "
@@ -513,11 +517,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threshold",
         choices=THRESHOLDS,
         default=None,
-        help="the threshold the service alerts at: 'cv-budget' (default where the "
-        "probe has one), the lowest that kept the out-of-fold false alarms of every "
-        "train + validation block within scjepa evaluate's --fa-budget; 'budget' "
-        "(the default otherwise), the same on the validation split alone; 'f1', the "
-        "F1-optimal one on validation (far more alerts)",
+        help="the threshold the service alerts at: 'budget', the lowest that kept "
+        "validation false alarms within scjepa evaluate's --fa-budget (the default "
+        "for a probe chosen on validation alone); 'cv-budget' (the default "
+        "otherwise), the higher of that and the same on the out-of-fold risks of "
+        "every train + validation block; 'f1', the F1-optimal one on validation (far "
+        "more alerts)",
     )
     from training.data.cli import add_table_arguments
 

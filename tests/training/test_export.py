@@ -98,12 +98,13 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     m = load_manifest(artifact["dir"])
     probe = SavedProbe.load(artifact["probe"])
     assert m.channels == probe.channels and m.channel_mask == probe.mask
-    # the service alerts at the threshold that kept the out-of-fold false alarms of
-    # the served model's cross-validation within the evaluation's budget
-    # (--fa-budget): neither validation's nor the F1-optimal one
+    # the service alerts at the more cautious of the thresholds that kept validation's
+    # and the cross-validation's out-of-fold false alarms within the evaluation's
+    # budget (--fa-budget), not at the F1-optimal one
     assert probe.budget_threshold is not None and probe.budget is not None
     assert probe.cv_budget_threshold is not None
-    assert m.threshold == pytest.approx(probe.cv_budget_threshold)
+    cautious = max(probe.budget_threshold, probe.cv_budget_threshold)
+    assert m.threshold == pytest.approx(cautious)
     assert m.eval_metrics["threshold"] == {
         "rule": "cv-budget",
         "f1_threshold": pytest.approx(probe.threshold),
@@ -388,11 +389,21 @@ def test_threshold_rule(
     assert main(hop100) == 0 and load_manifest(tmp_path / "hop100").hop == 100
     assert "set on a window every 5 steps" in capsys.readouterr().err
     model = load_model(artifact["ckpt"])
+    # the more cautious of the two; either alone where the other held no budget
+    for val, cv, want in ((0.2, 0.3, 0.3), (0.4, 0.3, 0.4), (float("inf"), 0.3, 0.3)):
+        changed = replace(probe, budget_threshold=val, cv_budget_threshold=cv)
+        value, info = served_threshold(changed)
+        assert value == pytest.approx(want) and info["rule"] == "cv-budget"
+    inf = float("inf")
     no_cv = replace(probe, cv_budget_threshold=None)  # chosen on validation alone
     for changed, rule, match in (
-        (replace(probe, cv_budget_threshold=float("inf")), None, "out-of-fold"),
+        (
+            replace(probe, budget_threshold=inf, cv_budget_threshold=inf),
+            None,
+            "or the out-of-fold",
+        ),
         (no_cv, "cv-budget", "--threshold budget"),
-        (replace(no_cv, budget_threshold=float("inf")), None, "larger --fa-budget"),
+        (replace(no_cv, budget_threshold=inf), None, "larger --fa-budget"),
         (replace(no_cv, budget_threshold=None, budget=None), None, "evaluate again"),
     ):
         with pytest.raises(UserError, match=match):

@@ -834,6 +834,7 @@ def run(args: argparse.Namespace) -> int:
         add_cv_budget(
             ev.rows,
             choice["thresholds"],
+            fitted=ev.fitted,
             seeds=ev.seeds,
             test=ev.test,
             dense_scores=ev.dense_scores,

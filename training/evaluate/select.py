@@ -195,6 +195,18 @@ def cv_threshold(
     return threshold_at_budget(segs, lookback, budget)
 
 
+def cautious(*thresholds: float | None) -> float:
+    """The highest finite threshold given (the fewest alerts; inf if none): what
+    `scjepa export` serves by default is ``cautious(validation's budget threshold,
+    cv_threshold)``. Each estimates where the budget lies and each fails its own way
+    (validation is small, and the probe was stopped and calibrated on it; the
+    out-of-fold risks come from other fits, whose calibrated scale can differ), so the
+    budget, a ceiling, takes the more cautious; on the CV blocks it held the budget at
+    least as well as either (results-notes.md, 2026-11-28, tenth session)."""
+    finite = [float(t) for t in thresholds if t is not None and np.isfinite(t)]
+    return max(finite, default=float("inf"))
+
+
 def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:
     """``oof`` (candidates in their order, one :class:`OutOfFold` per fold) as one
     .npz: ``candidates``, and per candidate ``NAME//n_inputs`` and

@@ -387,6 +387,7 @@ def add_cv_budget(
     rows: dict[str, Row],
     thresholds: dict[str, list[float]],
     *,
+    fitted: dict[str, list[Fitted]],
     seeds: list[int],
     test: Samples,
     dense_scores: dict[str, np.ndarray],
@@ -396,9 +397,13 @@ def add_cv_budget(
     test_sizes: list[int],
 ) -> None:
     """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``thresholds``
-    (the served-model candidates): its test event figures at its cross-fitted budget
-    threshold (training.evaluate.select.cv_threshold: one per fold, every seed's
-    probe alike), with the blocks, resamples and chance null of :func:`score_events`."""
+    (the served-model candidates: per fold, training.evaluate.select.cv_threshold):
+    its test event figures at the threshold `scjepa export` serves, per seed and fold
+    the more cautious of that and the probe's validation budget threshold
+    (select.cautious), with the blocks, resamples and chance null of
+    :func:`score_events`."""
+    from training.evaluate.select import cautious
+
     names = list(rows)
     blocks, _, members, draws, seed_draw = _test_resamples(
         test,
@@ -412,7 +417,11 @@ def add_cv_budget(
     for name, per_fold in thresholds.items():
         if name not in rows:
             continue
-        thr = np.tile(np.asarray(per_fold, dtype=np.float64), (len(seeds), 1))
+        thr = np.full((len(seeds), len(test_sizes)), np.inf)
+        for f in fitted[name]:
+            thr[seeds.index(f.seed), f.fold] = cautious(
+                f.budget_threshold, per_fold[f.fold]
+            )
         rows[name]["events"][CV_KIND], _ = _kind_events(
             dense_scores[name],
             thr,

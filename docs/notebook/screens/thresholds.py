@@ -8,9 +8,10 @@ RUN_DIR is a `scjepa evaluate` run with cv_scores.npz; its served candidate's
 out-of-fold risks are read (seed by seed; no refit, no test window). For every held-out
 block j of every fold, the threshold is set at 1 false alarm per 1,000 windows on block
 j + 1 (the block the probe was calibrated on, as the served threshold is set on the
-validation split) or on every other block pooled, and applied to block j: the realized
-false alarms per 1,000 windows and the warned rate, counted over the blocks and folds
-(mean over seeds).
+validation split) or on every other block pooled (the same seed's risks, or every
+seed's: what `scjepa evaluate`'s cross-fitted threshold pools, 2026-11-28, tenth
+session), and applied to block j: the realized false alarms per 1,000 windows and the
+warned rate, counted over the blocks and folds (mean over seeds).
 
 Scores: the raw risk, and the per-stream rank, the share of the stream's earlier
 windows (in the same stretch, so in time order; label-free, causal) whose risk is
@@ -84,6 +85,7 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
                         if b != j
                         for g in segs[t][score][b]
                     ]
+                    got: dict[str, float] = {}
                     for source, fit in (
                         ("block j+1", by_block[v]),
                         ("pooled", others),
@@ -96,6 +98,13 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
                         out.setdefault((score, source), []).append(
                             (c.false_alarms, c.windows, c.warned, c.events, s)
                         )
+                        got[source] = thr
+                    if score == "risk":  # the more cautious of the two estimates
+                        thr = max(got["block j+1"], got["pooled, every seed"])
+                        c = event_counts(by_block[j], thr, ev.lookback)
+                        out.setdefault(
+                            (score, "max(j+1, pooled every seed)"), []
+                        ).append((c.false_alarms, c.windows, c.warned, c.events, s))
                     # the oracle: the threshold set on block j itself
                     thr = threshold_at_budget(by_block[j], ev.lookback, BUDGET)
                     c = event_counts(by_block[j], thr, ev.lookback)

@@ -19,6 +19,7 @@ from training.evaluate.select import (
     CVConfig,
     HeldOut,
     OutOfFold,
+    cautious,
     choose,
     cv_blocks,
     cv_threshold,
@@ -225,3 +226,10 @@ def test_cv_threshold_holds_the_budget_on_every_block_and_seed_pooled(rng) -> No
     assert alone < 1.0 < thr and per_1000(alone, [2]) > 50
     empty = [HeldOut(0, 0, b.hop, b.dense, []) for b in blocks]
     assert cv_threshold(empty, oof, 100, 5.0) == float("inf")
+
+
+def test_cautious_serves_the_higher_finite_threshold() -> None:
+    inf = float("inf")
+    assert cautious(0.2, 0.3) == cautious(0.3, 0.2) == 0.3
+    assert cautious(inf, 0.3) == cautious(0.3, None) == 0.3  # none held: no estimate
+    assert cautious(inf, None) == inf
