@@ -59,8 +59,9 @@ class Row(TypedDict):
     external: NotRequired[dict[str, Any]]  # SKAB leaderboard / Daphnet pre-freeze
 
 
-# the served-model candidates' third threshold kind: the budget on their out-of-fold
-# risks (training.evaluate.warning.add_cv_budget), the one `scjepa export` serves
+# the served-model candidates' third threshold kind, the one `scjepa export` serves:
+# the higher of the budget's thresholds on validation and on the out-of-fold risks
+# (training.evaluate.warning.add_cv_budget)
 CV_KIND = "cv_budget"
 
 
@@ -345,14 +346,15 @@ def operator_line(res: Mapping[str, Any]) -> str:
         return (w if np.isfinite(w) else -1.0, -fa if np.isfinite(fa) else -1e9)
 
     name = served or max(rows, key=key)
-    cross = CV_KIND in rows[name]["events"]  # served at its cross-fitted threshold
+    cross = CV_KIND in rows[name]["events"]  # runs since 2026-11-28
     b = rows[name]["events"][CV_KIND if cross else "budget"]
     n = b["events"]
     spd = ev.get("steps_per_day")
     w = b["warned"]["mean"]
     how = "the served model" if served else "chosen on validation"
     at = (
-        "at the threshold it is served at (the budget on its out-of-fold risks)"
+        "at the threshold it is served at (the higher of those keeping the budget "
+        "on validation and out of fold)"
         if cross
         else "at its budget threshold"
     )
@@ -444,7 +446,7 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
     cross = any(CV_KIND in r.get("events", {}) for r in rows.values())
     if cv:
         budgets = ", ".join(f"{b:g}" for b in cv["budgets_per_1000"])
-        at_cv = ["the same at the CV threshold"] if cross else []
+        at_cv = ["the same at the served threshold"] if cross else []
         lines = [
             f"**Served model** ({how}; chosen on {board['chosen_on']}): "
             f"**{winner}**. The cross-validation: {cv['blocks']} blocks per fold, "

@@ -362,7 +362,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert "### SKAB: 5 folds by entity" in text
     assert "**What an operator gets**" in text and "n too small" in text
     assert "at the threshold it is served at" in text
-    assert "the same at the CV threshold |" in text
+    assert "the same at the served threshold |" in text
     assert "SKAB's own metrics" in text and "Conv-AE F1 0.78" in text
     assert (
         "![warned-event rate against false alarms, skab](skab/warning_curve.png)"
