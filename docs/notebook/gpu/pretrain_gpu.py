@@ -1,12 +1,15 @@
 """SC-JEPA pre-training at the paper's size with the `improved` losses (D=256, 6 layers,
 128 codes; up to 100 epochs) inside a GPU time budget (issue 20's remaining route).
 
-Not worth device time as it stands: on the CPU this model's code assignments go
-uniform and input-independent within 400 steps, with every tau and spec loss weight
-tried (results-notes.md, 2026-11-27, third session). The extra arguments
-`loss.variance=1.0 loss.diversity=0.1` make them depend on the window and sharper,
-but after one SMD-19 epoch their probe screens below the served size's and below its
-own untrained twin (fourth session): no setting found so far earns the GPU run.
+Run on an H200 on 2026-11-28 (tenth session) with `loss.variance=1.0
+loss.diversity=0.1`, the setting the CPU screens had left as the best (third and
+fourth sessions of 2026-11-27): about 50,000 pairs/s at batch 2,048, a 100-epoch
+SMD-19 schedule in 7 minutes. Neither run trained codes a probe can read. One ran 83
+epochs: its assignments went input-independent (3 codes ever the argmax, max
+probability 0.14), and its codes scored exactly chance on validation. The other
+stopped at epoch 59 with its validation loss rising as the codes spread. The route is
+closed until the paper size's collapse is fixed on the CPU (results-notes.md,
+2026-11-28, tenth session).
 
     # here: SMD-19's pre-training pairs, the ones `scjepa pretrain --dataset smd` makes
     python docs/notebook/gpu/pretrain_gpu.py pairs DATA_ROOT .gpu5/smd_pairs.npz
