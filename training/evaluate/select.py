@@ -92,6 +92,10 @@ class OutOfFold:
     hop: list[np.ndarray]
     dense: list[np.ndarray]
     n_inputs: int
+    # per held-out block j: the same fits' risks on the dense windows of block j + 1,
+    # the block each was stopped and calibrated on (as the served probe is on
+    # validation); empty in files older than 2026-11-28 (tenth session)
+    cal: list[np.ndarray] = dataclasses.field(default_factory=list)
 
 
 def cv_blocks(
@@ -154,22 +158,24 @@ def out_of_fold(
         raise ValueError(f"{k} blocks with windows: need 3")
     f_hop = [featurize(b.hop.x) for b in blocks]
     f_dense = [featurize(b.dense.x) for b in blocks]
-    hop, dense = [], []
+    hop, dense, cal = [], [], []
     for j in range(k):
         v = (j + 1) % k
         fit = [i for i in range(k) if i not in (j, v)]
         f_tr = np.concatenate([f_hop[i] for i in fit])
         y_tr = np.concatenate([blocks[i].hop.y for i in fit])
-        h, d = [], []
+        h, d, c = [], [], []
         for seed in seeds:
             probe = Probe(f_tr.shape[1], cfg, seed).fit(
                 f_tr, y_tr, f_hop[v], blocks[v].hop.y
             )
             h.append(probe.predict(f_hop[j]))
             d.append(probe.predict(f_dense[j]))
+            c.append(probe.predict(f_dense[v]))
         hop.append(np.stack(h))
         dense.append(np.stack(d))
-    return OutOfFold(hop, dense, int(f_hop[0].shape[1]))
+        cal.append(np.stack(c))
+    return OutOfFold(hop, dense, int(f_hop[0].shape[1]), cal)
 
 
 def cv_threshold(
@@ -210,8 +216,8 @@ def cautious(*thresholds: float | None) -> float:
 def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:
     """``oof`` (candidates in their order, one :class:`OutOfFold` per fold) as one
     .npz: ``candidates``, and per candidate ``NAME//n_inputs`` and
-    ``NAME//FOLD_INDEX/BLOCK_INDEX/hop|dense`` (seeds, windows), the blocks in the
-    order :func:`cv_blocks` returns them."""
+    ``NAME//FOLD_INDEX/BLOCK_INDEX/hop|dense|cal`` (seeds, windows), the blocks in
+    the order :func:`cv_blocks` returns them."""
     arrays: dict[str, Any] = {"candidates": np.array(list(oof), dtype=str)}
     for name, per_fold in oof.items():
         arrays[f"{name}//n_inputs"] = np.array(per_fold[0].n_inputs)
@@ -219,6 +225,8 @@ def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:
             for j in range(len(o.hop)):
                 arrays[f"{name}//{f}/{j}/hop"] = o.hop[j]
                 arrays[f"{name}//{f}/{j}/dense"] = o.dense[j]
+                if o.cal:
+                    arrays[f"{name}//{f}/{j}/cal"] = o.cal[j]
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(path, **arrays)
 
@@ -233,14 +241,23 @@ def read_out_of_fold(path: Path) -> dict[str, list[OutOfFold]]:
             per_fold = []
             f = 0
             while f"{name}//{f}/0/hop" in keys:
-                n = sum(1 for k in keys if k.startswith(f"{name}//{f}/")) // 2
-                get = [
-                    z[f"{name}//{f}/{j}/{kind}"]
-                    for kind in ("hop", "dense")
-                    for j in range(n)
-                ]
+                n = sum(
+                    1
+                    for k in keys
+                    if k.startswith(f"{name}//{f}/") and k.endswith("/hop")
+                )
+                get = {
+                    kind: [z[f"{name}//{f}/{j}/{kind}"] for j in range(n)]
+                    for kind in ("hop", "dense", "cal")
+                    if f"{name}//{f}/0/{kind}" in keys
+                }
                 per_fold.append(
-                    OutOfFold(get[:n], get[n:], int(z[f"{name}//n_inputs"]))
+                    OutOfFold(
+                        get["hop"],
+                        get["dense"],
+                        int(z[f"{name}//n_inputs"]),
+                        get.get("cal", []),
+                    )
                 )
                 f += 1
             out[name] = per_fold

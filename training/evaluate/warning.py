@@ -402,7 +402,7 @@ def add_cv_budget(
     the more cautious of that and the probe's validation budget threshold
     (select.cautious), with the blocks, resamples and chance null of
     :func:`score_events`."""
-    from training.evaluate.select import cautious
+    from training.evaluate.select import cautious  # (select imports this module)
 
     names = list(rows)
     blocks, _, members, draws, seed_draw = _test_resamples(

@@ -25,6 +25,8 @@ from training.evaluate.select import (
     cv_threshold,
     one_se,
     out_of_fold,
+    read_out_of_fold,
+    write_out_of_fold,
 )
 from training.evaluate.warning import Stretch
 
@@ -106,6 +108,31 @@ def test_out_of_fold_scores_never_saw_their_block(rng) -> None:
     assert roc_auc(blocks[0].hop.y, oof.hop[0].mean(0)) < 0.1  # calibrated on 1
     assert roc_auc(blocks[1].hop.y, oof.hop[1].mean(0)) > 0.9  # calibrated on 2
     assert roc_auc(blocks[2].hop.y, oof.hop[2].mean(0)) < 0.1  # calibrated on 0
+    # the same fits' risks on the block each was calibrated on: they rank it right
+    assert [c.shape for c in oof.cal] == [(2, n)] * 3
+    for j in range(3):
+        assert roc_auc(blocks[(j + 1) % 3].dense.y, oof.cal[j].mean(0)) > 0.9
+
+
+def test_out_of_fold_risks_round_trip(tmp_path: Path, rng) -> None:
+    """cv_scores.npz keeps every array; a file written before the calibration-block
+    risks reads with none."""
+    a = OutOfFold(
+        [rng.random((2, 5)) for _ in range(3)],
+        [rng.random((2, 9)) for _ in range(3)],
+        4,
+        [rng.random((2, 9)) for _ in range(3)],
+    )
+    old = OutOfFold(a.hop, a.dense, 4)
+    write_out_of_fold(tmp_path / "cv.npz", {"x": [a, a], "old": [old]})
+    back = read_out_of_fold(tmp_path / "cv.npz")
+    assert len(back["x"]) == 2 and back["old"][0].cal == []
+    for got, want in ((back["x"][1], a), (back["old"][0], old)):
+        assert got.n_inputs == 4
+        for kind in ("hop", "dense", "cal"):
+            assert len(getattr(got, kind)) == len(getattr(want, kind))
+            for g, w in zip(getattr(got, kind), getattr(want, kind), strict=True):
+                np.testing.assert_array_equal(g, w)
 
 
 def test_one_standard_error_rule() -> None:
