@@ -10,8 +10,12 @@ block j of every fold, the threshold is set at 1 false alarm per 1,000 windows o
 j + 1 (the block the probe was calibrated on, as the served threshold is set on the
 validation split) or on every other block pooled (the same seed's risks, or every
 seed's: what `scjepa evaluate`'s cross-fitted threshold pools, 2026-11-28, tenth
-session), and applied to block j: the realized false alarms per 1,000 windows and the
-warned rate, counted over the blocks and folds (mean over seeds).
+session), or the higher of the first and the last (the served rule since then), or,
+where cv_scores.npz has the calibration-block risks, as a quantile: the budget set on
+every other block's risks turned into quantiles within their block, carried to block j's
+fold model as that quantile of its risks on block j + 1. Each is applied to block j:
+the realized false alarms per 1,000 windows and the warned rate, counted over the
+blocks and folds (mean over seeds).
 
 Scores: the raw risk, and the per-stream rank, the share of the stream's earlier
 windows (in the same stretch, so in time order; label-free, causal) whose risk is
@@ -44,6 +48,11 @@ def own_rank(scores: np.ndarray) -> np.ndarray:
     return out
 
 
+def ecdf(risk: np.ndarray) -> np.ndarray:
+    """Each risk's share of the risks at or below it."""
+    return np.searchsorted(np.sort(risk), risk, side="right") / len(risk)
+
+
 def scored(score: str, risk: np.ndarray) -> np.ndarray:
     return own_rank(risk) if score == "rank" else risk
 
@@ -73,6 +82,17 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
             }
             for s in range(n_seeds)
         ]
+        # each block's risks as their quantile within the block and seed (ecdf)
+        qsegs = [
+            [
+                [
+                    Segment(st.labels, st.ends, ecdf(per_fold.dense[b][t])[st.idx])
+                    for st in blocks[b].stretches
+                ]
+                for b in range(k)
+            ]
+            for t in range(n_seeds)
+        ]
         for s in range(n_seeds):
             for score, by_block in segs[s].items():
                 for j in range(k):
@@ -99,6 +119,27 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
                             (c.false_alarms, c.windows, c.warned, c.events, s)
                         )
                         got[source] = thr
+                    if score == "risk" and per_fold.cal:
+                        # the budget in quantile space, carried to model j's own
+                        # calibration block (tenth session)
+                        pooled_q = [
+                            g
+                            for t in range(n_seeds)
+                            for b in range(k)
+                            if b != j
+                            for g in qsegs[t][b]
+                        ]
+                        u = threshold_at_budget(pooled_q, ev.lookback, BUDGET)
+                        cal = per_fold.cal[j][s]
+                        thr = (
+                            float(np.quantile(cal, min(u, 1.0), method="inverted_cdf"))
+                            if np.isfinite(u)
+                            else float("inf")
+                        )
+                        c = event_counts(by_block[j], thr, ev.lookback)
+                        out.setdefault(
+                            (score, "pooled quantile on block j+1"), []
+                        ).append((c.false_alarms, c.windows, c.warned, c.events, s))
                     if score == "risk":  # the more cautious of the two estimates
                         thr = max(got["block j+1"], got["pooled, every seed"])
                         c = event_counts(by_block[j], thr, ev.lookback)
