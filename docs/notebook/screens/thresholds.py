@@ -140,12 +140,19 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
                         out.setdefault(
                             (score, "pooled quantile on block j+1"), []
                         ).append((c.false_alarms, c.windows, c.warned, c.events, s))
+                        got["quantile"] = thr
                     if score == "risk":  # the more cautious of the two estimates
                         thr = max(got["block j+1"], got["pooled, every seed"])
                         c = event_counts(by_block[j], thr, ev.lookback)
                         out.setdefault(
                             (score, "max(j+1, pooled every seed)"), []
                         ).append((c.false_alarms, c.windows, c.warned, c.events, s))
+                        if "quantile" in got:
+                            thr = max(thr, got["quantile"])
+                            c = event_counts(by_block[j], thr, ev.lookback)
+                            out.setdefault((score, "max(the last two)"), []).append(
+                                (c.false_alarms, c.windows, c.warned, c.events, s)
+                            )
                     # the oracle: the threshold set on block j itself
                     thr = threshold_at_budget(by_block[j], ev.lookback, BUDGET)
                     c = event_counts(by_block[j], thr, ev.lookback)
