@@ -58,7 +58,7 @@ from training.data import Dataset, Samples
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.results import git_commit
-from training.evaluate.select import cautious
+from training.evaluate.select import cautious, json_num
 
 if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
     import onnx
@@ -420,8 +420,8 @@ def served_threshold(
         "rule": rule,
         "f1_threshold": float(probe.threshold),
         # None where there is none (JSON has no infinity)
-        "budget_threshold": budget if holds_budget(probe) else None,
-        "cv_budget_threshold": cv if cv is not None and np.isfinite(cv) else None,
+        "budget_threshold": json_num(budget),
+        "cv_budget_threshold": json_num(cv),
         **(probe.budget or {}),  # false_alarms_per_1000, lookback, stride
     }
     per_1000 = (probe.budget or {}).get("false_alarms_per_1000")

@@ -446,7 +446,23 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
     cross = any(CV_KIND in r.get("events", {}) for r in rows.values())
     if cv:
         budgets = ", ".join(f"{b:g}" for b in cv["budgets_per_1000"])
-        at_cv = ["the same at the served threshold"] if cross else []
+        columns = [
+            "candidate",
+            "reads",
+            "inputs",
+            f"CV warned rate ({budgets} FA / 1,000)",
+            "CV warned rate at 1 / 1,000",
+            "CV PR AUC",
+            "kept",
+            "val warned rate",
+            "val PR AUC",
+            "test PR AUC",
+            "test ROC AUC",
+            "test warned / events (FA / 1,000)",
+            *(["the same at the served threshold"] if cross else []),
+            "Δ test PR AUC",
+            "Δ test warned rate",
+        ]
         lines = [
             f"**Served model** ({how}; chosen on {board['chosen_on']}): "
             f"**{winner}**. The cross-validation: {cv['blocks']} blocks per fold, "
@@ -458,28 +474,8 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             "read once after the choice; Δ = paired difference with the best baseline "
             "(chosen on validation), * where its interval excludes 0:",
             "",
-            "| "
-            + " | ".join(
-                [
-                    "candidate",
-                    "reads",
-                    "inputs",
-                    f"CV warned rate ({budgets} FA / 1,000)",
-                    "CV warned rate at 1 / 1,000",
-                    "CV PR AUC",
-                    "kept",
-                    "val warned rate",
-                    "val PR AUC",
-                    "test PR AUC",
-                    "test ROC AUC",
-                    "test warned / events (FA / 1,000)",
-                    *at_cv,
-                    "Δ test PR AUC",
-                    "Δ test warned rate",
-                ]
-            )
-            + " |",
-            "|" + "---|" * (14 + len(at_cv)),
+            "| " + " | ".join(columns) + " |",
+            "|" + "---|" * len(columns),
         ]
     else:
         lines = [
