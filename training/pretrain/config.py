@@ -44,6 +44,9 @@ class LossConfig:
     # beyond the paper: + mean over dims of relu(1 - std of h across the batch's
     # tokens) (VICReg's variance term), so h cannot be the same for every window
     variance: float = 0.0
+    # beyond the paper: + VICReg's covariance term on h (squared off-diagonal
+    # covariances over D), so h's dimensions cannot all move along one direction
+    covariance: float = 0.0
     rec_start: float = 0.5  # lambda_r, linear over the run's global steps
     rec_end: float = 0.1
     # L_rec's scale. raw: after de-normalisation (the spec), so its weight against

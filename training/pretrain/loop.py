@@ -121,7 +121,7 @@ def estimate_val(
     """
     model.eval()
     sums: dict[str, float] = {}
-    probs, zs = [], []
+    probs, zs, hs = [], [], []
     bs = cfg.optim.batch_size * 4
     for i in range(0, len(val), bs):
         b = val[i : i + bs]
@@ -132,12 +132,15 @@ def estimate_val(
         for k, v in t.items():
             sums[k] = sums.get(k, 0.0) + v.item() * len(b)
         zs.append(online["z"].float().cpu())
+        hs.append(online["h"].float().cpu())
         if "probs" in online:
             probs.append(online["probs"].float().cpu())
     model.train()
     out: dict[str, Any] = {f"val_{k}": v / max(len(val), 1) for k, v in sums.items()}
     if zs:
         out |= pca_variance_ratio(torch.cat(zs)[:20000])
+        # the encoder's h itself: near 1 = every window's h on one line
+        out["h_pc1_var"] = pca_variance_ratio(torch.cat(hs)[:20000], (1,))["pc1_var"]
     if probs:
         out |= usage_stats(torch.cat(probs))
     return out
@@ -328,7 +331,10 @@ def _plots(out: Path) -> None:
         ),
         ("codebook / rec", ["train_code", "train_rec", "val_rec"]),
         ("codes in use", ["perplexity", "active_codes"]),
-        ("collapse: PC variance share", ["pc1_var", "pc5_var", "pc10_var", "z_spread"]),
+        (
+            "collapse: PC variance share",
+            ["pc1_var", "pc5_var", "pc10_var", "z_spread", "h_pc1_var"],
+        ),
         ("confidence", ["max_prob", "train_ent_sample"]),
     ]
     fig, axes = plt.subplots(2, 3, figsize=(13, 7))

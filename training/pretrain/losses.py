@@ -50,6 +50,18 @@ def variance_hinge(h: Tensor) -> Tensor:
     return torch.relu(1.0 - std).mean()
 
 
+def covariance_penalty(h: Tensor) -> Tensor:
+    """sum of squared off-diagonal covariances of h's dimensions across tokens, over D
+    (VICReg's covariance term), h (..., D): 0 when the dimensions are uncorrelated. The
+    variance hinge alone is met by h moving along one direction with every dimension
+    in step; this term makes them vary apart."""
+    flat = h.reshape(-1, h.shape[-1])
+    flat = flat - flat.mean(0)
+    cov = flat.T @ flat / max(len(flat) - 1, 1)  # (D, D)
+    off = cov - torch.diag(torch.diagonal(cov))
+    return off.pow(2).sum() / h.shape[-1]
+
+
 def rec_loss(online: dict[str, Tensor], x: Tensor, scale: str) -> Tensor:
     """sum_patches |X_hat - X|^2, (N, P, L) against the window x (N, T): on the raw
     (de-normalised) scale, or on the window's RevIN scale (``scale="window"``)."""
@@ -83,7 +95,7 @@ def scjepa_loss(
     t = dict.fromkeys(
         ("kl_fine", "mse_fine", "kl_coarse", "mse_coarse", "commit", "quant"), zero
     )
-    t |= {"ent_sample": zero, "ent_batch": zero, "var_h": zero, "rec": zero}
+    t |= dict.fromkeys(("ent_sample", "ent_batch", "var_h", "cov_h", "rec"), zero)
     has_codes = "probs" in online
 
     # -- predictive: fine (P x K) and coarse (1 x K) assignments of W_{t+1}
@@ -118,6 +130,9 @@ def scjepa_loss(
     if cfg.code and cfg.variance > 0:
         t["var_h"] = variance_hinge(online["h"])
         code = code + cfg.variance * t["var_h"]
+    if cfg.code and cfg.covariance > 0:
+        t["cov_h"] = covariance_penalty(online["h"])
+        code = code + cfg.covariance * t["cov_h"]
 
     # -- reconstruction of W_t from z
     if cfg.rec:

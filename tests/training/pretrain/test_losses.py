@@ -13,6 +13,7 @@ from model import SCJEPA, ModelConfig, TargetEncoder
 from training.errors import UserError
 from training.pretrain.config import LossConfig, from_dict
 from training.pretrain.losses import (
+    covariance_penalty,
     entropy_terms,
     kl_div,
     lambda_r,
@@ -156,6 +157,39 @@ def test_variance_term_is_zero_for_spread_latents_and_one_for_identical_ones() -
     torch.testing.assert_close(t["var_h"], variance_hinge(online["h"]).detach())
     assert t["var_h"] > 0
     torch.testing.assert_close(t["code"], code + 2.0 * t["var_h"])
+
+
+def test_covariance_term_is_zero_for_independent_dims_and_catches_one_direction() -> None:
+    torch.manual_seed(0)
+    n, d = 4096, 8
+    independent = torch.randn(n, d)
+    # against the definition: squared off-diagonal sample covariances over D
+    c = torch.cov(independent.T)
+    want = (c.pow(2).sum() - torch.diagonal(c).pow(2).sum()) / d
+    torch.testing.assert_close(covariance_penalty(independent), want)
+    assert covariance_penalty(independent) < 0.01
+    # every dimension moving in step along one direction (what the variance hinge
+    # alone lets through): each has std 1, so the hinge is 0, the covariance term not
+    s = torch.randn(n, 1)
+    one_direction = (s * torch.tensor([1.0, -1.0] * (d // 2))).requires_grad_()
+    assert variance_hinge(one_direction) < 0.01
+    assert covariance_penalty(one_direction).item() == pytest.approx(d - 1, rel=0.1)
+    covariance_penalty(one_direction).backward()
+    assert one_direction.grad is not None and torch.isfinite(one_direction.grad).all()
+    # in the objective: the code term carries it with its weight, only when asked
+    _, t = _run()
+    assert t["cov_h"] == 0
+    torch.manual_seed(0)
+    model = SCJEPA(ModelConfig(**TINY_MODEL))
+    x = torch.randn(8, 100).cumsum(-1)
+    online = model(x, predict=False)
+    cfg = LossConfig(pred=False, covariance=0.5)
+    t = scjepa_loss(online, None, x, cfg, 0.3)
+    code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
+    code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
+    torch.testing.assert_close(t["cov_h"], covariance_penalty(online["h"]).detach())
+    assert t["cov_h"] > 0
+    torch.testing.assert_close(t["code"], code + 0.5 * t["cov_h"])
 
 
 def test_an_unknown_reconstruction_scale_names_the_key() -> None:

@@ -76,9 +76,10 @@ def test_pretrain_writes_artifacts_and_round_trips(tmp_path: Path) -> None:
     for key in ("train_loss", "val_loss", "train_kl_fine", "train_mse_fine", "val_kl_coarse",
                 "train_commit", "train_quant", "train_ent_sample", "train_ent_batch",
                 "train_rec", "train_lambda_r", "perplexity", "active_codes", "max_prob",
-                "pc1_var", "pc5_var", "pc10_var", "z_spread", "usage"):  # fmt: skip
+                "pc1_var", "pc5_var", "pc10_var", "z_spread", "h_pc1_var", "usage"):  # fmt: skip
         assert key in rows[-1], key
     assert sum(rows[-1]["usage"]) == 40 * 5  # val pairs x patches
+    assert 0 < rows[-1]["h_pc1_var"] <= 1
     assert rows[0]["train_lambda_r"] > rows[1]["train_lambda_r"]  # annealed by step
     assert rows[1]["step"] == 2 * 5  # 160 pairs / batch 32
     # the resolved config is the run's config
