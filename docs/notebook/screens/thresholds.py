@@ -25,6 +25,7 @@ stretch's first 100 windows get no rank and never alert.
 
 import bisect
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,7 +36,8 @@ from training.evaluate.events import Segment, event_counts, threshold_at_budget
 from training.evaluate.select import cv_blocks, read_out_of_fold
 from training.evaluate.warning import EventConfig
 
-WARMUP, BUDGET = 100, 1.0
+WARMUP = 100
+BUDGET = float(os.environ.get("SCREEN_BUDGET", "1.0"))  # false alarms per 1,000 windows
 
 
 def own_rank(scores: np.ndarray) -> np.ndarray:
@@ -159,7 +161,8 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
                     out.setdefault((score, "block j itself"), []).append(
                         (c.false_alarms, c.windows, c.warned, c.events, s)
                     )
-    print(f"\n## {name} ({served}): realized false alarms per 1,000 / warned rate")
+    print(f"\n## {name} ({served}), budget {BUDGET:g}: realized false alarms per 1,000"
+          " / warned rate")  # fmt: skip
     summary = {}
     for (score, source), rows in out.items():
         a = np.array(rows, dtype=float)
