@@ -25,10 +25,12 @@ are recorded in the manifest):
 
 The manifest's threshold, at which the service alerts, is by default set at the
 false-alarm budget `scjepa evaluate` was run with (``--fa-budget``, 1 per 1,000
-windows) twice, and the more cautious (higher) of the two is served
-(``--threshold cv-budget``; results.md's "What an operator gets"): on the probe's
-validation split, and on the out-of-fold risks of the served model's
-cross-validation (every train + validation block, training/evaluate/select.py). The
+windows) three times, and the most cautious (highest) is served (``--threshold
+cv-budget``; results.md's "What an operator gets"): on the probe's validation split,
+on the out-of-fold risks of the served model's cross-validation (every train +
+validation block, training/evaluate/select.py), and on those risks as quantiles
+within their block, carried to the probe as that quantile of its validation risks
+(results-notes.md, 2026-11-28, eleventh session). The
 first alone (``--threshold budget``, the operating point of results.md's event
 tables, and the default for a probe chosen on validation alone) lets through more
 false alarms on data it was not set on (results-notes.md, 2026-11-28, tenth
@@ -406,9 +408,11 @@ def served_threshold(
     within the evaluation's budget; validation is the split the probe was stopped and
     calibrated on, and on data it was not set on such a threshold lets through more
     (results-notes.md, 2026-11-28, tenth session). "cv-budget" (the default where the
-    probe has one, :func:`default_rule`): the more cautious (higher) of that one and
-    the lowest that kept the out-of-fold false alarms of every train + validation CV
-    block within the budget (training.evaluate.select.cautious). A probe file without
+    probe has one, :func:`default_rule`): the most cautious (highest) of that one, the
+    lowest that kept the out-of-fold false alarms of every train + validation CV block
+    within the budget, and the quantile of the probe's validation risks that kept them
+    within it in quantiles of each block (training.evaluate.select.cautious; older
+    probe files lack the last). A probe file without
     the one asked for, or whose data no threshold kept within the budget, is refused
     with what to do. "f1": the F1-optimal threshold on validation.
     """
@@ -416,12 +420,14 @@ def served_threshold(
     if rule not in THRESHOLDS:
         raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
     budget, cv = probe.budget_threshold, probe.cv_budget_threshold
+    quantile = probe.cv_quantile_threshold
     info: dict[str, Any] = {
         "rule": rule,
         "f1_threshold": float(probe.threshold),
         # None where there is none (JSON has no infinity)
         "budget_threshold": json_num(budget),
         "cv_budget_threshold": json_num(cv),
+        "cv_quantile_threshold": json_num(quantile),
         **(probe.budget or {}),  # false_alarms_per_1000, lookback, stride
     }
     per_1000 = (probe.budget or {}).get("false_alarms_per_1000")
@@ -435,7 +441,7 @@ def served_threshold(
                 "model was not chosen by cross-validation, or the file is older): "
                 "evaluate again, or export with --threshold budget"
             )
-        value = cautious(budget, cv)
+        value = cautious(budget, cv, quantile)
         if not np.isfinite(value):
             raise UserError(
                 "no threshold kept the validation or the out-of-fold false alarms "
@@ -520,8 +526,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the threshold the service alerts at: 'budget', the lowest that kept "
         "validation false alarms within scjepa evaluate's --fa-budget (the default "
         "for a probe chosen on validation alone); 'cv-budget' (the default "
-        "otherwise), the higher of that and the same on the out-of-fold risks of "
-        "every train + validation block; 'f1', the F1-optimal one on validation (far "
+        "otherwise), the highest of that, the same on the out-of-fold risks of "
+        "every train + validation block, and the same in quantiles of each block "
+        "carried to the probe's validation risks; 'f1', the F1-optimal one on "
+        "validation (far "
         "more alerts)",
     )
     from training.data.cli import add_table_arguments

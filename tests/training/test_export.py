@@ -15,6 +15,7 @@ from service.manifest import ArtifactError, load_manifest
 from training.cli import main
 from training.data import WINDOW
 from training.evaluate.probe import SavedProbe
+from training.evaluate.select import json_num
 from training.export import build_served
 from training.pretrain.checkpoint import load_model
 
@@ -98,18 +99,25 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     m = load_manifest(artifact["dir"])
     probe = SavedProbe.load(artifact["probe"])
     assert m.channels == probe.channels and m.channel_mask == probe.mask
-    # the service alerts at the more cautious of the thresholds that kept validation's
+    # the service alerts at the most cautious of the thresholds that kept validation's
     # and the cross-validation's out-of-fold false alarms within the evaluation's
-    # budget (--fa-budget), not at the F1-optimal one
+    # budget (--fa-budget), in risks and in quantiles, not at the F1-optimal one
     assert probe.budget_threshold is not None and probe.budget is not None
     assert probe.cv_budget_threshold is not None
-    cautious = max(probe.budget_threshold, probe.cv_budget_threshold)
+    assert probe.cv_quantile_threshold is not None
+    three = (
+        probe.budget_threshold,
+        probe.cv_budget_threshold,
+        probe.cv_quantile_threshold,
+    )
+    cautious = max(t for t in three if np.isfinite(t))
     assert m.threshold == pytest.approx(cautious)
     assert m.eval_metrics["threshold"] == {
         "rule": "cv-budget",
         "f1_threshold": pytest.approx(probe.threshold),
         "budget_threshold": pytest.approx(probe.budget_threshold),
         "cv_budget_threshold": pytest.approx(probe.cv_budget_threshold),
+        "cv_quantile_threshold": json_num(probe.cv_quantile_threshold),
         "false_alarms_per_1000": 20.0,
         "lookback": 100.0,
         "stride": 5.0,
@@ -389,16 +397,33 @@ def test_threshold_rule(
     assert main(hop100) == 0 and load_manifest(tmp_path / "hop100").hop == 100
     assert "set on a window every 5 steps" in capsys.readouterr().err
     model = load_model(artifact["ckpt"])
-    # the more cautious of the two; either alone where the other held no budget
-    for val, cv, want in ((0.2, 0.3, 0.3), (0.4, 0.3, 0.4), (float("inf"), 0.3, 0.3)):
-        changed = replace(probe, budget_threshold=val, cv_budget_threshold=cv)
+    # the most cautious of the three; any alone where the others held no budget; a
+    # probe file older than the quantile (None) serves the higher of the two
+    inf = float("inf")
+    for val, cv, q, want in (
+        (0.2, 0.3, 0.1, 0.3),
+        (0.4, 0.3, 0.1, 0.4),
+        (inf, 0.3, inf, 0.3),
+        (0.2, 0.3, 0.5, 0.5),
+        (inf, inf, 0.5, 0.5),
+        (0.2, 0.3, None, 0.3),
+    ):
+        changed = replace(
+            probe, budget_threshold=val, cv_budget_threshold=cv, cv_quantile_threshold=q
+        )
         value, info = served_threshold(changed)
         assert value == pytest.approx(want) and info["rule"] == "cv-budget"
-    inf = float("inf")
-    no_cv = replace(probe, cv_budget_threshold=None)  # chosen on validation alone
+    no_cv = replace(
+        probe, cv_budget_threshold=None, cv_quantile_threshold=None
+    )  # chosen on validation alone
     for changed, rule, match in (
         (
-            replace(probe, budget_threshold=inf, cv_budget_threshold=inf),
+            replace(
+                probe,
+                budget_threshold=inf,
+                cv_budget_threshold=inf,
+                cv_quantile_threshold=inf,
+            ),
             None,
             "or the out-of-fold",
         ),

@@ -391,6 +391,10 @@ class SavedProbe:
     # (training.evaluate.select.cv_threshold; inf: none held it); None where the
     # served model was not chosen by cross-validation, and in older files
     cv_budget_threshold: float | None = None
+    # that budget as a quantile within each CV block (select.cv_quantile), carried to
+    # this probe as that quantile of its validation risks (select.quantile_threshold);
+    # None where cv_budget_threshold is, and in files older than it
+    cv_quantile_threshold: float | None = None
 
     @property
     def parts(self) -> tuple[str, ...]:

@@ -85,7 +85,7 @@ from training.evaluate.results import (
     git_commit,
     write_results,
 )
-from training.evaluate.select import CVConfig, json_num
+from training.evaluate.select import CVConfig, json_num, quantile_threshold
 from training.evaluate.warning import (
     EventConfig,
     Stretch,
@@ -119,6 +119,7 @@ class Fitted:
     fold: int = 0
     budget_threshold: float = float("inf")  # meets the false-alarm budget on val
     val_counts: EventCounts | None = None  # validation event counts at the budget
+    val_risk: np.ndarray | None = None  # its risks on the dense validation windows
 
 
 @dataclass
@@ -436,7 +437,7 @@ def evaluate(
             runs = got.get(name, [])
             hop.append(np.stack([f.scorer(fd.splits["test"].x) for f in runs]))
             for f in runs:
-                val_scores = f.scorer(fd.dense["val"].x)
+                val_scores = f.val_risk = f.scorer(fd.dense["val"].x)
                 f.budget_threshold = _budget(fd.stretches["val"], val_scores, events)
                 f.val_counts = val_counts(
                     fd.stretches["val"], val_scores, f.budget_threshold, events.lookback
@@ -631,6 +632,7 @@ def _cross_validate(
     from training.evaluate.select import (
         choose,
         cv_blocks,
+        cv_quantile,
         cv_threshold,
         out_of_fold,
         write_out_of_fold,
@@ -666,6 +668,14 @@ def _cross_validate(
     choice["thresholds"] = {
         n: [
             cv_threshold(b, o, events.lookback, events.budget)
+            for b, o in zip(blocks, oof[n], strict=True)
+        ]
+        for n in names
+    }
+    # ... and the same budget as a quantile within each block (select.cv_quantile)
+    choice["quantiles"] = {
+        n: [
+            cv_quantile(b, o, events.lookback, events.budget)
             for b, o in zip(blocks, oof[n], strict=True)
         ]
         for n in names
@@ -834,6 +844,7 @@ def run(args: argparse.Namespace) -> int:
         add_cv_budget(
             ev.rows,
             choice["thresholds"],
+            choice["quantiles"],
             fitted=ev.fitted,
             seeds=ev.seeds,
             test=ev.test,
@@ -973,6 +984,7 @@ def leaderboard(
     and the row that is the winner without SC-JEPA's inputs."""
     cv = {e["row"]: e for e in choice["rows"]} if choice else {}
     thresholds = (choice or {}).get("thresholds", {})  # per fold, out of fold
+    quantiles = (choice or {}).get("quantiles", {})
     board = []
     for name, features in CANDIDATES.items():
         if name not in rows or (choice and name not in cv):
@@ -994,6 +1006,11 @@ def leaderboard(
             | (
                 {"cv_budget_thresholds": [json_num(t) for t in thresholds[name]]}
                 if name in thresholds
+                else {}
+            )
+            | (
+                {"cv_budget_quantiles": [json_num(u) for u in quantiles[name]]}
+                if name in quantiles
                 else {}
             )
         )
@@ -1089,6 +1106,8 @@ def served_probe(
     if not isinstance(chosen.scorer, ProbeScorer):
         raise TypeError(f"{name!r} is not a probe row")
     probe = chosen.scorer.probe
+    cv_board = ev.extra.get("leaderboard")  # the cross-fitted thresholds (fold 0)
+    u = _cv_value(cv_board, name, "cv_budget_quantiles")
     return SavedProbe(
         state_dict=probe.net.state_dict(),
         n_features=probe.n_features,
@@ -1113,7 +1132,10 @@ def served_probe(
         }
         | ({"row": name, "leaderboard": board} if board is not None else {}),
         budget_threshold=float(chosen.budget_threshold),
-        cv_budget_threshold=_cv_threshold(ev.extra.get("leaderboard"), name),
+        cv_budget_threshold=_cv_value(cv_board, name, "cv_budget_thresholds"),
+        cv_quantile_threshold=None
+        if u is None
+        else quantile_threshold(chosen.val_risk, u),
         budget={
             "false_alarms_per_1000": float(events["budget_per_1000"]),
             "lookback": float(events["lookback"]),
@@ -1124,11 +1146,12 @@ def served_probe(
     )
 
 
-def _cv_threshold(board: dict[str, Any] | None, name: str) -> float | None:
-    """Row ``name``'s cross-fitted budget threshold (fold 0) from the leaderboard."""
+def _cv_value(board: dict[str, Any] | None, name: str, key: str) -> float | None:
+    """Row ``name``'s cross-fitted ``key`` (fold 0; None in JSON is inf: no threshold
+    kept the budget) from the leaderboard; None where the row has none."""
     for e in (board or {}).get("rows", []):
-        if e["row"] == name and "cv_budget_thresholds" in e:
-            t = e["cv_budget_thresholds"][0]
+        if e["row"] == name and key in e:
+            t = e[key][0]
             return float("inf") if t is None else float(t)
     return None
 

@@ -60,8 +60,8 @@ class Row(TypedDict):
 
 
 # the served-model candidates' third threshold kind, the one `scjepa export` serves:
-# the higher of the budget's thresholds on validation and on the out-of-fold risks
-# (training.evaluate.warning.add_cv_budget)
+# the highest of the budget's thresholds on validation and on the out-of-fold risks,
+# in risks and in quantiles (training.evaluate.warning.add_cv_budget)
 CV_KIND = "cv_budget"
 
 
@@ -352,11 +352,17 @@ def operator_line(res: Mapping[str, Any]) -> str:
     spd = ev.get("steps_per_day")
     w = b["warned"]["mean"]
     how = "the served model" if served else "chosen on validation"
+    quantiles = any(
+        "cv_budget_quantiles" in e for e in res.get("leaderboard", {}).get("rows", [])
+    )  # runs since the eleventh session of 2026-11-28
     at = (
-        "at the threshold it is served at (the higher of those keeping the budget "
+        "at its budget threshold"
+        if not cross
+        else "at the threshold it is served at (the highest of those keeping the "
+        "budget on validation and out of fold, in risks and in quantiles)"
+        if quantiles
+        else "at the threshold it is served at (the higher of those keeping the budget "
         "on validation and out of fold)"
-        if cross
-        else "at its budget threshold"
     )
     text = f"with **{name}** ({how}), {at}: warns {w:.3g} of {n} incidents"
     if b["lead_quartiles"]:

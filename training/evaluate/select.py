@@ -201,14 +201,53 @@ def cv_threshold(
     return threshold_at_budget(segs, lookback, budget)
 
 
+def cv_quantile(
+    blocks: Sequence[HeldOut], oof: OutOfFold, lookback: int, budget: float
+) -> float:
+    """The same budget set on the out-of-fold risks turned into their quantile within
+    their block and seed (the share of that block's windows at or below): the lowest
+    quantile u keeping the pooled false alarms within ``budget`` per 1,000 windows
+    (inf if none does). :func:`quantile_threshold` carries it to a probe as that
+    quantile of its own validation risks, so it holds across fits whose calibrated
+    risks lie on different scales, where a threshold in risk units does not (MSL's
+    fold models: one block's lowest risk above another's highest, results-notes.md,
+    2026-11-28, tenth session)."""
+    segs = [
+        st.segment(_ecdf(risk))
+        for b, dense in zip(blocks, oof.dense, strict=True)
+        for risk in dense
+        for st in b.stretches
+    ]
+    if not sum(len(s.ends) for s in segs):
+        return float("inf")
+    return threshold_at_budget(segs, lookback, budget)
+
+
+def _ecdf(risk: np.ndarray) -> np.ndarray:
+    """Each risk's share of the risks at or below it."""
+    return np.searchsorted(np.sort(risk), risk, side="right") / max(len(risk), 1)
+
+
+def quantile_threshold(val_risk: np.ndarray | None, u: float | None) -> float:
+    """Quantile ``u`` (:func:`cv_quantile`) of a probe's validation risks: the risk
+    at or above which the same share of its validation windows alert (inf where there
+    is no u, or no validation risk)."""
+    if u is None or not np.isfinite(u) or val_risk is None or not len(val_risk):
+        return float("inf")
+    return float(np.quantile(val_risk, min(u, 1.0), method="inverted_cdf"))
+
+
 def cautious(*thresholds: float | None) -> float:
     """The highest finite threshold given (the fewest alerts; inf if none): what
     `scjepa export` serves by default is ``cautious(validation's budget threshold,
-    cv_threshold)``. Each estimates where the budget lies and each fails its own way
-    (validation is small, and the probe was stopped and calibrated on it; the
-    out-of-fold risks come from other fits, whose calibrated scale can differ), so the
-    budget, a ceiling, takes the more cautious; on the CV blocks it held the budget at
-    least as well as either (results-notes.md, 2026-11-28, tenth session)."""
+    cv_threshold, quantile_threshold)``. Each estimates where the budget lies and each
+    fails its own way (validation is small, and the probe was stopped and calibrated
+    on it; the out-of-fold risks come from other fits, whose calibrated scale can
+    differ; a quantile carried from other blocks assumes alike shares of alerting
+    windows), so the budget, a ceiling, takes the most cautious. On held-out CV blocks
+    the three held a budget of 1, 3 and 10 false alarms per 1,000 windows closer than
+    the first two alone on 3 of 4 data sets, and never let through more than the
+    validation threshold (results-notes.md, 2026-11-28, eleventh session)."""
     finite = [float(t) for t in thresholds if t is not None and np.isfinite(t)]
     return max(finite, default=float("inf"))
 

@@ -386,6 +386,7 @@ def _window_thresholds(
 def add_cv_budget(
     rows: dict[str, Row],
     thresholds: dict[str, list[float]],
+    quantiles: dict[str, list[float]],
     *,
     fitted: dict[str, list[Fitted]],
     seeds: list[int],
@@ -397,12 +398,14 @@ def add_cv_budget(
     test_sizes: list[int],
 ) -> None:
     """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``thresholds``
-    (the served-model candidates: per fold, training.evaluate.select.cv_threshold):
-    its test event figures at the threshold `scjepa export` serves, per seed and fold
-    the more cautious of that and the probe's validation budget threshold
-    (select.cautious), with the blocks, resamples and chance null of
-    :func:`score_events`."""
-    from training.evaluate.select import cautious  # (select imports this module)
+    (the served-model candidates: per fold, training.evaluate.select.cv_threshold)
+    and ``quantiles`` (select.cv_quantile): its test event figures at the threshold
+    `scjepa export` serves, per seed and fold the most cautious of that, the probe's
+    validation budget threshold and the quantile carried to its validation risks
+    (select.cautious, select.quantile_threshold), with the blocks, resamples and chance
+    null of :func:`score_events`."""
+    # (select imports this module)
+    from training.evaluate.select import cautious, quantile_threshold
 
     names = list(rows)
     blocks, _, members, draws, seed_draw = _test_resamples(
@@ -420,7 +423,9 @@ def add_cv_budget(
         thr = np.full((len(seeds), len(test_sizes)), np.inf)
         for f in fitted[name]:
             thr[seeds.index(f.seed), f.fold] = cautious(
-                f.budget_threshold, per_fold[f.fold]
+                f.budget_threshold,
+                per_fold[f.fold],
+                quantile_threshold(f.val_risk, quantiles[name][f.fold]),
             )
         rows[name]["events"][CV_KIND], _ = _kind_events(
             dense_scores[name],

@@ -22,9 +22,11 @@ from training.evaluate.select import (
     cautious,
     choose,
     cv_blocks,
+    cv_quantile,
     cv_threshold,
     one_se,
     out_of_fold,
+    quantile_threshold,
     read_out_of_fold,
     write_out_of_fold,
 )
@@ -255,8 +257,59 @@ def test_cv_threshold_holds_the_budget_on_every_block_and_seed_pooled(rng) -> No
     assert cv_threshold(empty, oof, 100, 5.0) == float("inf")
 
 
-def test_cautious_serves_the_higher_finite_threshold() -> None:
+def test_cv_quantile_sets_the_budget_in_quantiles_of_each_block(rng) -> None:
+    """The budget set on each block's risks as their share within the block (every
+    block and seed pooled): blind to the scale each fold model's risks lie on, and
+    carried to a probe as that quantile of its own validation risks."""
+    blocks = _event_blocks(rng, k=3)
+
+    def risk_at(scale: float):
+        def risk(s: Samples, seed: int) -> np.ndarray:
+            j = next(i for i, b in enumerate(blocks) if b.dense is s)
+            r = np.random.default_rng(seed + 10 * j).random(len(s))
+            return (scale if j == 2 else 1.0) * r
+
+        return risk
+
+    oof = _oof(blocks, risk_at(3.0), 4)
+    u = cv_quantile(blocks, oof, 100, 5.0)
+
+    shares = [[_share_at_or_below(d) for d in oof.dense[j]] for j in range(3)]
+    segs = [
+        Segment(st.labels, st.ends, shares[j][s][st.idx])
+        for j in range(3)
+        for s in range(2)
+        for st in blocks[j].stretches
+    ]
+    below = max(q for g in segs for q in g.scores if q < u)
+    assert 0.5 < u < 1.0
+    assert event_counts(segs, u, 100).false_alarms_per_1000 <= 5.0
+    assert event_counts(segs, below, 100).false_alarms_per_1000 > 5.0  # the lowest
+    # the scale block 2's fold model runs at does not move it (cv_threshold's does)
+    same = _oof(blocks, risk_at(1.0), 4)
+    assert cv_quantile(blocks, same, 100, 5.0) == u
+    assert cv_threshold(blocks, same, 100, 5.0) < cv_threshold(blocks, oof, 100, 5.0)
+    # carried to a probe: that quantile of its validation risks, whatever their scale;
+    # on those risks it alerts on the windows u alerts on in quantile space
+    val = 50 * rng.random(997)
+    thr = quantile_threshold(val, u)
+    assert thr in val
+    np.testing.assert_array_equal(val >= thr, _share_at_or_below(val) >= u)
+    inf = float("inf")
+    assert quantile_threshold(val, inf) == quantile_threshold(val, None) == inf
+    assert quantile_threshold(None, u) == quantile_threshold(val[:0], u) == inf
+    assert quantile_threshold(val, 1.0) == val.max()
+    empty = [HeldOut(0, 0, b.hop, b.dense, []) for b in blocks]
+    assert cv_quantile(empty, oof, 100, 5.0) == inf
+
+
+def _share_at_or_below(r: np.ndarray) -> np.ndarray:
+    return np.array([(r <= v).mean() for v in r])
+
+
+def test_cautious_serves_the_highest_finite_threshold() -> None:
     inf = float("inf")
     assert cautious(0.2, 0.3) == cautious(0.3, 0.2) == 0.3
     assert cautious(inf, 0.3) == cautious(0.3, None) == 0.3  # none held: no estimate
     assert cautious(inf, None) == inf
+    assert cautious(0.2, 0.3, 0.4) == cautious(0.4, inf, None) == 0.4

@@ -159,7 +159,7 @@ def test_variance_term_is_zero_for_spread_latents_and_one_for_identical_ones() -
     torch.testing.assert_close(t["code"], code + 2.0 * t["var_h"])
 
 
-def test_covariance_term_is_zero_for_independent_dims_and_catches_one_direction() -> None:
+def test_covariance_term_is_zero_for_independent_dims_not_for_one_line() -> None:
     torch.manual_seed(0)
     n, d = 4096, 8
     independent = torch.randn(n, d)
