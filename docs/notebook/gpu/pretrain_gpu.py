@@ -4,12 +4,11 @@
 Run on an H200 on 2026-11-28 (tenth session) with `loss.variance=1.0
 loss.diversity=0.1`, the setting the CPU screens had left as the best (third and
 fourth sessions of 2026-11-27): about 50,000 pairs/s at batch 2,048, a 100-epoch
-SMD-19 schedule in 7 minutes. Neither run trained codes a probe can read. One ran 83
-epochs: its assignments went input-independent (3 codes ever the argmax, max
-probability 0.14), and its codes scored exactly chance on validation. The other
-stopped at epoch 59 with its validation loss rising as the codes spread. The route is
-closed until the paper size's collapse is fixed on the CPU (results-notes.md,
-2026-11-28, tenth session).
+SMD-19 schedule in 7 minutes. Neither run trained codes a probe can read: h moved
+along one direction and the assignments went input-independent. With
+`loss.covariance=0.04` beside them (eleventh session, screened on the CPU first), 89
+epochs kept the codebook live (105-115 codes in use), but its codes read no more on
+validation than the untrained twin's (results-notes.md, 2026-11-28, eleventh session).
 
     # here: SMD-19's pre-training pairs, the ones `scjepa pretrain --dataset smd` makes
     python docs/notebook/gpu/pretrain_gpu.py pairs DATA_ROOT .gpu5/smd_pairs.npz
