@@ -190,15 +190,7 @@ def cv_threshold(
     one-block threshold let through 6.5 (SMD-19) to 126 (Daphnet) false alarms per
     1,000 windows against a budget of 1, and this pooled one 1.7 and 7.7
     (results-notes.md, 2026-11-28, tenth session)."""
-    segs = [
-        st.segment(risk)
-        for b, dense in zip(blocks, oof.dense, strict=True)
-        for risk in dense
-        for st in b.stretches
-    ]
-    if not sum(len(s.ends) for s in segs):
-        return float("inf")
-    return threshold_at_budget(segs, lookback, budget)
+    return _pooled_budget(blocks, oof, lookback, budget, lambda risk: risk)
 
 
 def cv_quantile(
@@ -212,8 +204,25 @@ def cv_quantile(
     risks lie on different scales, where a threshold in risk units does not (MSL's
     fold models: one block's lowest risk above another's highest, results-notes.md,
     2026-11-28, tenth session)."""
+    return _pooled_budget(blocks, oof, lookback, budget, _ecdf)
+
+
+def _ecdf(risk: np.ndarray) -> np.ndarray:
+    """Each risk's share of the risks at or below it."""
+    return np.searchsorted(np.sort(risk), risk, side="right") / max(len(risk), 1)
+
+
+def _pooled_budget(
+    blocks: Sequence[HeldOut],
+    oof: OutOfFold,
+    lookback: int,
+    budget: float,
+    score: Callable[[np.ndarray], np.ndarray],
+) -> float:
+    """The lowest threshold on ``score`` of each block's and seed's out-of-fold risks
+    keeping their pooled false alarms within ``budget`` (inf if none does)."""
     segs = [
-        st.segment(_ecdf(risk))
+        st.segment(score(risk))
         for b, dense in zip(blocks, oof.dense, strict=True)
         for risk in dense
         for st in b.stretches
@@ -221,11 +230,6 @@ def cv_quantile(
     if not sum(len(s.ends) for s in segs):
         return float("inf")
     return threshold_at_budget(segs, lookback, budget)
-
-
-def _ecdf(risk: np.ndarray) -> np.ndarray:
-    """Each risk's share of the risks at or below it."""
-    return np.searchsorted(np.sort(risk), risk, side="right") / max(len(risk), 1)
 
 
 def quantile_threshold(val_risk: np.ndarray | None, u: float | None) -> float:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
 from support.train_helpers import TINY_MODEL
+from torch import Tensor
 
 from model import SCJEPA, ModelConfig, TargetEncoder
 from training.errors import UserError
@@ -143,20 +145,7 @@ def test_variance_term_is_zero_for_spread_latents_and_one_for_identical_ones() -
     assert hinge.item() == pytest.approx(1 - 1e-2, abs=1e-6)  # sqrt(0 + 1e-4)
     hinge.backward()
     assert same.grad is not None and torch.isfinite(same.grad).all()
-    # in the objective: the code term carries it with its weight, only when asked
-    _, t = _run()
-    assert t["var_h"] == 0
-    torch.manual_seed(0)
-    model = SCJEPA(ModelConfig(**TINY_MODEL))
-    x = torch.randn(8, 100).cumsum(-1)
-    online = model(x, predict=False)
-    cfg = LossConfig(pred=False, variance=2.0)
-    t = scjepa_loss(online, None, x, cfg, 0.3)
-    code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
-    code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
-    torch.testing.assert_close(t["var_h"], variance_hinge(online["h"]).detach())
-    assert t["var_h"] > 0
-    torch.testing.assert_close(t["code"], code + 2.0 * t["var_h"])
+    _check_h_term("var_h", "variance", variance_hinge)
 
 
 def test_covariance_term_is_zero_for_independent_dims_not_for_one_line() -> None:
@@ -176,20 +165,25 @@ def test_covariance_term_is_zero_for_independent_dims_not_for_one_line() -> None
     assert covariance_penalty(one_direction).item() == pytest.approx(d - 1, rel=0.1)
     covariance_penalty(one_direction).backward()
     assert one_direction.grad is not None and torch.isfinite(one_direction.grad).all()
-    # in the objective: the code term carries it with its weight, only when asked
+    _check_h_term("cov_h", "covariance", covariance_penalty)
+
+
+def _check_h_term(key: str, weight: str, term: Callable[[Tensor], Tensor]) -> None:
+    """In the objective: the code term carries ``term`` of h with its weight, and
+    only when asked (weight 0 by default)."""
     _, t = _run()
-    assert t["cov_h"] == 0
+    assert t[key] == 0
     torch.manual_seed(0)
     model = SCJEPA(ModelConfig(**TINY_MODEL))
     x = torch.randn(8, 100).cumsum(-1)
     online = model(x, predict=False)
-    cfg = LossConfig(pred=False, covariance=0.5)
+    cfg = LossConfig(pred=False, **{weight: 0.5})
     t = scjepa_loss(online, None, x, cfg, 0.3)
     code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
     code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
-    torch.testing.assert_close(t["cov_h"], covariance_penalty(online["h"]).detach())
-    assert t["cov_h"] > 0
-    torch.testing.assert_close(t["code"], code + 0.5 * t["cov_h"])
+    torch.testing.assert_close(t[key], term(online["h"]).detach())
+    assert t[key] > 0
+    torch.testing.assert_close(t["code"], code + 0.5 * t[key])
 
 
 def test_an_unknown_reconstruction_scale_names_the_key() -> None:
