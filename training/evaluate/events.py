@@ -69,6 +69,9 @@ class EventCounts:
     late: int = 0
     missed: int = 0
     false_alarms: int = 0
+    # runs of consecutive alerting windows that begin with a false alarm: the false
+    # pages of a pager that notifies when a stream's alert starts
+    false_pages: int = 0
     windows: int = 0  # scored windows
     steps: int = 0  # steps covered by the segments (for rates per day)
     leads: list[int] = field(default_factory=list)  # steps, one per warned event
@@ -86,6 +89,7 @@ class EventCounts:
         for name in ("events", "censored", "warned", "late", "missed"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.false_alarms += other.false_alarms
+        self.false_pages += other.false_pages
         self.windows += other.windows
         self.steps += other.steps
         self.leads += other.leads
@@ -96,7 +100,9 @@ def segment_counts(seg: Segment, threshold: float, lookback: int) -> EventCounts
     """Warned / late / missed events and false alarms of one segment at ``threshold``."""
     labels = np.asarray(seg.labels).astype(bool)
     ends = np.asarray(seg.ends, dtype=np.int64)
-    alert_ends = np.sort(ends[np.asarray(seg.scores) >= threshold])
+    order = np.argsort(ends, kind="stable")
+    alerting = np.asarray(seg.scores)[order] >= threshold  # in time order
+    alert_ends = ends[order][alerting]
     runs = events(labels)
     out = EventCounts(windows=len(ends), steps=len(labels))
     onsets = []
@@ -127,7 +133,10 @@ def segment_counts(seg: Segment, threshold: float, lookback: int) -> EventCounts
         padded = np.r_[on, np.iinfo(np.int64).max // 2]  # "no later onset"
         announcing = padded[first_onset_after] - alert_ends <= lookback
         inside = labels[alert_ends - 1]
-        out.false_alarms = int(np.sum(~announcing & ~inside))
+        false = ~announcing & ~inside
+        out.false_alarms = int(np.sum(false))
+        starts = ~np.r_[False, alerting[:-1]][alerting]  # a run's first window
+        out.false_pages = int(np.sum(false & starts))
     return out
 
 
@@ -193,9 +202,11 @@ def summary(
         "false_alarms": counts.false_alarms,
         "windows": counts.windows,
         "false_alarms_per_1000_windows": counts.false_alarms_per_1000,
+        "false_pages": counts.false_pages,
     }
     if steps_per_day is not None and counts.steps:
         out["false_alarms_per_day"] = counts.false_alarms * steps_per_day / counts.steps
+        out["false_pages_per_day"] = counts.false_pages * steps_per_day / counts.steps
     return out
 
 

@@ -371,7 +371,13 @@ def operator_line(res: Mapping[str, Any]) -> str:
     if b["delay_quartiles"]:
         text += f", median {_steps(b['delay_quartiles'][1], spd)} after onset"
     text += f"; {b['missed']['mean']:.3g} missed; {b['false_alarms_per_1000_windows']['mean']:.2f} false alarms per 1,000 windows"
-    if "false_alarms_per_day" in b:
+    if "false_pages_per_day" in b:  # runs since the eleventh session of 2026-11-28
+        text += (
+            f" ({b['false_alarms_per_day']['mean']:.2f} per day, "
+            f"{b['false_pages_per_day']['mean']:.2f} false pages a day: alerts "
+            "that start with a false alarm)"
+        )
+    elif "false_alarms_per_day" in b:
         text += f" ({b['false_alarms_per_day']['mean']:.2f} per day)"
     if cross:
         text += f"; chance p = {b['chance']['p']:.3f}"

@@ -41,7 +41,6 @@ import numpy as np
 
 from training.data import WINDOW, Dataset, Samples, entity_samples, split_segments
 from training.evaluate.events import (
-    EventCounts,
     Segment,
     segment_counts,
     threshold_at_budget,
@@ -57,6 +56,7 @@ from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.warning import (
     FIELDS,
     Stretch,
+    count_vector,
     make_blocks,
     pooled,
     stretches,
@@ -307,10 +307,6 @@ def read_out_of_fold(path: Path) -> dict[str, list[OutOfFold]]:
     return out
 
 
-def _vector(c: EventCounts) -> list[float]:
-    return [float(getattr(c, f)) for f in FIELDS]
-
-
 def _warned(v: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         return v[..., FIELDS.index("warned")] / v[..., FIELDS.index("events")]
@@ -391,7 +387,7 @@ def cv_keys(
                 segs = [Segment(u.labels, u.ends, dense[s][u.gidx]) for u in units]
                 thr = threshold_at_budget(segs, lookback, budget)
                 for u, seg in enumerate(segs):
-                    per_unit[s, u] = _vector(segment_counts(seg, thr, lookback))
+                    per_unit[s, u] = count_vector(segment_counts(seg, thr, lookback))
             n_events = int(per_unit[0, :, FIELDS.index("events")].sum())
             rates.append(_warned(per_unit.sum(1)))  # (seeds,)
             reps.append(_warned(count_replicates(per_unit, draws, seed_draw[:, c])))

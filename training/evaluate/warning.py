@@ -60,6 +60,7 @@ FIELDS = (
     "late",
     "missed",
     "false_alarms",
+    "false_pages",
     "windows",
     "steps",
 )
@@ -180,17 +181,9 @@ def window_members(
     return out
 
 
-def _vector(c: EventCounts) -> list[float]:
-    return [
-        c.events,
-        c.censored,
-        c.warned,
-        c.late,
-        c.missed,
-        c.false_alarms,
-        c.windows,
-        c.steps,
-    ]
+def count_vector(c: EventCounts) -> list[float]:
+    """``c``'s counts in the order of :data:`FIELDS`."""
+    return [float(getattr(c, f)) for f in FIELDS]
 
 
 def _rates(v: np.ndarray, steps_per_day: float | None) -> dict[str, np.ndarray]:
@@ -203,6 +196,7 @@ def _rates(v: np.ndarray, steps_per_day: float | None) -> dict[str, np.ndarray]:
         }
         if steps_per_day:
             out["false_alarms_per_day"] = f["false_alarms"] * steps_per_day / f["steps"]
+            out["false_pages_per_day"] = f["false_pages"] * steps_per_day / f["steps"]
     return out
 
 
@@ -259,7 +253,9 @@ def score_events(
         # -- validation: warned rate at the budget (chooses rows on validation)
         per_seed_val = np.zeros((len(seeds), len(FIELDS)))
         for f in runs:
-            per_seed_val[seeds.index(f.seed)] += _vector(f.val_counts or EventCounts())
+            per_seed_val[seeds.index(f.seed)] += count_vector(
+                f.val_counts or EventCounts()
+            )
         vr = _rates(per_seed_val, events.steps_per_day)
         row["val_events"] = {
             "warned_rate": _stat(vr["warned_rate"]),
@@ -462,7 +458,7 @@ def _kind_events(
             c = segment_counts(
                 Segment(blk.labels, blk.ends, s[blk.gidx]), thr[si, blk.fold], L
             )
-            per_block[si, b] = _vector(c)
+            per_block[si, b] = count_vector(c)
             total.add(c)
         totals.append(total)
     summaries = [summary(t, events.steps_per_day) for t in totals]

@@ -358,6 +358,11 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
                 raised += served > two + 1e-12
         w = got["warned"]["mean"] + got["late"]["mean"] + got["missed"]["mean"]
         assert w == pytest.approx(n_runs) and got["events"] == n_runs
+        # a false page starts a run of alerting windows with a false alarm: no more
+        # pages than false alarms
+        pages, fa = got["false_pages_per_day"], got["false_alarms_per_day"]
+        assert 0 <= pages["mean"] <= fa["mean"] + 1e-9
+        assert len(got["ci95"]["false_pages_per_day"]) == 2
     assert raised  # the quantile is the highest of the three somewhere
     best = res["best_baseline"]
     assert best["window"] and not best["window"].startswith("SC-JEPA")
@@ -370,6 +375,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert "### SKAB: 5 folds by entity" in text
     assert "**What an operator gets**" in text and "n too small" in text
     assert "at the threshold it is served at" in text
+    assert "false pages a day: alerts that start with a false alarm" in text
     assert "the same at the served threshold |" in text
     assert "SKAB's own metrics" in text and "Conv-AE F1 0.78" in text
     assert (

@@ -55,13 +55,17 @@ def brute(seg: Segment, threshold: float, lookback: int) -> dict[str, object]:
             delays.append(min(inside) - onset)
         else:
             out["missed"] += 1  # type: ignore[operator]
-    fa = 0
-    for e in alerts:
-        announces = any(e <= o <= e + lookback for o in onsets)
-        if not announces and not y[e - 1]:
-            fa += 1
+    fa, pages, prev_alerting = 0, 0, False
+    for e, sc in sorted(zip(seg.ends, seg.scores, strict=True)):  # in time order
+        alerting = sc >= threshold
+        if alerting:
+            announces = any(e <= o <= e + lookback for o in onsets)
+            false = not announces and not y[e - 1]
+            fa += false
+            pages += false and not prev_alerting  # an alert run begins falsely
+        prev_alerting = alerting
     out |= {"events": len(onsets), "leads": leads, "delays": delays, "fa": fa}
-    return out
+    return out | {"pages": pages}
 
 
 def check(seg: Segment, threshold: float, lookback: int) -> None:
@@ -76,6 +80,7 @@ def check(seg: Segment, threshold: float, lookback: int) -> None:
     assert sorted(got.leads) == sorted(want["leads"])  # type: ignore[arg-type]
     assert sorted(got.delays) == sorted(want["delays"])  # type: ignore[arg-type]
     assert got.false_alarms == want["fa"]
+    assert got.false_pages == want["pages"] <= got.false_alarms
     assert got.warned + got.late + got.missed == got.events
 
 
@@ -101,6 +106,7 @@ def test_warned_with_lead_from_the_earliest_alert_in_the_lookback() -> None:
     c = segment_counts(s, 0.5, lookback=2)  # only end 9 is close enough: lead 1
     assert c.leads == [1]
     assert c.false_alarms == 2  # ends 4 and 7 announce nothing within 2 steps
+    assert c.false_pages == 2  # each begins its own run of alerting windows
     check(s, 0.5, 6)
     check(s, 0.5, 2)
 
@@ -113,6 +119,24 @@ def test_an_alert_spanning_the_onset_is_a_late_detection() -> None:
     assert c.delays == [2]
     assert c.false_alarms == 0  # its last step (11) is inside the event
     check(s, 0.5, 5)
+
+
+def test_a_run_of_false_alarms_is_one_false_page() -> None:
+    """A pager notifies when a stream's alert starts: consecutive alerting windows
+    are one page, false when its first window is a false alarm."""
+    s = seg(
+        "0000000000000000000011100", {3: 1.0, 4: 1.0, 5: 1.0, 8: 1.0, 16: 1.0, 17: 1.0}
+    )
+    c = segment_counts(s, 0.5, lookback=3)  # onset 20: ends 17..20 announce it
+    # pages 3-5, 8 and 16-17: 16 is 4 steps before the onset, more than the look-back,
+    # so that page began as a false alarm, as the protocol counts window 16
+    assert (c.false_alarms, c.false_pages, c.warned) == (5, 3, 1)
+    check(s, 0.5, 3)
+    # a run that begins by announcing and runs on into false alarms is no false page
+    s = seg("0000000000000110000000", {10: 1.0, 11: 1.0, 16: 1.0, 17: 1.0, 18: 1.0})
+    c = segment_counts(s, 0.5, lookback=3)  # onset 13, event 13-14
+    assert (c.false_alarms, c.false_pages) == (3, 1)  # 16-18 after the event: 1 page
+    check(s, 0.5, 3)
 
 
 def test_an_alert_ending_just_after_the_event_is_a_false_alarm() -> None:
@@ -173,6 +197,9 @@ def test_sums_rates_and_summary() -> None:
     assert c.false_alarms_per_1000 == pytest.approx(1000 / 30)
     out = summary(c, steps_per_day=1440)
     assert out["false_alarms_per_day"] == pytest.approx(1440 / 30)
+    assert out["false_pages"] == 1 and out["false_pages_per_day"] == pytest.approx(
+        1440 / 30
+    )
     assert out["lead_quartiles"] == [1.25, 1.5, 1.75]  # leads 1 and 2
     assert out["delay_quartiles"] is None
 
@@ -230,6 +257,11 @@ def test_blocks_sum_exactly_to_the_segment(seed: int) -> None:
             for f in ("events", "censored", "warned", "late", "missed", "false_alarms",
                       "windows", "steps"):  # fmt: skip
                 assert getattr(parts, f) == getattr(whole, f), (f, t, lookback)
+            # an alert run crossing a cut is split there, and the window after a cut
+            # announces the onset the cut precedes unless a stride skips past it
+            stride = int(np.diff(s.ends).max(initial=1))
+            if stride <= lookback + 1:
+                assert parts.false_pages == whole.false_pages, (t, lookback)
             assert sorted(parts.leads) == sorted(whole.leads)
             assert sorted(parts.delays) == sorted(whole.delays)
 
