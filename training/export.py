@@ -529,8 +529,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "otherwise), the highest of that, the same on the out-of-fold risks of "
         "every train + validation block, and the same in quantiles of each block "
         "carried to the probe's validation risks; 'f1', the F1-optimal one on "
-        "validation (far "
-        "more alerts)",
+        "validation (far more alerts)",
     )
     from training.data.cli import add_table_arguments
 

@@ -437,7 +437,9 @@ def evaluate(
             runs = got.get(name, [])
             hop.append(np.stack([f.scorer(fd.splits["test"].x) for f in runs]))
             for f in runs:
-                val_scores = f.val_risk = f.scorer(fd.dense["val"].x)
+                val_scores = f.scorer(fd.dense["val"].x)
+                if name in CANDIDATES:  # the served threshold's quantile reads them
+                    f.val_risk = val_scores
                 f.budget_threshold = _budget(fd.stretches["val"], val_scores, events)
                 f.val_counts = val_counts(
                     fd.stretches["val"], val_scores, f.budget_threshold, events.lookback

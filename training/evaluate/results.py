@@ -352,18 +352,19 @@ def operator_line(res: Mapping[str, Any]) -> str:
     spd = ev.get("steps_per_day")
     w = b["warned"]["mean"]
     how = "the served model" if served else "chosen on validation"
-    quantiles = any(
-        "cv_budget_quantiles" in e for e in res.get("leaderboard", {}).get("rows", [])
-    )  # runs since the eleventh session of 2026-11-28
-    at = (
-        "at its budget threshold"
-        if not cross
-        else "at the threshold it is served at (the highest of those keeping the "
-        "budget on validation and out of fold, in risks and in quantiles)"
-        if quantiles
-        else "at the threshold it is served at (the higher of those keeping the budget "
-        "on validation and out of fold)"
-    )
+    board_rows = (res.get("leaderboard") or {}).get("rows", [])
+    if not cross:
+        at = "at its budget threshold"
+    elif any("cv_budget_quantiles" in e for e in board_rows):  # since 2026-11-28 (11th)
+        at = (
+            "at the threshold it is served at (the highest of those keeping the budget "
+            "on validation and out of fold, in risks and in quantiles)"
+        )
+    else:
+        at = (
+            "at the threshold it is served at (the higher of those keeping the budget "
+            "on validation and out of fold)"
+        )
     text = f"with **{name}** ({how}), {at}: warns {w:.3g} of {n} incidents"
     if b["lead_quartiles"]:
         text += f", median {_steps(b['lead_quartiles'][1], spd)} ahead"

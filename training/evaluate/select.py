@@ -204,10 +204,10 @@ def cv_quantile(
     risks lie on different scales, where a threshold in risk units does not (MSL's
     fold models: one block's lowest risk above another's highest, results-notes.md,
     2026-11-28, tenth session)."""
-    return _pooled_budget(blocks, oof, lookback, budget, _ecdf)
+    return _pooled_budget(blocks, oof, lookback, budget, ecdf)
 
 
-def _ecdf(risk: np.ndarray) -> np.ndarray:
+def ecdf(risk: np.ndarray) -> np.ndarray:
     """Each risk's share of the risks at or below it."""
     return np.searchsorted(np.sort(risk), risk, side="right") / max(len(risk), 1)
 

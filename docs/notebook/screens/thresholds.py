@@ -33,7 +33,12 @@ import numpy as np
 
 from training.data import load_dataset
 from training.evaluate.events import Segment, event_counts, threshold_at_budget
-from training.evaluate.select import cv_blocks, read_out_of_fold
+from training.evaluate.select import (
+    cv_blocks,
+    ecdf,
+    quantile_threshold,
+    read_out_of_fold,
+)
 from training.evaluate.warning import EventConfig
 
 WARMUP = 100
@@ -48,11 +53,6 @@ def own_rank(scores: np.ndarray) -> np.ndarray:
             out[i] = bisect.bisect_left(past, r) / len(past) + 1e-3 * r
         bisect.insort(past, r)
     return out
-
-
-def ecdf(risk: np.ndarray) -> np.ndarray:
-    """Each risk's share of the risks at or below it."""
-    return np.searchsorted(np.sort(risk), risk, side="right") / len(risk)
 
 
 def scored(score: str, risk: np.ndarray) -> np.ndarray:
@@ -132,12 +132,7 @@ def screen(name: str, run: Path) -> dict[str, tuple[float, float]]:
                             for g in qsegs[t][b]
                         ]
                         u = threshold_at_budget(pooled_q, ev.lookback, BUDGET)
-                        cal = per_fold.cal[j][s]
-                        thr = (
-                            float(np.quantile(cal, min(u, 1.0), method="inverted_cdf"))
-                            if np.isfinite(u)
-                            else float("inf")
-                        )
+                        thr = quantile_threshold(per_fold.cal[j][s], u)
                         c = event_counts(by_block[j], thr, ev.lookback)
                         out.setdefault(
                             (score, "pooled quantile on block j+1"), []
