@@ -36,7 +36,10 @@ tables, and the default for a probe chosen on validation alone) lets through mor
 false alarms on data it was not set on (results-notes.md, 2026-11-28, tenth
 session). ``--threshold f1`` serves the
 F1-optimal threshold, which alerts far more often (2026-11-27, seventh session). The
-manifest's eval_metrics.threshold says which, with every value and the budget. The
+manifest's eval_metrics.threshold says which, with every value and the budget.
+``--fa-budget`` serves another of the served model's operating points (the budgets
+`scjepa evaluate` set thresholds at) under the same rule; the manifest lists them all
+with the cross-validation's figures at each. The
 manifest's hop (how often the service scores a stream) is by default the one the
 threshold was set on: the evaluation's dense stride for the budget thresholds (so the
 service pages on the windows the event figures count), the model's window for the F1
@@ -60,7 +63,7 @@ from training.data import Dataset, Samples
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.results import git_commit
-from training.evaluate.select import cautious, json_num
+from training.evaluate.select import OPERATING_BUDGETS, cautious, json_num
 
 if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
     import onnx
@@ -268,6 +271,7 @@ def export_artifact(
     fp16: bool = False,
     hop: int | None = None,
     threshold: str | None = None,
+    fa_budget: float | None = None,
 ) -> Manifest:
     """Write ``out``/model.onnx (+ the variants asked for and kept) and manifest.json.
 
@@ -276,7 +280,8 @@ def export_artifact(
     ``version`` to a UTC timestamp, ``hop`` to the windows the threshold was set on
     (:func:`served_hop`).
     ``threshold``: "cv-budget", "budget" or "f1" (:func:`served_threshold`; None:
-    :func:`default_rule`). Returns the manifest
+    :func:`default_rule`), at the false-alarm budget ``fa_budget`` (one of the probe's
+    operating points; None: the evaluation's). Returns the manifest
     as written.
     """
     from model.export import export_onnx
@@ -298,7 +303,7 @@ def export_artifact(
         raise UserError(
             f"--dataset {ds.name}: channels differ from those the probe was trained on"
         )
-    alert_at, threshold_info = served_threshold(probe, threshold)
+    alert_at, threshold_info = served_threshold(probe, threshold, fa_budget)
     window = model.cfg.seq_len
     hop = served_hop(threshold_info, window) if hop is None else hop
     step = _Steps(4 + int8 + fp16)
@@ -400,7 +405,7 @@ def default_rule(probe: SavedProbe) -> str:
 
 
 def served_threshold(
-    probe: SavedProbe, rule: str | None = None
+    probe: SavedProbe, rule: str | None = None, fa_budget: float | None = None
 ) -> tuple[float, dict[str, Any]]:
     """The threshold the service alerts at, and the manifest's record of it.
 
@@ -415,12 +420,31 @@ def served_threshold(
     probe files lack the last). A probe file without
     the one asked for, or whose data no threshold kept within the budget, is refused
     with what to do. "f1": the F1-optimal threshold on validation.
+
+    ``fa_budget`` (false alarms per 1,000 windows; None: the evaluation's) serves
+    another of the probe's operating points (``probe.operating_points``, set by
+    `scjepa evaluate` at training.evaluate.select.OPERATING_BUDGETS and its own
+    budget) under the same rule. The record lists every operating point with the
+    threshold the rule gives there and the cross-validation's figures.
     """
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
         raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
+    own = (probe.budget or {}).get("false_alarms_per_1000")
     budget, cv = probe.budget_threshold, probe.cv_budget_threshold
     quantile = probe.cv_quantile_threshold
+    if fa_budget is not None and (own is None or not np.isclose(fa_budget, own)):
+        if rule == "f1":
+            raise UserError(
+                "--fa-budget sets a false-alarm budget, --threshold f1 serves none: "
+                "use one of the two"
+            )
+        point = _operating_point(probe, fa_budget)
+        budget, cv = point["budget_threshold"], point["cv_budget_threshold"]
+        quantile = point["cv_quantile_threshold"]
+        if rule == "budget":  # the out-of-fold thresholds are not served under it
+            cv = quantile = None
+        own = fa_budget
     info: dict[str, Any] = {
         "rule": rule,
         "f1_threshold": float(probe.threshold),
@@ -430,8 +454,13 @@ def served_threshold(
         "cv_quantile_threshold": json_num(quantile),
         **(probe.budget or {}),  # false_alarms_per_1000, lookback, stride
     }
-    per_1000 = (probe.budget or {}).get("false_alarms_per_1000")
-    within = f"{per_1000:g} per 1,000 windows" if per_1000 else "the budget"
+    if own is not None:
+        info["false_alarms_per_1000"] = float(own)
+    if probe.operating_points and rule != "f1":
+        info["operating_points"] = [
+            _point_record(probe, p, rule) for p in probe.operating_points
+        ]
+    within = f"{own:g} per 1,000 windows" if own else "the budget"
     if rule == "f1":
         value = probe.threshold
     elif rule == "cv-budget":
@@ -445,8 +474,8 @@ def served_threshold(
         if not np.isfinite(value):
             raise UserError(
                 "no threshold kept the validation or the out-of-fold false alarms "
-                f"within {within}: evaluate with a larger --fa-budget, or export "
-                "with --threshold f1"
+                f"within {within}: export with a larger --fa-budget, or with "
+                "--threshold f1"
             )
     elif budget is None:
         raise UserError(
@@ -457,11 +486,57 @@ def served_threshold(
     elif info["budget_threshold"] is None:  # inf: none held the budget
         raise UserError(
             f"no threshold kept the probe's validation false alarms within {within}: "
-            "evaluate with a larger --fa-budget, or export with --threshold f1"
+            "export with a larger --fa-budget, or with --threshold f1"
         )
     else:
         value = budget
     return float(np.clip(value, 0.0, 1.0)), info
+
+
+def _operating_point(probe: SavedProbe, fa_budget: float) -> dict[str, Any]:
+    """The probe's operating point at ``fa_budget``; refused with the ones it has."""
+    points = probe.operating_points or []
+    for p in points:
+        if np.isclose(p["false_alarms_per_1000"], fa_budget):
+            return p
+    have = sorted(
+        {p["false_alarms_per_1000"] for p in points}
+        | {(probe.budget or {}).get("false_alarms_per_1000", float("nan"))}
+    )
+    have = [b for b in have if np.isfinite(b)]
+    if not have:
+        listed = "none (the file is older than operating points)"
+    else:
+        listed = ", ".join(f"{b:g}" for b in have)
+    raise UserError(
+        f"--fa-budget {fa_budget:g}: the probe file has thresholds at {listed} false "
+        "alarms per 1,000 windows; choose one of them, or evaluate again with "
+        f"--fa-budget {fa_budget:g}"
+    )
+
+
+def _point_record(probe: SavedProbe, p: dict[str, Any], rule: str) -> dict[str, Any]:
+    """One operating point as the manifest lists it: the threshold ``rule`` serves
+    there (None where none held the budget) and the cross-validation's figures, per
+    day too where the sampling rate is known."""
+    val, cv, q = (
+        p["budget_threshold"],
+        p["cv_budget_threshold"],
+        p["cv_quantile_threshold"],
+    )
+    thr = val if rule == "budget" else cautious(val, cv, q)
+    out = {
+        "false_alarms_per_1000": p["false_alarms_per_1000"],
+        "threshold": json_num(thr),
+    } | {k: v for k, v in p.items() if k.startswith("cv_") and "threshold" not in k}
+    b = probe.budget or {}
+    if b.get("steps_per_day") and b.get("stride"):
+        per_day = b["steps_per_day"] / b["stride"] / 1000  # per 1,000 windows -> a day
+        for k in ("false_alarms", "false_pages"):
+            v = p.get(f"cv_{k}_per_1000")
+            if v is not None:
+                out[f"cv_{k}_per_day"] = v * per_day
+    return out
 
 
 def served_hop(threshold_info: dict[str, Any], window: int) -> int:
@@ -531,6 +606,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "carried to the probe's validation risks; 'f1', the F1-optimal one on "
         "validation (far more alerts)",
     )
+    p.add_argument(
+        "--fa-budget",
+        type=float,
+        default=None,
+        help="false alarms per 1,000 scored windows the threshold keeps: one of the "
+        "probe's operating points (scjepa evaluate sets them at "
+        + ", ".join(f"{b:g}" for b in OPERATING_BUDGETS)
+        + " and at its own --fa-budget, which is the default); the manifest lists "
+        "them all with what cross-validation warned of at each",
+    )
     from training.data.cli import add_table_arguments
 
     add_table_arguments(p)
@@ -561,6 +646,7 @@ def run(args: argparse.Namespace) -> int:
         fp16=args.fp16,
         hop=args.hop,
         threshold=args.threshold,
+        fa_budget=args.fa_budget,
     )
     own = served_hop(m.eval_metrics["threshold"], m.window)
     if m.hop != own:

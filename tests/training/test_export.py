@@ -721,6 +721,97 @@ def test_export_serves_the_validation_winner(
     assert max(m.eval_metrics["onnx_parity_max_abs"].values()) < 1e-4
 
 
+def test_operating_points(
+    artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`scjepa evaluate` sets the served model's thresholds at every operating point
+    (select.OPERATING_BUDGETS and its own --fa-budget) on validation and out of fold,
+    with the cross-validation's figures there and the test figures at the threshold
+    served; `scjepa export --fa-budget B` serves one of them under the same rule and
+    lists them all in the manifest; another budget, or one with --threshold f1, is
+    refused with what to do."""
+    from dataclasses import replace
+
+    from training.evaluate.select import OPERATING_BUDGETS, cautious
+    from training.export import served_threshold
+
+    results = artifact["probe"].parent
+    res = json.loads((results / "results.json").read_text())
+    board = res["leaderboard"]
+    budgets = sorted({*OPERATING_BUDGETS, 20.0})  # the fixture's --fa-budget is 20
+    points = board["operating_points"]
+    assert [p["false_alarms_per_1000"] for p in points] == budgets
+    # a tighter budget never lowers a threshold, never warns more, and the out-of-fold
+    # false alarms at each keep it
+    inf = float("inf")
+    cv = [inf if p["cv_budget_thresholds"][0] is None else p["cv_budget_thresholds"][0] for p in points]  # fmt: skip
+    assert cv == sorted(cv, reverse=True) and np.isfinite(cv[-1])
+    warned = [p["cv_warned_rate"] for p in points]
+    assert warned == sorted(warned) and warned[-1] > 0
+    for p in points:
+        assert p["cv_false_alarms_per_1000"] <= p["false_alarms_per_1000"] + 1e-9
+        assert 0 <= p["cv_false_pages_per_1000"] <= p["cv_false_alarms_per_1000"]
+    # at the run's own budget they are the leaderboard's served figures
+    own = next(p for p in points if p["false_alarms_per_1000"] == 20.0)
+    winner = next(e for e in board["rows"] if e["row"] == board["winner"])
+    assert own["cv_budget_thresholds"] == winner["cv_budget_thresholds"]
+    assert own["cv_budget_quantiles"] == winner["cv_budget_quantiles"]
+    events = res["rows"][board["winner"]]["events"]
+    test = {p["false_alarms_per_1000"]: p for p in events["operating_points"]}
+    assert sorted(test) == budgets
+    assert test[20.0]["thresholds"] == events["cv_budget"]["thresholds"]
+    assert test[20.0]["warned"] == events["cv_budget"]["warned"]
+    probe = SavedProbe.load(results / "probe-served.pt")
+    assert probe.operating_points is not None
+    at = {p["false_alarms_per_1000"]: p for p in probe.operating_points}
+    assert at[20.0]["budget_threshold"] == probe.budget_threshold
+    assert at[20.0]["cv_budget_threshold"] == probe.cv_budget_threshold
+    assert at[20.0]["cv_quantile_threshold"] == probe.cv_quantile_threshold
+    # the other probe files are not the winner: they have no operating points
+    assert SavedProbe.load(artifact["probe"]).operating_points is None
+    # export at another point: the rule's threshold there, every point listed
+    b = max(x for x in budgets if x < 20 and np.isfinite(cautious(*_three(at[x]))))
+    out = tmp_path / "art"
+    args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(results)]
+    assert main([*args, "--out", str(out), "--fa-budget", f"{b:g}"]) == 0
+    m = load_manifest(out)
+    t = m.eval_metrics["threshold"]
+    assert m.threshold == pytest.approx(cautious(*_three(at[b])))
+    assert t["false_alarms_per_1000"] == b and t["rule"] == "cv-budget"
+    assert [p["false_alarms_per_1000"] for p in t["operating_points"]] == budgets
+    listed = {p["false_alarms_per_1000"]: p["threshold"] for p in t["operating_points"]}
+    assert listed[b] == pytest.approx(m.threshold)
+    assert listed[20.0] == pytest.approx(served_threshold(probe)[0])
+    value, info = served_threshold(probe, "budget", b)  # validation's alone
+    assert value == pytest.approx(at[b]["budget_threshold"])
+    assert info["cv_budget_threshold"] is None
+    # per day where the sampling rate is known: per 1,000 windows x windows a day
+    per_min = replace(probe, budget={**(probe.budget or {}), "steps_per_day": 1440.0})
+    p0 = served_threshold(per_min)[1]["operating_points"][-1]
+    assert p0["cv_false_alarms_per_day"] == pytest.approx(
+        p0["cv_false_alarms_per_1000"] * 1440 / 5 / 1000
+    )
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "no"), "--fa-budget", "7"]) == 2
+    assert (
+        "thresholds at 0.1, 0.3, 1, 3, 10, 20 false alarms" in capsys.readouterr().err
+    )
+    assert main([*args, "--out", str(tmp_path / "no"), "--fa-budget", "10", "--threshold", "f1"]) == 2  # fmt: skip
+    assert "use one of the two" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+    # results.md: one row per operating point, the test figures at each
+    doc = tmp_path / "results.md"
+    assert main(["report", str(results), "--out", str(doc)]) == 0
+    text = doc.read_text()
+    assert "**Operating points of the served model**" in text
+    row = next(x for x in text.splitlines() if x.startswith("| 20 | "))
+    assert f"{test[20.0]['warned']['mean']:.3g} / {test[20.0]['events']}" in row
+
+
+def _three(p: dict[str, float]) -> tuple[float, float, float]:
+    return p["budget_threshold"], p["cv_budget_threshold"], p["cv_quantile_threshold"]
+
+
 def test_cv_scores_reproduce_the_choice(artifact: dict[str, Path]) -> None:
     """cv_scores.npz holds every candidate's out-of-fold risks: the rule run again on
     them, over the same blocks, chooses the same winner with the same keys."""

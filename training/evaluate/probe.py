@@ -395,6 +395,13 @@ class SavedProbe:
     # this probe as that quantile of its validation risks (select.quantile_threshold);
     # None where cv_budget_threshold is, and in files older than it
     cv_quantile_threshold: float | None = None
+    # the same three at each of the served model's operating points, one dict per
+    # budget: "false_alarms_per_1000", "budget_threshold", "cv_budget_threshold",
+    # "cv_quantile_threshold" (inf: none held it), and the cross-validation's figures
+    # there (select.operating_points: "cv_warned_rate", "cv_false_pages_per_1000",
+    # ...); None where the served model was not chosen by cross-validation, and in
+    # files older than them (2026-11-28, twelfth session)
+    operating_points: list[dict[str, Any]] | None = None
 
     @property
     def parts(self) -> tuple[str, ...]:

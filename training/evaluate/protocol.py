@@ -85,7 +85,12 @@ from training.evaluate.results import (
     git_commit,
     write_results,
 )
-from training.evaluate.select import CVConfig, json_num, quantile_threshold
+from training.evaluate.select import (
+    OPERATING_BUDGETS,
+    CVConfig,
+    json_num,
+    quantile_threshold,
+)
 from training.evaluate.warning import (
     EventConfig,
     Stretch,
@@ -120,6 +125,9 @@ class Fitted:
     budget_threshold: float = float("inf")  # meets the false-alarm budget on val
     val_counts: EventCounts | None = None  # validation event counts at the budget
     val_risk: np.ndarray | None = None  # its risks on the dense validation windows
+    # served-model candidates: validation's budget threshold at each operating point
+    # (false alarms per 1,000 windows -> threshold; select.OPERATING_BUDGETS)
+    budget_thresholds: dict[float, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -438,9 +446,15 @@ def evaluate(
             hop.append(np.stack([f.scorer(fd.splits["test"].x) for f in runs]))
             for f in runs:
                 val_scores = f.scorer(fd.dense["val"].x)
+                f.budget_threshold = _budget(
+                    fd.stretches["val"], val_scores, events.lookback, events.budget
+                )
                 if name in CANDIDATES:  # the served threshold's quantile reads them
                     f.val_risk = val_scores
-                f.budget_threshold = _budget(fd.stretches["val"], val_scores, events)
+                    f.budget_thresholds = {
+                        b: _budget(fd.stretches["val"], val_scores, events.lookback, b)
+                        for b in operating_budgets(events)
+                    }
                 f.val_counts = val_counts(
                     fd.stretches["val"], val_scores, f.budget_threshold, events.lookback
                 )
@@ -488,12 +502,20 @@ def evaluate(
     )
 
 
-def _budget(val: list[Stretch], scores: np.ndarray, events: EventConfig) -> float:
-    """The lowest threshold keeping validation false alarms within the budget."""
+def _budget(
+    val: list[Stretch], scores: np.ndarray, lookback: int, budget: float
+) -> float:
+    """The lowest threshold keeping validation false alarms within ``budget``."""
     segs = [s.segment(scores) for s in val]
     if not segs or not sum(len(s.ends) for s in segs):
         return float("inf")
-    return threshold_at_budget(segs, events.lookback, events.budget)
+    return threshold_at_budget(segs, lookback, budget)
+
+
+def operating_budgets(events: EventConfig) -> list[float]:
+    """The served model's operating points: select.OPERATING_BUDGETS and the run's
+    own budget (``--fa-budget``), false alarms per 1,000 windows."""
+    return sorted({*OPERATING_BUDGETS, float(events.budget)})
 
 
 def _thresholds_per_window(
@@ -636,6 +658,7 @@ def _cross_validate(
         cv_blocks,
         cv_quantile,
         cv_threshold,
+        operating_points,
         out_of_fold,
         write_out_of_fold,
     )
@@ -682,6 +705,10 @@ def _cross_validate(
         ]
         for n in names
     }
+    # the served model's thresholds at other budgets (`scjepa export --fa-budget`)
+    choice["operating_points"] = operating_points(
+        blocks, oof[choice["winner"]], events.lookback, operating_budgets(events)
+    )
     write_out_of_fold(out / "cv_scores.npz", oof)
     _say(
         f"served model chosen by {cv.blocks}-block cross-validation "
@@ -855,6 +882,7 @@ def run(args: argparse.Namespace) -> int:
             events=events,
             n_boot=args.n_boot,
             test_sizes=[len(fd.splits["test"]) for fd in folds],
+            operating=(choice["winner"], choice["operating_points"]),
         )
     board = leaderboard(ev.rows, choice)
     if board["rows"]:
@@ -1055,6 +1083,8 @@ def leaderboard(
     }
     if choice:
         out["cv"] = choice["cv"]
+        if "operating_points" in choice:  # the winner's (select.operating_points)
+            out["operating_points"] = choice["operating_points"]
     return out
 
 
@@ -1138,14 +1168,55 @@ def served_probe(
         cv_quantile_threshold=None
         if u is None
         else quantile_threshold(chosen.val_risk, u),
+        operating_points=_operating_points(cv_board, name, chosen),
         budget={
             "false_alarms_per_1000": float(events["budget_per_1000"]),
             "lookback": float(events["lookback"]),
             "stride": float(events["stride"]),
         }
+        | (
+            {"steps_per_day": float(events["steps_per_day"])}
+            if events.get("steps_per_day")
+            else {}
+        )
         if (events := ev.extra.get("events"))
         else None,
     )
+
+
+def _operating_points(
+    board: dict[str, Any] | None, name: str, chosen: Fitted
+) -> list[dict[str, Any]] | None:
+    """The served probe's thresholds at each operating point of the leaderboard (its
+    winner's, fold 0): validation's, the out-of-fold one and the quantile carried to
+    its validation risks (inf where none held the budget), with the cross-
+    validation's figures; None where there are none or ``name`` is not the winner."""
+    points = (board or {}).get("operating_points")
+    if not points or board is None or board.get("winner") != name:
+        return None
+
+    def num(v: float | None) -> float:
+        return float("inf") if v is None else float(v)
+
+    return [
+        {
+            "false_alarms_per_1000": p["false_alarms_per_1000"],
+            "budget_threshold": float(
+                chosen.budget_thresholds.get(p["false_alarms_per_1000"], float("inf"))
+            ),
+            "cv_budget_threshold": num(p["cv_budget_thresholds"][0]),
+            "cv_quantile_threshold": quantile_threshold(
+                chosen.val_risk, num(p["cv_budget_quantiles"][0])
+            ),
+        }
+        | {
+            k: v
+            for k, v in p.items()
+            if k not in ("cv_budget_thresholds", "cv_budget_quantiles")
+            and k != "false_alarms_per_1000"
+        }
+        for p in points
+    ]
 
 
 def _cv_value(board: dict[str, Any] | None, name: str, key: str) -> float | None:

@@ -587,6 +587,54 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def operating_lines(res: Mapping[str, Any]) -> list[str]:
+    """The served model's operating points (`scjepa export --fa-budget`): at each
+    budget the cross-validation's figures (its out-of-fold risks at the threshold set
+    on them) and the test figures at the threshold served there. Empty for runs
+    without them (before 2026-11-28, twelfth session)."""
+    board = res.get("leaderboard") or {}
+    points = board.get("operating_points")
+    name = _merged_name(res["rows"], board.get("winner"))
+    if not points or name is None:
+        return []
+    test = {
+        p["false_alarms_per_1000"]: p
+        for p in res["rows"][name].get("events", {}).get("operating_points", [])
+    }
+    per_day = bool(res["events"].get("steps_per_day"))
+    lines = [
+        "**Operating points of the served model** (`scjepa export --fa-budget B`; "
+        "its threshold at each budget B is the highest of those keeping B on "
+        "validation and out of fold, in risks and in quantiles). CV: the cross-"
+        "validation's out-of-fold risks at the threshold set on them (no test "
+        "window); test: read once, at the threshold served; means over seeds:",
+        "",
+        "| false alarms / 1,000 windows (B) | CV warned rate | CV false pages / 1,000 "
+        "windows | test warned / events | test caught late | test false alarms / "
+        "1,000 windows | test false pages a day |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in points:
+        b = p["false_alarms_per_1000"]
+        t = test.get(b)
+        cells = [
+            f"{b:g}",
+            _f(p.get("cv_warned_rate")),
+            _f(p.get("cv_false_pages_per_1000"), 2),
+        ]
+        if t:
+            cells += [
+                f"{t['warned']['mean']:.3g} / {t['events']}",
+                f"{t['late']['mean']:.3g}",
+                f"{t['false_alarms_per_1000_windows']['mean']:.2f}",
+                f"{t['false_pages_per_day']['mean']:.2f}" if per_day else "-",
+            ]
+        else:
+            cells += ["-"] * 4
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def _warned_cell(b: Mapping[str, Any] | None) -> str:
     """ "warned / events (false alarms per 1,000 windows)" at one threshold kind."""
     if not b:
@@ -618,6 +666,7 @@ def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
     if op:
         lines += [f"**What an operator gets**: {op}", "", chance_line(res), ""]
     lines += served_lines(res)
+    lines += operating_lines(res)
     best = res.get("best_baseline", {})
     lines += [
         f"Window metrics (hop {res.get('config', {}).get('window', 100)}, items 5-6): "

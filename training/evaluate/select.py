@@ -41,7 +41,9 @@ import numpy as np
 
 from training.data import WINDOW, Dataset, Samples, entity_samples, split_segments
 from training.evaluate.events import (
+    EventCounts,
     Segment,
+    event_counts,
     segment_counts,
     threshold_at_budget,
 )
@@ -64,6 +66,9 @@ from training.evaluate.warning import (
 )
 
 BUDGETS = (1.0, 2.0, 5.0, 10.0)  # false alarms per 1,000 windows, averaged
+# the served model's operating points: budgets (false alarms per 1,000 windows) at
+# which `scjepa evaluate` sets its thresholds and `scjepa export --fa-budget` serves
+OPERATING_BUDGETS = (0.1, 0.3, 1.0, 3.0, 10.0)
 
 
 @dataclass
@@ -212,6 +217,20 @@ def ecdf(risk: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.sort(risk), risk, side="right") / max(len(risk), 1)
 
 
+def _segments(
+    blocks: Sequence[HeldOut],
+    oof: OutOfFold,
+    score: Callable[[np.ndarray], np.ndarray],
+) -> list[Segment]:
+    """Every held-out block's stretches over each seed's out-of-fold ``score``."""
+    return [
+        st.segment(score(risk))
+        for b, dense in zip(blocks, oof.dense, strict=True)
+        for risk in dense
+        for st in b.stretches
+    ]
+
+
 def _pooled_budget(
     blocks: Sequence[HeldOut],
     oof: OutOfFold,
@@ -221,15 +240,50 @@ def _pooled_budget(
 ) -> float:
     """The lowest threshold on ``score`` of each block's and seed's out-of-fold risks
     keeping their pooled false alarms within ``budget`` (inf if none does)."""
-    segs = [
-        st.segment(score(risk))
-        for b, dense in zip(blocks, oof.dense, strict=True)
-        for risk in dense
-        for st in b.stretches
-    ]
+    segs = _segments(blocks, oof, score)
     if not sum(len(s.ends) for s in segs):
         return float("inf")
     return threshold_at_budget(segs, lookback, budget)
+
+
+def operating_points(
+    folds: Sequence[Sequence[HeldOut]],
+    oof: Sequence[OutOfFold],
+    lookback: int,
+    budgets: Sequence[float] = OPERATING_BUDGETS,
+) -> list[dict[str, Any]]:
+    """One candidate's (``oof``: one per fold, its blocks in ``folds``' order) cross-
+    fitted thresholds at each budget, per fold in risks (:func:`cv_threshold`) and in
+    quantiles (:func:`cv_quantile`), with what its out-of-fold risks do at the one in
+    risks, every fold, block and seed pooled: warned and missed events, false alarms
+    and false pages per 1,000 windows. The threshold is set on the same risks, so
+    these figures are the cross-validation's warning curve at the budget, not an
+    estimate held out from the threshold (the test split's figures are that)."""
+    out = []
+    for budget in budgets:
+        thresholds, quantiles, total = [], [], EventCounts()
+        for blocks, o in zip(folds, oof, strict=True):
+            t = cv_threshold(blocks, o, lookback, budget)
+            thresholds.append(t)
+            quantiles.append(cv_quantile(blocks, o, lookback, budget))
+            total.add(event_counts(_segments(blocks, o, lambda r: r), t, lookback))
+        seeds = oof[0].dense[0].shape[0]  # the counts sum over seeds
+        per_1000 = 1000 / total.windows if total.windows else float("nan")
+        out.append(
+            {
+                "false_alarms_per_1000": float(budget),
+                "cv_budget_thresholds": [json_num(t) for t in thresholds],
+                "cv_budget_quantiles": [json_num(u) for u in quantiles],
+                "cv_events": total.events // seeds,
+                "cv_warned_rate": json_num(total.warned_rate),
+                "cv_late_rate": json_num(
+                    total.late / total.events if total.events else None
+                ),
+                "cv_false_alarms_per_1000": json_num(total.false_alarms * per_1000),
+                "cv_false_pages_per_1000": json_num(total.false_pages * per_1000),
+            }
+        )
+    return out
 
 
 def quantile_threshold(val_risk: np.ndarray | None, u: float | None) -> float:

@@ -12,7 +12,7 @@ of the split's range; every window ends inside it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -392,6 +392,7 @@ def add_cv_budget(
     events: EventConfig,
     n_boot: int,
     test_sizes: list[int],
+    operating: tuple[str, list[dict[str, Any]]] | None = None,
 ) -> None:
     """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``thresholds``
     (the served-model candidates: per fold, training.evaluate.select.cv_threshold)
@@ -399,7 +400,10 @@ def add_cv_budget(
     `scjepa export` serves, per seed and fold the most cautious of that, the probe's
     validation budget threshold and the quantile carried to its validation risks
     (select.cautious, select.quantile_threshold), with the blocks, resamples and chance
-    null of :func:`score_events`."""
+    null of :func:`score_events`. With ``operating`` (the served model's name and its
+    operating points, select.operating_points), adds its
+    ``["events"]["operating_points"]``: the same figures at each point's budget, one
+    dict per budget ("false_alarms_per_1000" the budget)."""
     # (select imports this module)
     from training.evaluate.select import cautious, quantile_threshold
 
@@ -413,17 +417,19 @@ def add_cv_budget(
         len(seeds),
         len(names),
     )
-    for name, per_fold in thresholds.items():
-        if name not in rows:
-            continue
+
+    def figures(
+        name: str,
+        val: Callable[[Fitted], float],
+        cv: Sequence[float | None],
+        u: Sequence[float | None],
+    ) -> dict[str, Any]:
         thr = np.full((len(seeds), len(test_sizes)), np.inf)
         for f in fitted[name]:
             thr[seeds.index(f.seed), f.fold] = cautious(
-                f.budget_threshold,
-                per_fold[f.fold],
-                quantile_threshold(f.val_risk, quantiles[name][f.fold]),
+                val(f), cv[f.fold], quantile_threshold(f.val_risk, u[f.fold])
             )
-        rows[name]["events"][CV_KIND], _ = _kind_events(
+        return _kind_events(
             dense_scores[name],
             thr,
             blocks,
@@ -432,7 +438,27 @@ def add_cv_budget(
             seed_draw[:, names.index(name)],
             test_stretches,
             events,
-        )
+        )[0]
+
+    for name, per_fold in thresholds.items():
+        if name in rows:
+            rows[name]["events"][CV_KIND] = figures(
+                name, lambda f: f.budget_threshold, per_fold, quantiles[name]
+            )
+    if operating is not None and operating[0] in rows:
+        name, points = operating
+        out = []
+        for p in points:
+            b = p["false_alarms_per_1000"]
+
+            def val(f: Fitted, b: float = b) -> float:
+                return f.budget_thresholds.get(b, np.inf)
+
+            fig = figures(
+                name, val, p["cv_budget_thresholds"], p["cv_budget_quantiles"]
+            )
+            out.append({"false_alarms_per_1000": b} | fig)
+        rows[name]["events"]["operating_points"] = out
 
 
 def _kind_events(

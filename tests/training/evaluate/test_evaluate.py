@@ -320,9 +320,14 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
         row = res["rows"][name]
         assert len(row["thresholds"]) == 2 and len(row["thresholds"][0]) == 5
         # a served-model candidate is also counted at its cross-fitted threshold
+        # (the served one at each of its operating points too)
         kinds = {"val_threshold", "budget"} | (
             {"cv_budget"} if name == "SC-JEPA probe" else set()
         )
+        if name == res["leaderboard"]["winner"]:
+            kinds.add("operating_points")
+            for p in res["leaderboard"]["operating_points"]:  # per fold
+                assert len(p["cv_budget_thresholds"]) == 5
         assert set(row["events"]) == kinds
         b = row["events"]["budget"]
         assert b["events"] == n_runs and len(b["per_seed"]) == 2
