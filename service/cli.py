@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from service.manifest import ArtifactError, load_manifest
+from service.manifest import ArtifactError, at_budget, load_manifest
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--hop", type=int, help="readings between scored windows (default: manifest)"
+    )
+    p.add_argument(
+        "--fa-budget",
+        type=float,
+        help="alert at this operating point of the artifact: false alarms per 1,000 "
+        "windows, one of its manifest's operating points (default: the threshold it "
+        "was exported with; SCJEPA_FA_BUDGET)",
     )
     p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
     p.add_argument("--precision", choices=["fp32", "int8", "fp16"])
@@ -57,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         "SCJEPA_ARTIFACT": args.artifact,
         "SCJEPA_REDIS_URL": args.redis_url,
         "SCJEPA_HOP": args.hop,
+        "SCJEPA_FA_BUDGET": args.fa_budget,
         "SCJEPA_PROVIDER": args.provider,
         "SCJEPA_PRECISION": args.precision,
         "SCJEPA_ROLE": args.role,
@@ -72,7 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         settings = Settings()
-        load_manifest(settings.artifact)  # fail here, with one line, not in a worker
+        # fail here, with one line, not in a worker
+        at_budget(load_manifest(settings.artifact), settings.fa_budget)
         Keys(settings.api_keys, settings.api_keys_file)
     except (ArtifactError, KeyConfigError, OSError, ValidationError) as e:
         print(f"scjepa serve: error: {e}", file=sys.stderr)

@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     # CPU time slice the event loop's thread asks for (Linux 6.12+, service/sched.py):
     # a request preempts a running batch on arrival; 0 = the kernel's default
     loop_slice_us: Annotated[int, AfterValidator(sched.check_us)] = 100
+    # alert at this operating point of the artifact (false alarms per 1,000 scored
+    # windows: one of the manifest's eval_metrics.threshold.operating_points) instead
+    # of the threshold it was exported with; None = the manifest's threshold
+    fa_budget: Annotated[float | None, Field(gt=0)] = None
     # --- windows and batching
     # readings between scored windows (100 = the window: non-overlapping); None = the
     # manifest's hop (scjepa export: the stride its threshold was set on)

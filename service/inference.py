@@ -23,6 +23,7 @@ from service.manifest import (
     MODEL_FILE,
     ArtifactError,
     Manifest,
+    at_budget,
     load_manifest,
     sha256_file,
 )
@@ -311,8 +312,13 @@ def load_model(
     inter_op_threads: int = 1,
     max_batch: int = 64,
     cpu_chunk_tokens: int = CPU_CHUNK_TOKENS,
+    fa_budget: float | None = None,
 ) -> OnnxModel:
     """Open an artifact folder; raises :class:`ArtifactError` naming the failed check.
+
+    ``fa_budget`` (false alarms per 1,000 windows; ``SCJEPA_FA_BUDGET``) alerts at
+    that operating point of the manifest instead of its threshold
+    (:func:`~service.manifest.at_budget`).
 
     ``precision="int8"`` loads ``model.int8.onnx`` (for the CPU) and ``"fp16"`` loads
     ``model.fp16.onnx`` (for the CUDA provider), each checked against the SHA-256 the
@@ -320,7 +326,7 @@ def load_model(
     on any provider but CUDA (onnxruntime's CPU kernels run fp16 far slower than fp32).
     """
     artifact = Path(artifact)
-    manifest = load_manifest(artifact)
+    manifest = at_budget(load_manifest(artifact), fa_budget)
     path = artifact / MODEL_FILE
     if precision != "fp32":
         path = artifact / (INT8_FILE if precision == "int8" else FP16_FILE)

@@ -166,5 +166,26 @@ def load_manifest(directory: Path) -> Manifest:
     return manifest
 
 
+def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
+    """``manifest`` alerting at its operating point of ``fa_budget`` false alarms per
+    1,000 windows (``eval_metrics.threshold.operating_points``, written by `scjepa
+    export`); unchanged for None. Raises :class:`ArtifactError` naming the budgets
+    the artifact has when it has no threshold at this one."""
+    if fa_budget is None:
+        return manifest
+    record = manifest.eval_metrics.get("threshold") or {}
+    points = record.get("operating_points") or []
+    have = [p for p in points if p.get("threshold") is not None]
+    listed = ", ".join(f"{p['false_alarms_per_1000']:g}" for p in have) or "none"
+    for p in have:
+        if abs(p["false_alarms_per_1000"] - fa_budget) <= 1e-9 * max(fa_budget, 1.0):
+            return manifest.model_copy(update={"threshold": float(p["threshold"])})
+    raise ArtifactError(
+        f"SCJEPA_FA_BUDGET={fa_budget:g}: {manifest.name} {manifest.version} has a "
+        f"threshold at {listed} false alarms per 1,000 windows (its operating "
+        "points); choose one of them, or export the model with --fa-budget"
+    )
+
+
 def now_utc() -> datetime:
     return datetime.now(UTC)

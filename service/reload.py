@@ -71,6 +71,7 @@ def load_checked(settings: Settings, current: Model | None) -> OnnxModel:
         inter_op_threads=settings.inter_op_threads,
         max_batch=settings.max_batch,
         cpu_chunk_tokens=settings.cpu_chunk_tokens,
+        fa_budget=settings.fa_budget,
     )
     try:
         if current is not None:

@@ -46,6 +46,29 @@ def test_good_manifest_round_trips(art: Path) -> None:
     assert m.quantization is not None and m.quantization.int8_sha256 == m.onnx_sha256
 
 
+def test_fa_budget_alerts_at_an_operating_point(art: Path) -> None:
+    """SCJEPA_FA_BUDGET: the manifest's threshold at that operating point (`scjepa
+    export` lists them); a budget without one is refused with the ones there are."""
+    raw = json.loads((art / "manifest.json").read_text())
+    points = [
+        {"false_alarms_per_1000": 0.1, "threshold": None, "cv_warned_rate": 0.0},
+        {"false_alarms_per_1000": 1.0, "threshold": raw["threshold"]},
+        {"false_alarms_per_1000": 3.0, "threshold": 0.25, "cv_warned_rate": 0.2},
+    ]
+    raw["eval_metrics"]["threshold"] = {"rule": "cv-budget", "operating_points": points}
+    (art / "manifest.json").write_text(json.dumps(raw))
+    assert load_model(art).manifest.threshold == raw["threshold"]
+    assert load_model(art, fa_budget=3.0).manifest.threshold == 0.25
+    for budget in (0.1, 7.0):  # no threshold held 0.1 on the data; 7 is not a point
+        with pytest.raises(
+            ArtifactError, match=r"has a threshold at 1, 3 false alarms"
+        ):
+            load_model(art, fa_budget=budget)
+    edit_manifest(art, eval_metrics={})  # an artifact exported before them
+    with pytest.raises(ArtifactError, match="at none false alarms"):
+        load_model(art, fa_budget=1.0)
+
+
 def test_tampered_model_is_refused(art: Path) -> None:
     with (art / "model.onnx").open("ab") as f:
         f.write(b"\0")

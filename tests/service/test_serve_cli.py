@@ -45,3 +45,17 @@ def test_serve_logs_model_provider_and_slices(
     assert " on CPUExecutionProvider" in text, text
     assert " INFO service.main: CPU slices: event loop " in text, text
     assert "Traceback" not in text, text
+
+
+def test_serve_refuses_a_budget_the_artifact_has_no_threshold_for(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """`scjepa serve --fa-budget B` (SCJEPA_FA_BUDGET) without such an operating point
+    in the manifest stops at start-up with one line saying so."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    args = [scjepa_exe(), "serve", "--artifact", str(artifact_dir), "--fa-budget", "3"]
+    done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("scjepa serve: error: SCJEPA_FA_BUDGET=3: ")
+    assert "choose one of them, or export the model with --fa-budget" in done.stderr
+    assert "Traceback" not in done.stderr
