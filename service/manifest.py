@@ -169,7 +169,8 @@ def load_manifest(directory: Path) -> Manifest:
 def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
     """``manifest`` alerting at its operating point of ``fa_budget`` false alarms per
     1,000 windows (``eval_metrics.threshold.operating_points``, written by `scjepa
-    export`); unchanged for None. Raises :class:`ArtifactError` naming the budgets
+    export`), which ``eval_metrics.threshold.serving_at`` then records (GET /models
+    shows it); unchanged for None. Raises :class:`ArtifactError` naming the budgets
     the artifact has when it has no threshold at this one."""
     if fa_budget is None:
         return manifest
@@ -179,7 +180,15 @@ def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
     listed = ", ".join(f"{p['false_alarms_per_1000']:g}" for p in have) or "none"
     for p in have:
         if abs(p["false_alarms_per_1000"] - fa_budget) <= 1e-9 * max(fa_budget, 1.0):
-            return manifest.model_copy(update={"threshold": float(p["threshold"])})
+            thr = float(p["threshold"])
+            serving = {"false_alarms_per_1000": fa_budget, "threshold": thr}
+            metrics = manifest.eval_metrics | {
+                "threshold": record
+                | {"serving_at": serving | {"set_by": "SCJEPA_FA_BUDGET"}}
+            }
+            return manifest.model_copy(
+                update={"threshold": thr, "eval_metrics": metrics}
+            )
     raise ArtifactError(
         f"SCJEPA_FA_BUDGET={fa_budget:g}: {manifest.name} {manifest.version} has a "
         f"threshold at {listed} false alarms per 1,000 windows (its operating "

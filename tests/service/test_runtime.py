@@ -58,7 +58,13 @@ def test_fa_budget_alerts_at_an_operating_point(art: Path) -> None:
     raw["eval_metrics"]["threshold"] = {"rule": "cv-budget", "operating_points": points}
     (art / "manifest.json").write_text(json.dumps(raw))
     assert load_model(art).manifest.threshold == raw["threshold"]
-    assert load_model(art, fa_budget=3.0).manifest.threshold == 0.25
+    m = load_model(art, fa_budget=3.0).manifest
+    assert m.threshold == 0.25
+    assert m.eval_metrics["threshold"]["serving_at"] == {
+        "false_alarms_per_1000": 3.0,
+        "threshold": 0.25,
+        "set_by": "SCJEPA_FA_BUDGET",
+    }
     for budget in (0.1, 7.0):  # no threshold held 0.1 on the data; 7 is not a point
         with pytest.raises(
             ArtifactError, match=r"has a threshold at 1, 3 false alarms"

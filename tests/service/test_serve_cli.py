@@ -3,14 +3,17 @@ says which model it loaded, on which provider, and which CPU slices it got."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import httpx
-from served import scjepa_exe
+from served import ServeFactory, scjepa_exe
 from support.service_helpers import free_port
+from test_api import body, series
 
 
 def test_serve_logs_model_provider_and_slices(
@@ -59,3 +62,31 @@ def test_serve_refuses_a_budget_the_artifact_has_no_threshold_for(
     assert done.stderr.startswith("scjepa serve: error: SCJEPA_FA_BUDGET=3: ")
     assert "choose one of them, or export the model with --fa-budget" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_alerts_at_the_budget_asked_for(
+    serve: ServeFactory, artifact_dir: Path, tmp_path: Path
+) -> None:
+    """SCJEPA_FA_BUDGET with onnxruntime in a child process: the windows are scored
+    against the manifest's threshold at that operating point, and GET /models says
+    which point serves."""
+    art = tmp_path / "art"
+    shutil.copytree(artifact_dir, art)
+    raw = json.loads((art / "manifest.json").read_text())
+    points = [{"false_alarms_per_1000": 3.0, "threshold": 0.0123}]
+    raw["eval_metrics"]["threshold"] = {"rule": "cv-budget", "operating_points": points}
+    (art / "manifest.json").write_text(json.dumps(raw))
+    s = serve(artifact=art, fa_budget=3, infer_in="process")
+    with httpx.Client(base_url=s.url, timeout=30) as c:
+        (m,) = c.get("/models").json()["models"]
+        assert m["manifest"]["threshold"] == 0.0123
+        assert m["manifest"]["eval_metrics"]["threshold"]["serving_at"] == {
+            "false_alarms_per_1000": 3.0,
+            "threshold": 0.0123,
+            "set_by": "SCJEPA_FA_BUDGET",
+        }
+        res = c.post("/ingest?wait=20", json=body("s", series(100))).json()
+        assert res["results"][0]["windows_completed"] == 1
+        rec = c.get("/risk/s").json()
+        assert rec["status"] == "ok" and rec["threshold"] == 0.0123
+        assert rec["alert"] == (rec["risk"] >= 0.0123)
