@@ -63,7 +63,12 @@ from training.data import Dataset, Samples
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.results import git_commit
-from training.evaluate.select import OPERATING_BUDGETS, cautious, json_num
+from training.evaluate.select import (
+    OPERATING_BUDGETS,
+    cautious,
+    json_num,
+    served_thresholds,
+)
 
 if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
     import onnx
@@ -470,12 +475,18 @@ def served_threshold(
                 "model was not chosen by cross-validation, or the file is older): "
                 "evaluate again, or export with --threshold budget"
             )
-        value = cautious(budget, cv, quantile)
+        # the points' rule (a tighter budget never below a looser one's; none
+        # where no out-of-fold estimate held it); older files: the three's highest
+        value = (
+            _served_at(probe)[own]
+            if probe.operating_points and own is not None
+            else cautious(budget, cv, quantile)
+        )
         if not np.isfinite(value):
             raise UserError(
-                "no threshold kept the validation or the out-of-fold false alarms "
-                f"within {within}: export with a larger --fa-budget, or with "
-                "--threshold f1"
+                "the out-of-fold risks of the cross-validation held no threshold "
+                f"within {within}, and validation's few windows do not certify one "
+                "alone: export with a larger --fa-budget, or with --threshold f1"
             )
     elif budget is None:
         raise UserError(
@@ -515,23 +526,34 @@ def _operating_point(probe: SavedProbe, fa_budget: float) -> dict[str, Any]:
     )
 
 
+def _served_at(probe: SavedProbe) -> dict[float, float]:
+    """Per operating point, the threshold "cv-budget" serves there
+    (training.evaluate.select.served_thresholds)."""
+    return served_thresholds(
+        [
+            (
+                p["false_alarms_per_1000"],
+                p["budget_threshold"],
+                p["cv_budget_threshold"],
+                p["cv_quantile_threshold"],
+            )
+            for p in probe.operating_points or []
+        ]
+    )
+
+
 def _point_record(probe: SavedProbe, p: dict[str, Any], rule: str) -> dict[str, Any]:
     """One operating point as the manifest lists it: the threshold ``rule`` serves
     there (None where none held the budget) and the cross-validation's figures, per
     day too where the sampling rate is known."""
-    val, cv, q = (
-        p["budget_threshold"],
-        p["cv_budget_threshold"],
-        p["cv_quantile_threshold"],
-    )
-    thr = val if rule == "budget" else cautious(val, cv, q)
-    out = {
-        "false_alarms_per_1000": p["false_alarms_per_1000"],
-        "threshold": json_num(thr),
-    } | {k: v for k, v in p.items() if k.startswith("cv_") and "threshold" not in k}
-    b = probe.budget or {}
-    if b.get("steps_per_day") and b.get("stride"):
-        per_day = b["steps_per_day"] / b["stride"] / 1000  # per 1,000 windows -> a day
+    b = p["false_alarms_per_1000"]
+    thr = p["budget_threshold"] if rule == "budget" else _served_at(probe)[b]
+    out = {"false_alarms_per_1000": b, "threshold": json_num(thr)} | {
+        k: v for k, v in p.items() if k.startswith("cv_") and "threshold" not in k
+    }
+    rate = probe.budget or {}
+    if rate.get("steps_per_day") and rate.get("stride"):
+        per_day = rate["steps_per_day"] / rate["stride"] / 1000  # per 1,000 windows
         for k in ("false_alarms", "false_pages"):
             v = p.get(f"cv_{k}_per_1000")
             if v is not None:

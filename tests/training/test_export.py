@@ -112,7 +112,9 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     )
     cautious = max(t for t in three if np.isfinite(t))
     assert m.threshold == pytest.approx(cautious)
-    assert m.eval_metrics["threshold"] == {
+    record = dict(m.eval_metrics["threshold"])
+    assert len(record.pop("operating_points")) == 6  # test_operating_points
+    assert record == {
         "rule": "cv-budget",
         "f1_threshold": pytest.approx(probe.threshold),
         "budget_threshold": pytest.approx(probe.budget_threshold),
@@ -397,8 +399,10 @@ def test_threshold_rule(
     assert main(hop100) == 0 and load_manifest(tmp_path / "hop100").hop == 100
     assert "set on a window every 5 steps" in capsys.readouterr().err
     model = load_model(artifact["ckpt"])
-    # the most cautious of the three; any alone where the others held no budget; a
-    # probe file older than the quantile (None) serves the higher of the two
+    # (a probe file older than the operating points:) the most cautious of the
+    # three; any alone where the others held no budget; a probe file older than the
+    # quantile (None) serves the higher of the two
+    probe = replace(probe, operating_points=None)
     inf = float("inf")
     for val, cv, q, want in (
         (0.2, 0.3, 0.1, 0.3),
@@ -425,7 +429,7 @@ def test_threshold_rule(
                 cv_quantile_threshold=inf,
             ),
             None,
-            "or the out-of-fold",
+            "cross-validation held no threshold",
         ),
         (no_cv, "cv-budget", "--threshold budget"),
         (replace(no_cv, budget_threshold=inf), None, "larger --fa-budget"),
@@ -713,7 +717,7 @@ def test_export_serves_the_validation_winner(
     assert m.eval_metrics["row"] == board["winner"]
     assert m.eval_metrics["leaderboard"] == board
     assert all(
-        k.startswith(("row", "features", "val_", "cv_", "n_inputs"))
+        k.startswith(("row", "features", "val_", "cv_", "n_inputs", "operating_points"))
         for e in board["rows"]
         for k in e
     )
@@ -724,38 +728,38 @@ def test_export_serves_the_validation_winner(
 def test_operating_points(
     artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`scjepa evaluate` sets the served model's thresholds at every operating point
+    """`scjepa evaluate` sets each candidate's thresholds at every operating point
     (select.OPERATING_BUDGETS and its own --fa-budget) on validation and out of fold,
-    with the cross-validation's figures there and the test figures at the threshold
-    served; `scjepa export --fa-budget B` serves one of them under the same rule and
-    lists them all in the manifest; another budget, or one with --threshold f1, is
-    refused with what to do."""
+    with the cross-validation's figures there, and the served model's test figures at
+    the threshold served at each; `scjepa export --fa-budget B` serves one of them
+    under the same rule and lists them all in the manifest; another budget, or one
+    with --threshold f1, is refused with what to do."""
     from dataclasses import replace
 
-    from training.evaluate.select import OPERATING_BUDGETS, cautious
+    from training.evaluate.select import OPERATING_BUDGETS, served_thresholds
     from training.export import served_threshold
 
     results = artifact["probe"].parent
     res = json.loads((results / "results.json").read_text())
     board = res["leaderboard"]
     budgets = sorted({*OPERATING_BUDGETS, 20.0})  # the fixture's --fa-budget is 20
-    points = board["operating_points"]
-    assert [p["false_alarms_per_1000"] for p in points] == budgets
-    # a tighter budget never lowers a threshold, never warns more, and the out-of-fold
-    # false alarms at each keep it
     inf = float("inf")
-    cv = [inf if p["cv_budget_thresholds"][0] is None else p["cv_budget_thresholds"][0] for p in points]  # fmt: skip
-    assert cv == sorted(cv, reverse=True) and np.isfinite(cv[-1])
-    warned = [p["cv_warned_rate"] for p in points]
-    assert warned == sorted(warned) and warned[-1] > 0
-    for p in points:
-        assert p["cv_false_alarms_per_1000"] <= p["false_alarms_per_1000"] + 1e-9
-        assert 0 <= p["cv_false_pages_per_1000"] <= p["cv_false_alarms_per_1000"]
-    # at the run's own budget they are the leaderboard's served figures
-    own = next(p for p in points if p["false_alarms_per_1000"] == 20.0)
-    winner = next(e for e in board["rows"] if e["row"] == board["winner"])
-    assert own["cv_budget_thresholds"] == winner["cv_budget_thresholds"]
-    assert own["cv_budget_quantiles"] == winner["cv_budget_quantiles"]
+    for row in board["rows"]:
+        points = row["operating_points"]
+        assert [p["false_alarms_per_1000"] for p in points] == budgets
+        # a tighter budget never lowers a threshold or warns more; the out-of-fold
+        # false alarms at each keep it
+        cv = [inf if p["cv_budget_thresholds"][0] is None else p["cv_budget_thresholds"][0] for p in points]  # fmt: skip
+        assert cv == sorted(cv, reverse=True)
+        warned = [p["cv_warned_rate"] for p in points]
+        assert warned == sorted(warned)
+        for p in points:
+            assert p["cv_false_alarms_per_1000"] <= p["false_alarms_per_1000"] + 1e-9
+            assert 0 <= p["cv_false_pages_per_1000"] <= p["cv_false_alarms_per_1000"]
+        # the run's own budget is the row's served threshold's
+        own = next(p for p in points if p["false_alarms_per_1000"] == 20.0)
+        assert own["cv_budget_thresholds"] == row["cv_budget_thresholds"]
+        assert own["cv_budget_quantiles"] == row["cv_budget_quantiles"]
     events = res["rows"][board["winner"]]["events"]
     test = {p["false_alarms_per_1000"]: p for p in events["operating_points"]}
     assert sorted(test) == budgets
@@ -767,24 +771,31 @@ def test_operating_points(
     assert at[20.0]["budget_threshold"] == probe.budget_threshold
     assert at[20.0]["cv_budget_threshold"] == probe.cv_budget_threshold
     assert at[20.0]["cv_quantile_threshold"] == probe.cv_quantile_threshold
-    # the other probe files are not the winner: they have no operating points
-    assert SavedProbe.load(artifact["probe"]).operating_points is None
+    served = served_thresholds([(b, *_three(p)) for b, p in at.items()])
+    # every candidate's probe file carries its own
+    other = SavedProbe.load(artifact["probe"])
+    assert other.operating_points is not None and other.features == "codes"
     # export at another point: the rule's threshold there, every point listed
-    b = max(x for x in budgets if x < 20 and np.isfinite(cautious(*_three(at[x]))))
+    b = max(x for x in budgets if x < 20 and np.isfinite(served[x]))
     out = tmp_path / "art"
     args = ["export", "--checkpoint", str(artifact["ckpt"]), "--probe", str(results)]
     assert main([*args, "--out", str(out), "--fa-budget", f"{b:g}"]) == 0
     m = load_manifest(out)
     t = m.eval_metrics["threshold"]
-    assert m.threshold == pytest.approx(cautious(*_three(at[b])))
+    assert m.threshold == pytest.approx(served[b])
     assert t["false_alarms_per_1000"] == b and t["rule"] == "cv-budget"
     assert [p["false_alarms_per_1000"] for p in t["operating_points"]] == budgets
     listed = {p["false_alarms_per_1000"]: p["threshold"] for p in t["operating_points"]}
-    assert listed[b] == pytest.approx(m.threshold)
+    assert listed == {x: None if np.isinf(v) else pytest.approx(v) for x, v in served.items()}  # fmt: skip
     assert listed[20.0] == pytest.approx(served_threshold(probe)[0])
     value, info = served_threshold(probe, "budget", b)  # validation's alone
     assert value == pytest.approx(at[b]["budget_threshold"])
     assert info["cv_budget_threshold"] is None
+    # the test figures at each point are at the threshold served there (one seed's
+    # is the probe file's)
+    for x in budgets:
+        if np.isfinite(served[x]):
+            assert pytest.approx(served[x]) in test[x]["thresholds"], x
     # per day where the sampling rate is known: per 1,000 windows x windows a day
     per_min = replace(probe, budget={**(probe.budget or {}), "steps_per_day": 1440.0})
     p0 = served_threshold(per_min)[1]["operating_points"][-1]
@@ -806,6 +817,24 @@ def test_operating_points(
     assert "**Operating points of the served model**" in text
     row = next(x for x in text.splitlines() if x.startswith("| 20 | "))
     assert f"{test[20.0]['warned']['mean']:.3g} / {test[20.0]['events']}" in row
+
+
+def test_served_thresholds_rule() -> None:
+    """The most cautious of the three at each budget, never below a looser budget's,
+    none where neither out-of-fold estimate held the budget (validation's alone does
+    not certify it)."""
+    from training.evaluate.select import served_thresholds
+
+    inf = float("inf")
+    got = served_thresholds(
+        [
+            (0.1, 0.9, inf, None),  # only validation held it: none
+            (0.3, inf, 0.5, inf),  # validation did not: the out-of-fold one, but ...
+            (1.0, 0.6, 0.4, 0.45),  # ... never below a looser budget's (0.6)
+            (10.0, 0.3, 0.35, None),
+        ]
+    )
+    assert got == {0.1: inf, 0.3: 0.6, 1.0: 0.6, 10.0: 0.35}
 
 
 def _three(p: dict[str, float]) -> tuple[float, float, float]:

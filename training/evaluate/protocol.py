@@ -88,7 +88,6 @@ from training.evaluate.results import (
 from training.evaluate.select import (
     OPERATING_BUDGETS,
     CVConfig,
-    json_num,
     quantile_threshold,
 )
 from training.evaluate.warning import (
@@ -656,8 +655,6 @@ def _cross_validate(
     from training.evaluate.select import (
         choose,
         cv_blocks,
-        cv_quantile,
-        cv_threshold,
         operating_points,
         out_of_fold,
         write_out_of_fold,
@@ -689,26 +686,14 @@ def _cross_validate(
         for n in names
     }
     choice = choose(blocks, oof, events.lookback, cv)
-    # per candidate and fold: its threshold at the budget on the out-of-fold risks
-    choice["thresholds"] = {
-        n: [
-            cv_threshold(b, o, events.lookback, events.budget)
-            for b, o in zip(blocks, oof[n], strict=True)
-        ]
+    # per candidate: its thresholds at each budget on the out-of-fold risks, per fold,
+    # in risks and as a quantile within each block (select.operating_points): the
+    # served threshold's and, at the other budgets, `scjepa export --fa-budget`'s
+    choice["operating_points"] = {
+        n: operating_points(blocks, oof[n], events.lookback, operating_budgets(events))
         for n in names
     }
-    # ... and the same budget as a quantile within each block (select.cv_quantile)
-    choice["quantiles"] = {
-        n: [
-            cv_quantile(b, o, events.lookback, events.budget)
-            for b, o in zip(blocks, oof[n], strict=True)
-        ]
-        for n in names
-    }
-    # the served model's thresholds at other budgets (`scjepa export --fa-budget`)
-    choice["operating_points"] = operating_points(
-        blocks, oof[choice["winner"]], events.lookback, operating_budgets(events)
-    )
+    choice["budget"] = float(events.budget)
     write_out_of_fold(out / "cv_scores.npz", oof)
     _say(
         f"served model chosen by {cv.blocks}-block cross-validation "
@@ -872,8 +857,7 @@ def run(args: argparse.Namespace) -> int:
     if choice:
         add_cv_budget(
             ev.rows,
-            choice["thresholds"],
-            choice["quantiles"],
+            choice["operating_points"],
             fitted=ev.fitted,
             seeds=ev.seeds,
             test=ev.test,
@@ -882,7 +866,7 @@ def run(args: argparse.Namespace) -> int:
             events=events,
             n_boot=args.n_boot,
             test_sizes=[len(fd.splits["test"]) for fd in folds],
-            operating=(choice["winner"], choice["operating_points"]),
+            served=choice["winner"],
         )
     board = leaderboard(ev.rows, choice)
     if board["rows"]:
@@ -1013,8 +997,14 @@ def leaderboard(
     validation warned rate at the false-alarm budget, then PR AUC. Names the winner
     and the row that is the winner without SC-JEPA's inputs."""
     cv = {e["row"]: e for e in choice["rows"]} if choice else {}
-    thresholds = (choice or {}).get("thresholds", {})  # per fold, out of fold
-    quantiles = (choice or {}).get("quantiles", {})
+    # per candidate, its operating points (select.operating_points); the budget's
+    # per fold, out of fold, in risks and in quantiles, under cv_budget_*
+    points = (choice or {}).get("operating_points", {})
+    budget = (choice or {}).get("budget")
+    at = {
+        n: next(p for p in ps if p["false_alarms_per_1000"] == budget)
+        for n, ps in points.items()
+    }
     board = []
     for name, features in CANDIDATES.items():
         if name not in rows or (choice and name not in cv):
@@ -1034,13 +1024,12 @@ def leaderboard(
             }
             | {k: v for k, v in cv.get(name, {}).items() if k != "row"}
             | (
-                {"cv_budget_thresholds": [json_num(t) for t in thresholds[name]]}
-                if name in thresholds
-                else {}
-            )
-            | (
-                {"cv_budget_quantiles": [json_num(u) for u in quantiles[name]]}
-                if name in quantiles
+                {
+                    "cv_budget_thresholds": at[name]["cv_budget_thresholds"],
+                    "cv_budget_quantiles": at[name]["cv_budget_quantiles"],
+                    "operating_points": points[name],
+                }
+                if name in at
                 else {}
             )
         )
@@ -1083,8 +1072,6 @@ def leaderboard(
     }
     if choice:
         out["cv"] = choice["cv"]
-        if "operating_points" in choice:  # the winner's (select.operating_points)
-            out["operating_points"] = choice["operating_points"]
     return out
 
 
@@ -1187,12 +1174,14 @@ def served_probe(
 def _operating_points(
     board: dict[str, Any] | None, name: str, chosen: Fitted
 ) -> list[dict[str, Any]] | None:
-    """The served probe's thresholds at each operating point of the leaderboard (its
-    winner's, fold 0): validation's, the out-of-fold one and the quantile carried to
+    """The probe's thresholds at each of its row's operating points in the leaderboard
+    (fold 0): validation's, the out-of-fold one and the quantile carried to
     its validation risks (inf where none held the budget), with the cross-
-    validation's figures; None where there are none or ``name`` is not the winner."""
-    points = (board or {}).get("operating_points")
-    if not points or board is None or board.get("winner") != name:
+    validation's figures; None where there are none."""
+    rows: list[dict[str, Any]] = (board or {}).get("rows", [])
+    row = next((e for e in rows if e["row"] == name), {})
+    points = row.get("operating_points")
+    if not points:
         return None
 
     def num(v: float | None) -> float:

@@ -593,7 +593,8 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
     on them) and the test figures at the threshold served there. Empty for runs
     without them (before 2026-11-28, twelfth session)."""
     board = res.get("leaderboard") or {}
-    points = board.get("operating_points")
+    won = [e for e in board.get("rows", []) if e["row"] == board.get("winner")]
+    points = won[0].get("operating_points") if won else None
     name = _merged_name(res["rows"], board.get("winner"))
     if not points or name is None:
         return []
@@ -605,7 +606,9 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
     lines = [
         "**Operating points of the served model** (`scjepa export --fa-budget B`; "
         "its threshold at each budget B is the highest of those keeping B on "
-        "validation and out of fold, in risks and in quantiles). CV: the cross-"
+        "validation and out of fold, in risks and in quantiles, never below a looser "
+        "budget's; none, and no figures, where the out-of-fold risks held no "
+        "threshold within B). CV: the cross-"
         "validation's out-of-fold risks at the threshold set on them (no test "
         "window); test: read once, at the threshold served; means over seeds:",
         "",
@@ -622,7 +625,11 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
             _f(p.get("cv_warned_rate")),
             _f(p.get("cv_false_pages_per_1000"), 2),
         ]
-        if t:
+        held = t is not None and any(
+            v is not None and np.isfinite(v)
+            for v in np.ravel(np.array(t["thresholds"], dtype=object))
+        )
+        if t is not None and held:
             cells += [
                 f"{t['warned']['mean']:.3g} / {t['events']}",
                 f"{t['late']['mean']:.3g}",
@@ -630,7 +637,7 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
                 f"{t['false_pages_per_day']['mean']:.2f}" if per_day else "-",
             ]
         else:
-            cells += ["-"] * 4
+            cells += ["none held B out of fold"] + ["-"] * 3
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 

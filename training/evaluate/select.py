@@ -310,6 +310,28 @@ def cautious(*thresholds: float | None) -> float:
     return max(finite, default=float("inf"))
 
 
+def served_thresholds(
+    points: Sequence[tuple[float, float | None, float | None, float | None]],
+) -> dict[float, float]:
+    """The served threshold at each operating point, from (budget, validation's
+    budget threshold, :func:`cv_threshold`, :func:`quantile_threshold`) per budget:
+    the most cautious of the three (:func:`cautious`), raised to any looser budget's
+    (a tighter budget never alerts more), and inf where neither out-of-fold estimate
+    held the budget: the cross-validation's pooled windows, several times
+    validation's, are the largest sample there is, and a budget they cannot hold is
+    not certified by validation holding it with none of its few windows in false
+    alarm."""
+    out: dict[float, float] = {}
+    floor = -np.inf
+    for budget, val, cv, q in sorted(points, key=lambda p: -p[0]):  # loosest first
+        if not any(t is not None and np.isfinite(t) for t in (cv, q)):
+            out[budget] = np.inf
+            continue
+        floor = max(cautious(val, cv, q), floor)
+        out[budget] = float(floor)
+    return out
+
+
 def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:
     """``oof`` (candidates in their order, one :class:`OutOfFold` per fold) as one
     .npz: ``candidates``, and per candidate ``NAME//n_inputs`` and

@@ -12,7 +12,7 @@ of the split's range; every window ends inside it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -381,8 +381,7 @@ def _window_thresholds(
 
 def add_cv_budget(
     rows: dict[str, Row],
-    thresholds: dict[str, list[float]],
-    quantiles: dict[str, list[float]],
+    points: dict[str, list[dict[str, Any]]],
     *,
     fitted: dict[str, list[Fitted]],
     seeds: list[int],
@@ -392,20 +391,19 @@ def add_cv_budget(
     events: EventConfig,
     n_boot: int,
     test_sizes: list[int],
-    operating: tuple[str, list[dict[str, Any]]] | None = None,
+    served: str | None = None,
 ) -> None:
-    """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``thresholds``
-    (the served-model candidates: per fold, training.evaluate.select.cv_threshold)
-    and ``quantiles`` (select.cv_quantile): its test event figures at the threshold
-    `scjepa export` serves, per seed and fold the most cautious of that, the probe's
-    validation budget threshold and the quantile carried to its validation risks
-    (select.cautious, select.quantile_threshold), with the blocks, resamples and chance
-    null of :func:`score_events`. With ``operating`` (the served model's name and its
-    operating points, select.operating_points), adds its
-    ``["events"]["operating_points"]``: the same figures at each point's budget, one
-    dict per budget ("false_alarms_per_1000" the budget)."""
+    """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``points`` (the
+    served-model candidates' operating points: per budget and fold,
+    training.evaluate.select.operating_points): its test event figures at the
+    threshold `scjepa export` serves at the run's budget, per seed and fold
+    select.served_thresholds of the probe's validation budget thresholds, the out-of-
+    fold ones and the quantiles carried to its validation risks, with the blocks,
+    resamples and chance null of :func:`score_events`. For ``served`` (the served
+    model) also ``["events"]["operating_points"]``: the same figures at every budget,
+    one dict per budget ("false_alarms_per_1000" the budget)."""
     # (select imports this module)
-    from training.evaluate.select import cautious, quantile_threshold
+    from training.evaluate.select import quantile_threshold, served_thresholds
 
     names = list(rows)
     blocks, _, members, draws, seed_draw = _test_resamples(
@@ -417,48 +415,45 @@ def add_cv_budget(
         len(seeds),
         len(names),
     )
-
-    def figures(
-        name: str,
-        val: Callable[[Fitted], float],
-        cv: Sequence[float | None],
-        u: Sequence[float | None],
-    ) -> dict[str, Any]:
-        thr = np.full((len(seeds), len(test_sizes)), np.inf)
+    for name, pts in points.items():
+        if name not in rows:
+            continue
+        budgets = [p["false_alarms_per_1000"] for p in pts]
+        thr = np.full((len(budgets), len(seeds), len(test_sizes)), np.inf)
         for f in fitted[name]:
-            thr[seeds.index(f.seed), f.fold] = cautious(
-                val(f), cv[f.fold], quantile_threshold(f.val_risk, u[f.fold])
+            at = served_thresholds(
+                [
+                    (
+                        p["false_alarms_per_1000"],
+                        f.budget_thresholds.get(p["false_alarms_per_1000"]),
+                        p["cv_budget_thresholds"][f.fold],
+                        quantile_threshold(
+                            f.val_risk, p["cv_budget_quantiles"][f.fold]
+                        ),
+                    )
+                    for p in pts
+                ]
             )
-        return _kind_events(
-            dense_scores[name],
-            thr,
-            blocks,
-            len(members),
-            draws,
-            seed_draw[:, names.index(name)],
-            test_stretches,
-            events,
-        )[0]
+            for i, b in enumerate(budgets):
+                thr[i, seeds.index(f.seed), f.fold] = at[b]
 
-    for name, per_fold in thresholds.items():
-        if name in rows:
-            rows[name]["events"][CV_KIND] = figures(
-                name, lambda f: f.budget_threshold, per_fold, quantiles[name]
-            )
-    if operating is not None and operating[0] in rows:
-        name, points = operating
-        out = []
-        for p in points:
-            b = p["false_alarms_per_1000"]
+        def figures(i: int, name: str = name, thr: np.ndarray = thr) -> dict[str, Any]:
+            return _kind_events(
+                dense_scores[name],
+                thr[i],
+                blocks,
+                len(members),
+                draws,
+                seed_draw[:, names.index(name)],
+                test_stretches,
+                events,
+            )[0]
 
-            def val(f: Fitted, b: float = b) -> float:
-                return f.budget_thresholds.get(b, np.inf)
-
-            fig = figures(
-                name, val, p["cv_budget_thresholds"], p["cv_budget_quantiles"]
-            )
-            out.append({"false_alarms_per_1000": b} | fig)
-        rows[name]["events"]["operating_points"] = out
+        rows[name]["events"][CV_KIND] = figures(budgets.index(events.budget))
+        if name == served:
+            rows[name]["events"]["operating_points"] = [
+                {"false_alarms_per_1000": b} | figures(i) for i, b in enumerate(budgets)
+            ]
 
 
 def _kind_events(
