@@ -38,8 +38,10 @@ session). ``--threshold f1`` serves the
 F1-optimal threshold, which alerts far more often (2026-11-27, seventh session). The
 manifest's eval_metrics.threshold says which, with every value and the budget.
 ``--fa-budget`` serves another of the served model's operating points (the budgets
-`scjepa evaluate` set thresholds at) under the same rule; the manifest lists them all
-with the cross-validation's figures at each. The
+`scjepa evaluate` set thresholds at) under the same rule, at each never below a looser
+budget's threshold, and none where the out-of-fold risks held no threshold within it
+(results-notes.md, 2026-11-28, twelfth session); the manifest lists them all with the
+cross-validation's figures at each. The
 manifest's hop (how often the service scores a stream) is by default the one the
 threshold was set on: the evaluation's dense stride for the budget thresholds (so the
 service pages on the windows the event figures count), the model's window for the F1
@@ -429,8 +431,11 @@ def served_threshold(
     ``fa_budget`` (false alarms per 1,000 windows; None: the evaluation's) serves
     another of the probe's operating points (``probe.operating_points``, set by
     `scjepa evaluate` at training.evaluate.select.OPERATING_BUDGETS and its own
-    budget) under the same rule. The record lists every operating point with the
-    threshold the rule gives there and the cross-validation's figures.
+    budget) under the same rule. With operating points, "cv-budget" is
+    training.evaluate.select.served_thresholds at each: also never below a looser
+    budget's threshold, and refused where neither out-of-fold estimate held the
+    budget. The record lists every operating point with the threshold the rule gives
+    there and the cross-validation's figures.
     """
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:

@@ -614,16 +614,17 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
         "",
         "| false alarms / 1,000 windows (B) | CV warned rate | CV false pages / 1,000 "
         "windows | test warned / events | test caught late | test false alarms / "
-        "1,000 windows | test false pages a day |",
-        "|---|---|---|---|---|---|---|",
+        "1,000 windows | test false pages a day | chance p (warned) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for p in points:
         b = p["false_alarms_per_1000"]
         t = test.get(b)
+        none = all(t is None for t in p.get("cv_budget_thresholds", [None]))
         cells = [
             f"{b:g}",
-            _f(p.get("cv_warned_rate")),
-            _f(p.get("cv_false_pages_per_1000"), 2),
+            "-" if none else _f(p.get("cv_warned_rate")),
+            "-" if none else _f(p.get("cv_false_pages_per_1000"), 2),
         ]
         held = t is not None and any(
             v is not None and np.isfinite(v)
@@ -635,9 +636,10 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
                 f"{t['late']['mean']:.3g}",
                 f"{t['false_alarms_per_1000_windows']['mean']:.2f}",
                 f"{t['false_pages_per_day']['mean']:.2f}" if per_day else "-",
+                f"{t['chance']['p']:.3f}",
             ]
         else:
-            cells += ["none held B out of fold"] + ["-"] * 3
+            cells += ["none held B out of fold"] + ["-"] * 4
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
