@@ -118,9 +118,20 @@ def test_killed_scorer_leaves_windows_to_another_scored_once(
         doomed = serve(role="scorer", claim_timeout_s=1.0, max_batch=1,
                        scorer_concurrency=1, **common)  # fmt: skip
         # a generous limit: on a loaded 2-core machine a fresh scorer took just over
-        # 30 s to load its model and claim a first window (once in five full runs)
+        # 30 s to load its model and claim a first window (once in five full runs).
+        # A scorer holds a window only while it scores it: one that scores every
+        # queued window before (or between) two looks holds none for the rest of the
+        # wait, so the queue is refilled whenever it runs empty (a run timed out so)
+
+        def holding() -> bool:
+            if pending(r, prefix) > 0:
+                return True
+            if queue_depth(r, prefix) == 0:
+                send(500)
+            return False
+
         try:
-            wait_until(lambda: pending(r, prefix) > 0, 90, "a window delivered")
+            wait_until(holding, 90, "a window delivered")
         except AssertionError as e:
             raise AssertionError(f"{e}; its log: {doomed.text()[-2000:]}") from e
         kill9(doomed)

@@ -1201,8 +1201,12 @@ def _operating_points(
         | {
             k: v
             for k, v in p.items()
-            if k not in ("cv_budget_thresholds", "cv_budget_quantiles")
-            and k != "false_alarms_per_1000"
+            if k
+            not in (
+                "false_alarms_per_1000",
+                "cv_budget_thresholds",
+                "cv_budget_quantiles",
+            )
         }
         for p in points
     ]
