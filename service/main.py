@@ -60,14 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         model = slot.current
         m = model.manifest
-        metrics.PROVIDER.info(
-            {
-                "provider": model.provider,
-                "model": m.name,
-                "version": m.version,
-                "precision": model.precision,
-            }
-        )
+        metrics.set_model(model)
         where = f"process {slot.child.pid}" if slot.child else "this process"
         log.info("loaded %s %s on %s (%s)", m.name, m.version, model.provider, where)
         store = make_store(

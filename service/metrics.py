@@ -7,11 +7,13 @@ run one uvicorn worker per container and scale with replicas.
 
 from __future__ import annotations
 
+from math import nan
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
 if TYPE_CHECKING:
+    from service.inference import Model
     from service.store import QueueStats
 
 LATENCY_BUCKETS = (
@@ -108,6 +110,36 @@ STREAMS_IN_ALERT = Gauge(
     "scjepa_streams_in_alert", "Streams whose latest risk is at or above threshold."
 )
 MAX_RISK = Gauge("scjepa_max_risk", "Highest latest risk over the tracked streams.")
+# The loaded model's operating point (set at start-up and on a hot reload)
+ALERT_THRESHOLD = Gauge(
+    "scjepa_alert_threshold",
+    "The loaded model's threshold: a stream alerts at a risk at or above it.",
+)
+ALERT_BUDGET = Gauge(
+    "scjepa_alert_budget_per_1000",
+    "False alarms per 1,000 scored windows the threshold was set to keep (the "
+    "operating point served; NaN where the manifest records none).",
+)
+
+
+def set_model(model: Model) -> None:
+    """The loaded model's info metric (provider, name, version, precision) and its
+    operating point: threshold, and the budget it keeps (SCJEPA_FA_BUDGET's point,
+    else the exported one; NaN for an F1 threshold or an older manifest)."""
+    m = model.manifest
+    PROVIDER.info(
+        {
+            "provider": model.provider,
+            "model": m.name,
+            "version": m.version,
+            "precision": model.precision,
+        }
+    )
+    ALERT_THRESHOLD.set(m.threshold)
+    record = m.eval_metrics.get("threshold") or {}
+    budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
+    rule_has_budget = record.get("rule") in ("budget", "cv-budget")
+    ALERT_BUDGET.set(float(budget) if budget is not None and rule_has_budget else nan)
 
 
 def set_summary(streams: int, in_alert: int, max_risk: float) -> None:

@@ -279,14 +279,7 @@ class ModelSlot:
                 await retired
                 await loop.run_in_executor(self.executor, release_memory)
             m = new.manifest
-            metrics.PROVIDER.info(
-                {
-                    "provider": new.provider,
-                    "model": m.name,
-                    "version": m.version,
-                    "precision": new.precision,
-                }
-            )
+            metrics.set_model(new)
             metrics.RELOADS.labels(what="model", outcome="ok").inc()
             self.status = ReloadStatus(
                 outcome="ok",

@@ -240,6 +240,7 @@ def test_dashboard_shows_what_operators_need() -> None:
         "scjepa_alert_posts",  # stream alerts reaching Alertmanager
         "scjepa_streams_in_alert",
         "scjepa_max_risk",
+        "scjepa_alert_threshold",  # drawn against max risk
         "scjepa_http_request_duration_seconds",  # request latency by route
         "scjepa_inference",  # provider in use (the info metric)
     }

@@ -90,3 +90,12 @@ def test_serve_alerts_at_the_budget_asked_for(
         rec = c.get("/risk/s").json()
         assert rec["status"] == "ok" and rec["threshold"] == 0.0123
         assert rec["alert"] == (rec["risk"] >= 0.0123)
+        # and Prometheus has the operating point (Grafana draws the threshold)
+        text = c.get("/metrics").text
+        assert "\nscjepa_alert_threshold 0.0123\n" in text
+        assert "\nscjepa_alert_budget_per_1000 3.0\n" in text
+    plain = serve()  # the test artifact records no operating point
+    text = httpx.get(f"{plain.url}/metrics", timeout=30).text
+    threshold = json.loads((artifact_dir / "manifest.json").read_text())["threshold"]
+    assert f"\nscjepa_alert_threshold {float(threshold)}\n" in text
+    assert "\nscjepa_alert_budget_per_1000 NaN\n" in text
