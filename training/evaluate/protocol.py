@@ -589,7 +589,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fa-budget",
         type=float,
         default=1.0,
-        help="false alarms per 1,000 scored windows allowed on validation (default 1)",
+        help="false-alarm budget, per 1,000 scored windows, of the event tables and "
+        "the served threshold (default 1); every served-model candidate's thresholds "
+        "are also set at "
+        + ", ".join(f"{b:g}" for b in OPERATING_BUDGETS)
+        + " (operating points: scjepa export --fa-budget)",
     )
     p.add_argument(
         "--fit-stride",
