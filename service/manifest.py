@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -179,7 +180,7 @@ def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
     have = [p for p in points if p.get("threshold") is not None]
     listed = ", ".join(f"{p['false_alarms_per_1000']:g}" for p in have) or "none"
     for p in have:
-        if abs(p["false_alarms_per_1000"] - fa_budget) <= 1e-9 * max(fa_budget, 1.0):
+        if math.isclose(p["false_alarms_per_1000"], fa_budget):
             thr = float(p["threshold"])
             serving = {"false_alarms_per_1000": fa_budget, "threshold": thr}
             metrics = manifest.eval_metrics | {

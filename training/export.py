@@ -69,7 +69,7 @@ from training.evaluate.select import (
     OPERATING_BUDGETS,
     cautious,
     json_num,
-    served_thresholds,
+    served_at,
 )
 
 if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
@@ -466,9 +466,18 @@ def served_threshold(
     }
     if own is not None:
         info["false_alarms_per_1000"] = float(own)
+    # the threshold "cv-budget" serves at each operating point (none in older files)
+    served = served_at(probe.operating_points or [])
     if probe.operating_points and rule != "f1":
         info["operating_points"] = [
-            _point_record(probe, p, rule) for p in probe.operating_points
+            _point_record(
+                probe,
+                p,
+                p["budget_threshold"]
+                if rule == "budget"
+                else served[p["false_alarms_per_1000"]],
+            )
+            for p in probe.operating_points
         ]
     within = f"{own:g} per 1,000 windows" if own else "the budget"
     if rule == "f1":
@@ -483,8 +492,8 @@ def served_threshold(
         # the points' rule (a tighter budget never below a looser one's; none
         # where no out-of-fold estimate held it); older files: the three's highest
         value = (
-            _served_at(probe)[own]
-            if probe.operating_points and own is not None
+            served[own]
+            if served and own is not None
             else cautious(budget, cv, quantile)
         )
         if not np.isfinite(value):
@@ -515,15 +524,12 @@ def _operating_point(probe: SavedProbe, fa_budget: float) -> dict[str, Any]:
     for p in points:
         if np.isclose(p["false_alarms_per_1000"], fa_budget):
             return p
-    have = sorted(
-        {p["false_alarms_per_1000"] for p in points}
-        | {(probe.budget or {}).get("false_alarms_per_1000", float("nan"))}
+    have = {float(p["false_alarms_per_1000"]) for p in points}
+    if (own := (probe.budget or {}).get("false_alarms_per_1000")) is not None:
+        have.add(float(own))
+    listed = ", ".join(f"{b:g}" for b in sorted(have)) or (
+        "none (the file is older than operating points)"
     )
-    have = [b for b in have if np.isfinite(b)]
-    if not have:
-        listed = "none (the file is older than operating points)"
-    else:
-        listed = ", ".join(f"{b:g}" for b in have)
     raise UserError(
         f"--fa-budget {fa_budget:g}: the probe file has thresholds at {listed} false "
         "alarms per 1,000 windows; choose one of them, or evaluate again with "
@@ -531,29 +537,14 @@ def _operating_point(probe: SavedProbe, fa_budget: float) -> dict[str, Any]:
     )
 
 
-def _served_at(probe: SavedProbe) -> dict[float, float]:
-    """Per operating point, the threshold "cv-budget" serves there
-    (training.evaluate.select.served_thresholds)."""
-    return served_thresholds(
-        [
-            (
-                p["false_alarms_per_1000"],
-                p["budget_threshold"],
-                p["cv_budget_threshold"],
-                p["cv_quantile_threshold"],
-            )
-            for p in probe.operating_points or []
-        ]
-    )
-
-
-def _point_record(probe: SavedProbe, p: dict[str, Any], rule: str) -> dict[str, Any]:
-    """One operating point as the manifest lists it: the threshold ``rule`` serves
-    there (None where none held the budget) and the cross-validation's figures, per
-    day too where the sampling rate is known."""
+def _point_record(
+    probe: SavedProbe, p: dict[str, Any], threshold: float
+) -> dict[str, Any]:
+    """One operating point as the manifest lists it: the threshold served there
+    (None where none held the budget) and the cross-validation's figures, per day too
+    where the sampling rate is known."""
     b = p["false_alarms_per_1000"]
-    thr = p["budget_threshold"] if rule == "budget" else _served_at(probe)[b]
-    out = {"false_alarms_per_1000": b, "threshold": json_num(thr)} | {
+    out = {"false_alarms_per_1000": b, "threshold": json_num(threshold)} | {
         k: v for k, v in p.items() if k.startswith("cv_") and "threshold" not in k
     }
     rate = probe.budget or {}

@@ -88,6 +88,7 @@ from training.evaluate.results import (
 from training.evaluate.select import (
     OPERATING_BUDGETS,
     CVConfig,
+    probe_points,
     quantile_threshold,
 )
 from training.evaluate.warning import (
@@ -124,8 +125,9 @@ class Fitted:
     budget_threshold: float = float("inf")  # meets the false-alarm budget on val
     val_counts: EventCounts | None = None  # validation event counts at the budget
     val_risk: np.ndarray | None = None  # its risks on the dense validation windows
-    # served-model candidates: validation's budget threshold at each operating point
-    # (false alarms per 1,000 windows -> threshold; select.OPERATING_BUDGETS)
+    # validation's budget threshold at each operating point (false alarms per 1,000
+    # windows -> threshold; select.OPERATING_BUDGETS and the run's own budget) for a
+    # served-model candidate, at the run's budget alone for any other row
     budget_thresholds: dict[float, float] = field(default_factory=dict)
 
 
@@ -445,15 +447,18 @@ def evaluate(
             hop.append(np.stack([f.scorer(fd.splits["test"].x) for f in runs]))
             for f in runs:
                 val_scores = f.scorer(fd.dense["val"].x)
-                f.budget_threshold = _budget(
-                    fd.stretches["val"], val_scores, events.lookback, events.budget
+                # a served-model candidate at every operating point (the run's
+                # budget among them); every row at the run's budget
+                budgets = (
+                    operating_budgets(events) if name in CANDIDATES else [events.budget]
                 )
+                f.budget_thresholds = {
+                    b: _budget(fd.stretches["val"], val_scores, events.lookback, b)
+                    for b in budgets
+                }
+                f.budget_threshold = f.budget_thresholds[events.budget]
                 if name in CANDIDATES:  # the served threshold's quantile reads them
                     f.val_risk = val_scores
-                    f.budget_thresholds = {
-                        b: _budget(fd.stretches["val"], val_scores, events.lookback, b)
-                        for b in operating_budgets(events)
-                    }
                 f.val_counts = val_counts(
                     fd.stretches["val"], val_scores, f.budget_threshold, events.lookback
                 )
@@ -1188,20 +1193,9 @@ def _operating_points(
     if not points:
         return None
 
-    def num(v: float | None) -> float:
-        return float("inf") if v is None else float(v)
-
+    own = probe_points(points, 0, chosen.budget_thresholds, chosen.val_risk)
     return [
-        {
-            "false_alarms_per_1000": p["false_alarms_per_1000"],
-            "budget_threshold": float(
-                chosen.budget_thresholds.get(p["false_alarms_per_1000"], float("inf"))
-            ),
-            "cv_budget_threshold": num(p["cv_budget_thresholds"][0]),
-            "cv_quantile_threshold": quantile_threshold(
-                chosen.val_risk, num(p["cv_budget_quantiles"][0])
-            ),
-        }
+        mine
         | {
             k: v
             for k, v in p.items()
@@ -1212,7 +1206,7 @@ def _operating_points(
                 "cv_budget_quantiles",
             )
         }
-        for p in points
+        for mine, p in zip(own, points, strict=True)
     ]
 
 

@@ -620,17 +620,16 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
     for p in points:
         b = p["false_alarms_per_1000"]
         t = test.get(b)
-        none = all(t is None for t in p.get("cv_budget_thresholds", [None]))
+        none = all(v is None for v in p.get("cv_budget_thresholds", [None]))
         cells = [
             f"{b:g}",
             "-" if none else _f(p.get("cv_warned_rate")),
             "-" if none else _f(p.get("cv_false_pages_per_1000"), 2),
         ]
-        held = t is not None and any(
+        if t is not None and any(
             v is not None and np.isfinite(v)
             for v in np.ravel(np.array(t["thresholds"], dtype=object))
-        )
-        if t is not None and held:
+        ):
             cells += [
                 f"{t['warned']['mean']:.3g} / {t['events']}",
                 f"{t['late']['mean']:.3g}",

@@ -32,7 +32,7 @@ is decided by a fraction of one event. Here:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,14 +259,16 @@ def operating_points(
     and false pages per 1,000 windows. The threshold is set on the same risks, so
     these figures are the cross-validation's warning curve at the budget, not an
     estimate held out from the threshold (the test split's figures are that)."""
+    # every block's and seed's segments per fold, for the figures at each budget
+    in_risks = [_segments(b, o, lambda r: r) for b, o in zip(folds, oof, strict=True)]
     out = []
     for budget in budgets:
         thresholds, quantiles, total = [], [], EventCounts()
-        for blocks, o in zip(folds, oof, strict=True):
+        for blocks, o, risks in zip(folds, oof, in_risks, strict=True):
             t = cv_threshold(blocks, o, lookback, budget)
             thresholds.append(t)
             quantiles.append(cv_quantile(blocks, o, lookback, budget))
-            total.add(event_counts(_segments(blocks, o, lambda r: r), t, lookback))
+            total.add(event_counts(risks, t, lookback))
         seeds = oof[0].dense[0].shape[0]  # the counts sum over seeds
         per_1000 = 1000 / total.windows if total.windows else float("nan")
         out.append(
@@ -330,6 +332,52 @@ def served_thresholds(
         floor = max(cautious(val, cv, q), floor)
         out[budget] = float(floor)
     return out
+
+
+def served_at(points: Sequence[Mapping[str, float]]) -> dict[float, float]:
+    """:func:`served_thresholds` of one probe's operating points as dicts
+    ("false_alarms_per_1000", "budget_threshold", "cv_budget_threshold",
+    "cv_quantile_threshold"; :func:`probe_points`, ``SavedProbe.operating_points``)."""
+    return served_thresholds(
+        [
+            (
+                p["false_alarms_per_1000"],
+                p["budget_threshold"],
+                p["cv_budget_threshold"],
+                p["cv_quantile_threshold"],
+            )
+            for p in points
+        ]
+    )
+
+
+def probe_points(
+    points: Sequence[Mapping[str, Any]],
+    fold: int,
+    val_thresholds: Mapping[float, float],
+    val_risk: np.ndarray | None,
+) -> list[dict[str, float]]:
+    """One fitted probe's three thresholds at each of its candidate's operating
+    points (:func:`operating_points`; the probe's fold ``fold``): its validation
+    budget threshold there (``val_thresholds``), the fold's out-of-fold one and the
+    fold's quantile carried to its validation risks (inf where none held it)."""
+
+    def num(v: float | None) -> float:
+        return float("inf") if v is None else float(v)
+
+    return [
+        {
+            "false_alarms_per_1000": p["false_alarms_per_1000"],
+            "budget_threshold": float(
+                val_thresholds.get(p["false_alarms_per_1000"], float("inf"))
+            ),
+            "cv_budget_threshold": num(p["cv_budget_thresholds"][fold]),
+            "cv_quantile_threshold": quantile_threshold(
+                val_risk, p["cv_budget_quantiles"][fold]
+            ),
+        }
+        for p in points
+    ]
 
 
 def write_out_of_fold(path: Path, oof: dict[str, list[OutOfFold]]) -> None:

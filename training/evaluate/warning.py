@@ -403,7 +403,7 @@ def add_cv_budget(
     model) also ``["events"]["operating_points"]``: the same figures at every budget,
     one dict per budget ("false_alarms_per_1000" the budget)."""
     # (select imports this module)
-    from training.evaluate.select import quantile_threshold, served_thresholds
+    from training.evaluate.select import probe_points, served_at
 
     names = list(rows)
     blocks, _, members, draws, seed_draw = _test_resamples(
@@ -421,19 +421,7 @@ def add_cv_budget(
         budgets = [p["false_alarms_per_1000"] for p in pts]
         thr = np.full((len(budgets), len(seeds), len(test_sizes)), np.inf)
         for f in fitted[name]:
-            at = served_thresholds(
-                [
-                    (
-                        p["false_alarms_per_1000"],
-                        f.budget_thresholds.get(p["false_alarms_per_1000"]),
-                        p["cv_budget_thresholds"][f.fold],
-                        quantile_threshold(
-                            f.val_risk, p["cv_budget_quantiles"][f.fold]
-                        ),
-                    )
-                    for p in pts
-                ]
-            )
+            at = served_at(probe_points(pts, f.fold, f.budget_thresholds, f.val_risk))
             for i, b in enumerate(budgets):
                 thr[i, seeds.index(f.seed), f.fold] = at[b]
 
@@ -449,11 +437,18 @@ def add_cv_budget(
                 events,
             )[0]
 
-        rows[name]["events"][CV_KIND] = figures(budgets.index(events.budget))
+        own = budgets.index(events.budget)
         if name == served:
-            rows[name]["events"]["operating_points"] = [
+            at_each = [
                 {"false_alarms_per_1000": b} | figures(i) for i, b in enumerate(budgets)
             ]
+            rows[name]["events"]["operating_points"] = at_each
+            fig = {
+                k: v for k, v in at_each[own].items() if k != "false_alarms_per_1000"
+            }
+            rows[name]["events"][CV_KIND] = fig
+        else:
+            rows[name]["events"][CV_KIND] = figures(own)
 
 
 def _kind_events(
