@@ -435,7 +435,7 @@ def served_threshold(
     training.evaluate.select.served_thresholds at each: also never below a looser
     budget's threshold, and refused where neither out-of-fold estimate held the
     budget. The record lists every operating point with the threshold the rule gives
-    there and the cross-validation's figures.
+    there and the rule's figures on the cross-validation's held-out blocks.
     """
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
@@ -541,19 +541,20 @@ def _point_record(
     probe: SavedProbe, p: dict[str, Any], threshold: float
 ) -> dict[str, Any]:
     """One operating point as the manifest lists it: the threshold served there
-    (None where none held the budget) and the cross-validation's figures, per day too
-    where the sampling rate is known."""
+    (None where none held the budget) and what the served rule did on the cross-
+    validation's held-out blocks (select.held_out_counts), per day too where the
+    sampling rate is known."""
     b = p["false_alarms_per_1000"]
     out = {"false_alarms_per_1000": b, "threshold": json_num(threshold)} | {
-        k: v for k, v in p.items() if k.startswith("cv_") and "threshold" not in k
+        k: v for k, v in p.items() if k.startswith("held_out_")
     }
     rate = probe.budget or {}
     if rate.get("steps_per_day") and rate.get("stride"):
         per_day = rate["steps_per_day"] / rate["stride"] / 1000  # per 1,000 windows
         for k in ("false_alarms", "false_pages"):
-            v = p.get(f"cv_{k}_per_1000")
+            v = p.get(f"held_out_{k}_per_1000")
             if v is not None:
-                out[f"cv_{k}_per_day"] = v * per_day
+                out[f"held_out_{k}_per_day"] = v * per_day
     return out
 
 

@@ -747,15 +747,16 @@ def test_operating_points(
     for row in board["rows"]:
         points = row["operating_points"]
         assert [p["false_alarms_per_1000"] for p in points] == budgets
-        # a tighter budget never lowers a threshold or warns more; the out-of-fold
-        # false alarms at each keep it
+        # a tighter budget never lowers a threshold, and on held-out blocks never
+        # warns or false-alarms more
         cv = [inf if p["cv_budget_thresholds"][0] is None else p["cv_budget_thresholds"][0] for p in points]  # fmt: skip
         assert cv == sorted(cv, reverse=True)
-        warned = [p["cv_warned_rate"] for p in points]
-        assert warned == sorted(warned)
+        for key in ("held_out_warned_rate", "held_out_false_alarms_per_1000"):
+            got = [p[key] for p in points]
+            assert got == sorted(got), key
         for p in points:
-            assert p["cv_false_alarms_per_1000"] <= p["false_alarms_per_1000"] + 1e-9
-            assert 0 <= p["cv_false_pages_per_1000"] <= p["cv_false_alarms_per_1000"]
+            fa = p["held_out_false_alarms_per_1000"]
+            assert 0 <= p["held_out_false_pages_per_1000"] <= fa
         # the run's own budget is the row's served threshold's
         own = next(p for p in points if p["false_alarms_per_1000"] == 20.0)
         assert own["cv_budget_thresholds"] == row["cv_budget_thresholds"]
@@ -799,8 +800,14 @@ def test_operating_points(
     # per day where the sampling rate is known: per 1,000 windows x windows a day
     per_min = replace(probe, budget={**(probe.budget or {}), "steps_per_day": 1440.0})
     p0 = served_threshold(per_min)[1]["operating_points"][-1]
-    assert p0["cv_false_alarms_per_day"] == pytest.approx(
-        p0["cv_false_alarms_per_1000"] * 1440 / 5 / 1000
+    assert p0["held_out_false_alarms_per_day"] == pytest.approx(
+        p0["held_out_false_alarms_per_1000"] * 1440 / 5 / 1000
+    )
+    assert (
+        p0["held_out_warned_rate"]
+        == next(
+            p for p in probe.operating_points if p["false_alarms_per_1000"] == 20.0
+        )["held_out_warned_rate"]
     )
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "no"), "--fa-budget", "7"]) == 2

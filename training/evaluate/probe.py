@@ -397,10 +397,12 @@ class SavedProbe:
     cv_quantile_threshold: float | None = None
     # the same three at each of the served model's operating points, one dict per
     # budget: "false_alarms_per_1000", "budget_threshold", "cv_budget_threshold",
-    # "cv_quantile_threshold" (inf: none held it), and the cross-validation's figures
-    # there (select.operating_points: "cv_warned_rate", "cv_false_pages_per_1000",
-    # ...); None where the served model was not chosen by cross-validation, and in
-    # files older than them (2026-11-28, twelfth session)
+    # "cv_quantile_threshold" (inf: none held it), and the served rule's figures
+    # there on the cross-validation's held-out blocks (select.operating_points:
+    # "held_out_warned_rate", "held_out_false_pages_per_1000", ...; before the
+    # thirteenth session of 2026-11-28 "cv_*" figures on the risks the thresholds
+    # were set on); None where the served model was not chosen by cross-validation,
+    # and in files older than them (2026-11-28, twelfth session)
     operating_points: list[dict[str, Any]] | None = None
 
     @property

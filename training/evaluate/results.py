@@ -589,9 +589,10 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
 
 def operating_lines(res: Mapping[str, Any]) -> list[str]:
     """The served model's operating points (`scjepa export --fa-budget`): at each
-    budget the cross-validation's figures (its out-of-fold risks at the threshold set
-    on them) and the test figures at the threshold served there. Empty for runs
-    without them (before 2026-11-28, twelfth session)."""
+    budget the served rule's figures on the cross-validation's held-out blocks
+    (select.held_out_counts; "-" in runs older than them) and the test figures at the
+    threshold served there. Empty for runs without operating points (before
+    2026-11-28, twelfth session)."""
     board = res.get("leaderboard") or {}
     won = [e for e in board.get("rows", []) if e["row"] == board.get("winner")]
     points = won[0].get("operating_points") if won else None
@@ -623,8 +624,9 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
         none = all(v is None for v in p.get("cv_budget_thresholds", [None]))
         cells = [
             f"{b:g}",
-            "-" if none else _f(p.get("cv_warned_rate")),
-            "-" if none else _f(p.get("cv_false_pages_per_1000"), 2),
+            "-" if none else _f(p.get("held_out_warned_rate")),
+            "-" if none else _f(p.get("held_out_false_alarms_per_1000"), 2),
+            "-" if none else _f(p.get("held_out_false_pages_per_1000"), 2),
         ]
         if t is not None and any(
             v is not None and np.isfinite(v)
