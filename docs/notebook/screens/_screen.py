@@ -81,7 +81,8 @@ def cv_table(
     "normal windows" (the windows that are normal themselves) or "dense windows" (a
     window every ``stride`` steps, as the event counts use). Each row's warned rate is
     compared with the table's first row (``paired="first"``) or with the row above it
-    (``"previous"``), with the bootstrap SD of the paired difference."""
+    (``"previous"``), with the bootstrap SD of the paired difference. Returns the
+    blocks, the out-of-fold risks and the event config, for screens that look closer."""
     import json
     from pathlib import Path
 
@@ -158,6 +159,7 @@ def cv_table(
             f"{on_pr:.3f} |",
             flush=True,
         )
+    return blocks, oof, ev
 
 
 def beside_statistics(name: str, label: str, per_channel) -> None:
