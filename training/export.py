@@ -435,7 +435,7 @@ def served_threshold(
     training.evaluate.select.served_thresholds at each: also never below a looser
     budget's threshold, and refused where neither out-of-fold estimate held the
     budget. The record lists every operating point with the threshold the rule gives
-    there and the rule's figures on the cross-validation's held-out blocks.
+    there and, for the evaluation's served model, the test split's figures there.
     """
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
@@ -471,7 +471,6 @@ def served_threshold(
     if probe.operating_points and rule != "f1":
         info["operating_points"] = [
             _point_record(
-                probe,
                 p,
                 p["budget_threshold"]
                 if rule == "budget"
@@ -537,24 +536,14 @@ def _operating_point(probe: SavedProbe, fa_budget: float) -> dict[str, Any]:
     )
 
 
-def _point_record(
-    probe: SavedProbe, p: dict[str, Any], threshold: float
-) -> dict[str, Any]:
+def _point_record(p: dict[str, Any], threshold: float) -> dict[str, Any]:
     """One operating point as the manifest lists it: the threshold served there
-    (None where none held the budget) and what the served rule did on the cross-
-    validation's held-out blocks (select.held_out_counts), per day too where the
-    sampling rate is known."""
-    b = p["false_alarms_per_1000"]
-    out = {"false_alarms_per_1000": b, "threshold": json_num(threshold)} | {
-        k: v for k, v in p.items() if k.startswith("held_out_")
-    }
-    rate = probe.budget or {}
-    if rate.get("steps_per_day") and rate.get("stride"):
-        per_day = rate["steps_per_day"] / rate["stride"] / 1000  # per 1,000 windows
-        for k in ("false_alarms", "false_pages"):
-            v = p.get(f"held_out_{k}_per_1000")
-            if v is not None:
-                out[f"held_out_{k}_per_day"] = v * per_day
+    (None where none held the budget) and, for the evaluation's served model, the
+    test split's figures there (protocol.point_figures)."""
+    out = {"false_alarms_per_1000": p["false_alarms_per_1000"]}
+    out["threshold"] = json_num(threshold)
+    if p.get("test"):
+        out["test"] = p["test"]
     return out
 
 

@@ -51,9 +51,9 @@ def test_fa_budget_alerts_at_an_operating_point(art: Path) -> None:
     export` lists them); a budget without one is refused with the ones there are."""
     raw = json.loads((art / "manifest.json").read_text())
     points = [
-        {"false_alarms_per_1000": 0.1, "threshold": None, "held_out_warned_rate": 0.0},
+        {"false_alarms_per_1000": 0.1, "threshold": None},
         {"false_alarms_per_1000": 1.0, "threshold": raw["threshold"]},
-        {"false_alarms_per_1000": 3.0, "threshold": 0.25, "held_out_warned_rate": 0.2},
+        {"false_alarms_per_1000": 3.0, "threshold": 0.25, "test": {"warned_rate": 0.2}},
     ]
     raw["eval_metrics"]["threshold"] = {"rule": "cv-budget", "operating_points": points}
     (art / "manifest.json").write_text(json.dumps(raw))

@@ -397,12 +397,11 @@ class SavedProbe:
     cv_quantile_threshold: float | None = None
     # the same three at each of the served model's operating points, one dict per
     # budget: "false_alarms_per_1000", "budget_threshold", "cv_budget_threshold",
-    # "cv_quantile_threshold" (inf: none held it), and the served rule's figures
-    # there on the cross-validation's held-out blocks (select.operating_points:
-    # "held_out_warned_rate", "held_out_false_pages_per_1000", ...; before the
-    # thirteenth session of 2026-11-28 "cv_*" figures on the risks the thresholds
-    # were set on); None where the served model was not chosen by cross-validation,
-    # and in files older than them (2026-11-28, twelfth session)
+    # "cv_quantile_threshold" (inf: none held it); the evaluation's served model's
+    # also "test", the test split's figures there (protocol.point_figures; before
+    # the thirteenth session of 2026-11-28 "cv_*" figures of the cross-validation
+    # instead); None where the served model was not chosen by cross-validation, and
+    # in files older than them (2026-11-28, twelfth session)
     operating_points: list[dict[str, Any]] | None = None
 
     @property

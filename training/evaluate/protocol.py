@@ -88,6 +88,7 @@ from training.evaluate.results import (
 from training.evaluate.select import (
     OPERATING_BUDGETS,
     CVConfig,
+    json_num,
     probe_points,
     quantile_threshold,
 )
@@ -1164,7 +1165,12 @@ def served_probe(
         cv_quantile_threshold=None
         if u is None
         else quantile_threshold(chosen.val_risk, u),
-        operating_points=_operating_points(cv_board, name, chosen),
+        operating_points=_operating_points(
+            cv_board,
+            name,
+            chosen,
+            ev.rows.get(name, {}).get("events", {}).get("operating_points"),
+        ),
         budget={
             "false_alarms_per_1000": float(events["budget_per_1000"]),
             "lookback": float(events["lookback"]),
@@ -1181,33 +1187,56 @@ def served_probe(
 
 
 def _operating_points(
-    board: dict[str, Any] | None, name: str, chosen: Fitted
+    board: dict[str, Any] | None,
+    name: str,
+    chosen: Fitted,
+    test: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]] | None:
     """The probe's thresholds at each of its row's operating points in the leaderboard
-    (fold 0): validation's, the out-of-fold one and the quantile carried to
-    its validation risks (inf where none held the budget), with the cross-
-    validation's figures; None where there are none."""
+    (fold 0): validation's, the out-of-fold one and the quantile carried to its
+    validation risks (inf where none held the budget); for the served model
+    (``test``: its test figures at each point, warning.add_cv_budget) also what the
+    test split says each costs and buys (:func:`point_figures`). None where there
+    are no points."""
     rows: list[dict[str, Any]] = (board or {}).get("rows", [])
     row = next((e for e in rows if e["row"] == name), {})
     points = row.get("operating_points")
     if not points:
         return None
-
     own = probe_points(points, 0, chosen.budget_thresholds, chosen.val_risk)
-    return [
-        mine
-        | {
-            k: v
-            for k, v in p.items()
-            if k
-            not in (
-                "false_alarms_per_1000",
-                "cv_budget_thresholds",
-                "cv_budget_quantiles",
-            )
-        }
-        for mine, p in zip(own, points, strict=True)
-    ]
+    at = {t["false_alarms_per_1000"]: t for t in test or []}
+    out = []
+    for p in own:
+        t = at.get(p["false_alarms_per_1000"])
+        fig = point_figures(t) if t else None
+        out.append(p | ({"test": fig} if fig else {}))
+    return out
+
+
+def point_figures(t: dict[str, Any]) -> dict[str, Any] | None:
+    """The test split's event figures at one operating point (warning.add_cv_budget's
+    dict), as a manifest lists them: means over seeds (and folds), 95 % intervals by
+    block bootstrap over events, the chance p of the warned count; None where no
+    threshold was served there."""
+    served = np.ravel(np.array(t["thresholds"], dtype=object))
+    if not any(v is not None and np.isfinite(v) for v in served):
+        return None
+    ci = t.get("ci95", {})
+    out = {
+        "events": t["events"],
+        "windows": t["windows"],
+        "warned_rate": json_num(t["warned_rate"]["mean"]),
+        "warned_rate_ci95": ci.get("warned_rate"),
+        "late_rate": json_num(t["late"]["mean"] / t["events"]) if t["events"] else None,
+        "false_alarms_per_1000": json_num(t["false_alarms_per_1000_windows"]["mean"]),
+        "false_alarms_per_1000_ci95": ci.get("false_alarms_per_1000_windows"),
+        "lead_quartiles_steps": t.get("lead_quartiles"),
+        "chance_p": json_num(t.get("chance", {}).get("p")),
+    }
+    if "false_pages_per_day" in t:
+        out["false_pages_per_day"] = json_num(t["false_pages_per_day"]["mean"])
+        out["false_pages_per_day_ci95"] = ci.get("false_pages_per_day")
+    return out
 
 
 def _cv_value(board: dict[str, Any] | None, name: str, key: str) -> float | None:

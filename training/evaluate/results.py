@@ -589,10 +589,8 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
 
 def operating_lines(res: Mapping[str, Any]) -> list[str]:
     """The served model's operating points (`scjepa export --fa-budget`): at each
-    budget the served rule's figures on the cross-validation's held-out blocks
-    (select.held_out_counts; "-" in runs older than them) and the test figures at the
-    threshold served there. Empty for runs without operating points (before
-    2026-11-28, twelfth session)."""
+    budget the test figures at the threshold served there. Empty for runs without
+    operating points (before 2026-11-28, twelfth session)."""
     board = res.get("leaderboard") or {}
     won = [e for e in board.get("rows", []) if e["row"] == board.get("winner")]
     points = won[0].get("operating_points") if won else None
@@ -608,39 +606,42 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
         "**Operating points of the served model** (`scjepa export --fa-budget B`; "
         "its threshold at each budget B is the highest of those keeping B on "
         "validation and out of fold, in risks and in quantiles, never below a looser "
-        "budget's; none, and no figures, where the out-of-fold risks held no "
-        "threshold within B). CV: the cross-"
-        "validation's out-of-fold risks at the threshold set on them (no test "
-        "window); test: read once, at the threshold served; means over seeds:",
+        "budget's; none where the out-of-fold risks held no threshold within B). "
+        "Test split, read once, at the threshold served; means over seeds, 95 % "
+        "intervals by block bootstrap; the manifest lists the same figures:",
         "",
-        "| false alarms / 1,000 windows (B) | CV warned rate | CV false pages / 1,000 "
-        "windows | test warned / events | test caught late | test false alarms / "
-        "1,000 windows | test false pages a day | chance p (warned) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| false alarms / 1,000 windows (B) | warned / events | warned rate [95 %] | "
+        "caught late | false alarms / 1,000 windows [95 %] | false pages a day "
+        "[95 %] | chance p (warned) |",
+        "|---|---|---|---|---|---|---|",
     ]
+
+    def ci(t: Mapping[str, Any], key: str, nd: int) -> str:
+        lo, hi = t.get("ci95", {}).get(key, (None, None))
+        return "" if lo is None else f" [{lo:.{nd}f}, {hi:.{nd}f}]"
+
     for p in points:
         b = p["false_alarms_per_1000"]
         t = test.get(b)
-        none = all(v is None for v in p.get("cv_budget_thresholds", [None]))
-        cells = [
-            f"{b:g}",
-            "-" if none else _f(p.get("held_out_warned_rate")),
-            "-" if none else _f(p.get("held_out_false_alarms_per_1000"), 2),
-            "-" if none else _f(p.get("held_out_false_pages_per_1000"), 2),
-        ]
+        cells = [f"{b:g}"]
         if t is not None and any(
             v is not None and np.isfinite(v)
             for v in np.ravel(np.array(t["thresholds"], dtype=object))
         ):
+            fa = "false_alarms_per_1000_windows"
             cells += [
                 f"{t['warned']['mean']:.3g} / {t['events']}",
+                f"{t['warned_rate']['mean']:.3f}{ci(t, 'warned_rate', 3)}",
                 f"{t['late']['mean']:.3g}",
-                f"{t['false_alarms_per_1000_windows']['mean']:.2f}",
-                f"{t['false_pages_per_day']['mean']:.2f}" if per_day else "-",
+                f"{t[fa]['mean']:.2f}{ci(t, fa, 2)}",
+                f"{t['false_pages_per_day']['mean']:.2f}"
+                + ci(t, "false_pages_per_day", 2)
+                if per_day
+                else "-",
                 f"{t['chance']['p']:.3f}",
             ]
         else:
-            cells += ["none held B out of fold"] + ["-"] * 4
+            cells += ["none held B out of fold"] + ["-"] * 5
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 

@@ -41,9 +41,7 @@ import numpy as np
 
 from training.data import WINDOW, Dataset, Samples, entity_samples, split_segments
 from training.evaluate.events import (
-    EventCounts,
     Segment,
-    event_counts,
     segment_counts,
     threshold_at_budget,
 )
@@ -244,11 +242,7 @@ def _pooled_budget(
 ) -> float:
     """The lowest threshold on ``score`` of each block's and seed's out-of-fold risks
     keeping their pooled false alarms within ``budget`` (inf if none does)."""
-    return _budget_threshold(_segments(blocks, oof, score), lookback, budget)
-
-
-def _budget_threshold(segs: Sequence[Segment], lookback: int, budget: float) -> float:
-    """:func:`threshold_at_budget`, inf where the segments have no window."""
+    segs = _segments(blocks, oof, score)
     if not sum(len(s.ends) for s in segs):
         return float("inf")
     return threshold_at_budget(segs, lookback, budget)
@@ -261,101 +255,25 @@ def operating_points(
     budgets: Sequence[float] = OPERATING_BUDGETS,
 ) -> list[dict[str, Any]]:
     """One candidate's (``oof``: one per fold, its blocks in ``folds``' order) cross-
-    fitted thresholds at each budget, per fold in risks (:func:`cv_threshold`) and in
-    quantiles (:func:`cv_quantile`), with what the served rule does on data it was not
-    set on (:func:`held_out_counts`): warned and late-caught events, false alarms and
-    false pages per 1,000 windows, every fold, held-out block and seed pooled."""
-    held = held_out_counts(folds, oof, lookback, budgets)
-    seeds = oof[0].dense[0].shape[0]  # the counts sum over seeds
-    out = []
-    for budget, total in zip(budgets, held, strict=True):
-        per_1000 = 1000 / total.windows if total.windows else float("nan")
-        out.append(
-            {
-                "false_alarms_per_1000": float(budget),
-                "cv_budget_thresholds": [
-                    json_num(cv_threshold(b, o, lookback, budget))
-                    for b, o in zip(folds, oof, strict=True)
-                ],
-                "cv_budget_quantiles": [
-                    json_num(cv_quantile(b, o, lookback, budget))
-                    for b, o in zip(folds, oof, strict=True)
-                ],
-                "held_out_events": total.events // seeds,
-                "held_out_warned_rate": json_num(total.warned_rate),
-                "held_out_late_rate": json_num(
-                    total.late / total.events if total.events else None
-                ),
-                "held_out_false_alarms_per_1000": json_num(
-                    total.false_alarms * per_1000
-                ),
-                "held_out_false_pages_per_1000": json_num(total.false_pages * per_1000),
-            }
-        )
-    return out
-
-
-def held_out_counts(
-    folds: Sequence[Sequence[HeldOut]],
-    oof: Sequence[OutOfFold],
-    lookback: int,
-    budgets: Sequence[float],
-) -> list[EventCounts]:
-    """The served rule's event counts at each budget on data its thresholds were not
-    set on, summed over every fold, held-out block j and seed: block j's out-of-fold
-    risks at :func:`served_thresholds` of the three thresholds as `scjepa evaluate`
-    sets them for a served probe, each from outside block j. Validation's is the
-    budget threshold on the fit's own risks on block j + 1, the block it was stopped
-    and calibrated on (as the served probe is on validation); the out-of-fold one and
-    the quantile (carried to those risks) are set on the other blocks' out-of-fold
-    risks, every seed pooled. The in-sample alternative, the warning curve of the
-    risks the thresholds are set on, keeps every budget by construction."""
-    totals = [EventCounts() for _ in budgets]
-    for blocks, o in zip(folds, oof, strict=True):
-        if len(o.cal) != len(blocks):
-            raise ValueError(
-                "out-of-fold risks without their calibration blocks' risks"
-            )
-        k, seeds = len(blocks), o.dense[0].shape[0]
-        # [block][seed]: the block's stretches over the seed's risks, and over their
-        # quantiles within the block and seed
-        risks = [
-            [b.segments(d) for d in dense]
-            for b, dense in zip(blocks, o.dense, strict=True)
-        ]
-        shares = [
-            [b.segments(ecdf(d)) for d in dense]
-            for b, dense in zip(blocks, o.dense, strict=True)
-        ]
-
-        for j in range(k):
-            cal_block = blocks[(j + 1) % k]
-            in_risks, in_shares = _others(risks, j), _others(shares, j)
-            cv = [_budget_threshold(in_risks, lookback, b) for b in budgets]
-            u = [_budget_threshold(in_shares, lookback, b) for b in budgets]
-            for s in range(seeds):
-                cal = o.cal[j][s]
-                on_cal = cal_block.segments(cal)
-                served = served_thresholds(
-                    [
-                        (
-                            b,
-                            _budget_threshold(on_cal, lookback, b),
-                            t,
-                            quantile_threshold(cal, q),
-                        )
-                        for b, t, q in zip(budgets, cv, u, strict=True)
-                    ]
-                )
-                for total, b in zip(totals, budgets, strict=True):
-                    total.add(event_counts(risks[j][s], served[b], lookback))
-    return totals
-
-
-def _others(by_block: list[list[list[Segment]]], j: int) -> list[Segment]:
-    """Every block's but j's segments, every seed's."""
+    fitted thresholds at each budget, per fold, in risks (:func:`cv_threshold`) and
+    in quantiles (:func:`cv_quantile`). What a point costs and buys is the test
+    split's to say (warning.add_cv_budget): neither the cross-validation's warning
+    curve at these thresholds (set on the same risks) nor the served rule applied
+    block by block held out tracked the test figures (results-notes.md, 2026-11-28,
+    thirteenth session)."""
     return [
-        g for b, per_seed in enumerate(by_block) if b != j for s in per_seed for g in s
+        {
+            "false_alarms_per_1000": float(budget),
+            "cv_budget_thresholds": [
+                json_num(cv_threshold(b, o, lookback, budget))
+                for b, o in zip(folds, oof, strict=True)
+            ],
+            "cv_budget_quantiles": [
+                json_num(cv_quantile(b, o, lookback, budget))
+                for b, o in zip(folds, oof, strict=True)
+            ],
+        }
+        for budget in budgets
     ]
 
 

@@ -24,7 +24,6 @@ from training.evaluate.select import (
     cv_blocks,
     cv_quantile,
     cv_threshold,
-    held_out_counts,
     one_se,
     out_of_fold,
     quantile_threshold,
@@ -302,57 +301,6 @@ def test_cv_quantile_sets_the_budget_in_quantiles_of_each_block(rng) -> None:
     assert quantile_threshold(val, 1.0) == val.max()
     empty = [HeldOut(0, 0, b.hop, b.dense, []) for b in blocks]
     assert cv_quantile(empty, oof, 100, 5.0) == inf
-
-
-def test_held_out_counts_set_no_threshold_on_the_block_they_count(rng) -> None:
-    """The served rule's figures on each block come from thresholds set without it:
-    a block whose risks all run above the others' is counted at the others'
-    thresholds (every window in alert), where the cross-fitted threshold, set on
-    every block, keeps the budget; a risk that rises before onsets warns of them."""
-    blocks = _event_blocks(rng, k=3)
-
-    def risk(s: Samples, seed: int) -> np.ndarray:
-        j = next(i for i, b in enumerate(blocks) if b.dense is s)
-        if j == 2:
-            return np.full(len(s), 0.9)
-        return 0.5 * np.random.default_rng(seed + 10 * j).random(len(s))
-
-    oof = _oof(blocks, risk, 4)
-    oof.cal = [oof.dense[(j + 1) % 3] for j in range(3)]  # fit j's risks on j + 1
-    (got,) = held_out_counts([blocks], [oof], 100, [5.0])
-    # blocks 0 and 1: thresholds from sets holding block 2's constant risk, which
-    # keep no budget, so none is served there; block 2 at the others': all alert
-    every = [st.segment(oof.dense[2][0]) for st in blocks[2].stretches]
-    alone = event_counts(every, -np.inf, 100)
-    windows = sum(len(b.dense) for b in blocks)
-    assert got.windows == 2 * windows and got.false_alarms == 2 * alone.false_alarms
-    assert got.warned == 2 * alone.warned > 0
-    assert got.false_alarms_per_1000 > 20 * 5.0  # 161 against a budget of 5
-    assert cv_threshold(blocks, oof, 100, 5.0) == np.inf  # set on all: it keeps it
-    with pytest.raises(ValueError, match="calibration"):
-        held_out_counts([blocks], [_oof(blocks, risk, 4)], 100, [5.0])
-
-    # a risk that rises in the 100 steps before each onset: warned out of sample
-    near = [
-        np.array(
-            [
-                any(o - 100 <= e <= o for o, _ in event_runs(st.labels).tolist())
-                for e in st.ends
-            ]
-        )
-        for b in blocks
-        for st in b.stretches
-    ]
-
-    def warns(s: Samples, seed: int) -> np.ndarray:
-        j = next(i for i, b in enumerate(blocks) if b.dense is s)
-        return near[j] * 0.8 + 0.2 * np.random.default_rng(seed + 10 * j).random(len(s))  # fmt: skip
-
-    oof = _oof(blocks, warns, 4)
-    oof.cal = [oof.dense[(j + 1) % 3] for j in range(3)]
-    tight, loose = held_out_counts([blocks], [oof], 100, [1.0, 20.0])
-    assert 0.9 < tight.warned_rate <= loose.warned_rate
-    assert tight.false_alarms <= loose.false_alarms
 
 
 def _share_at_or_below(r: np.ndarray) -> np.ndarray:
