@@ -83,6 +83,7 @@ from training.evaluate.results import (
     SplitSummary,
     Stat,
     git_commit,
+    served_any,
     write_results,
 )
 from training.evaluate.select import (
@@ -1218,8 +1219,7 @@ def point_figures(t: dict[str, Any]) -> dict[str, Any] | None:
     dict), as a manifest lists them: means over seeds (and folds), 95 % intervals by
     block bootstrap over events, the chance p of the warned count; None where no
     threshold was served there."""
-    served = np.ravel(np.array(t["thresholds"], dtype=object))
-    if not any(v is not None and np.isfinite(v) for v in served):
+    if not served_any(t):
         return None
     ci = t.get("ci95", {})
     out = {

@@ -587,6 +587,15 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def served_any(figures: Mapping[str, Any]) -> bool:
+    """Whether a threshold was served at an operating point (its test figures'
+    per-seed and fold thresholds: inf, None in JSON, where none held the budget)."""
+    return any(
+        v is not None and np.isfinite(v)
+        for v in np.ravel(np.array(figures["thresholds"], dtype=object))
+    )
+
+
 def operating_lines(res: Mapping[str, Any]) -> list[str]:
     """The served model's operating points (`scjepa export --fa-budget`): at each
     budget the test figures at the threshold served there. Empty for runs without
@@ -624,10 +633,7 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
         b = p["false_alarms_per_1000"]
         t = test.get(b)
         cells = [f"{b:g}"]
-        if t is not None and any(
-            v is not None and np.isfinite(v)
-            for v in np.ravel(np.array(t["thresholds"], dtype=object))
-        ):
+        if t is not None and served_any(t):
             fa = "false_alarms_per_1000_windows"
             cells += [
                 f"{t['warned']['mean']:.3g} / {t['events']}",
