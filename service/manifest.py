@@ -197,5 +197,21 @@ def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
     )
 
 
+def served_point(manifest: Manifest) -> dict[str, Any] | None:
+    """The operating point the manifest alerts at (``eval_metrics.threshold``'s
+    ``serving_at``, set by SCJEPA_FA_BUDGET, else the exported budget) among its
+    ``operating_points``, with the test split's figures there where `scjepa export`
+    recorded them; None for a threshold no operating point describes (F1, or an older
+    manifest)."""
+    record = manifest.eval_metrics.get("threshold") or {}
+    budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
+    if budget is None:
+        return None
+    for p in record.get("operating_points") or []:
+        if math.isclose(p["false_alarms_per_1000"], budget):
+            return p
+    return None
+
+
 def now_utc() -> datetime:
     return datetime.now(UTC)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
+from service.manifest import served_point
+
 if TYPE_CHECKING:
     from service.inference import Model
     from service.store import QueueStats
@@ -121,11 +123,21 @@ ALERT_BUDGET = Gauge(
     "operating point served; NaN where the manifest records none).",
 )
 
+EVALUATED_PAGES = Gauge(
+    "scjepa_alert_evaluated_false_pages_per_day",
+    "False pages a stream got a day on the evaluation's test split at the operating "
+    "point served (estimate: mean over seeds, upper95 of its 95 % interval; NaN where "
+    "the manifest records none, or the training data's sampling rate is unknown).",
+    ["estimate"],
+)
+
 
 def set_model(model: Model) -> None:
     """The loaded model's info metric (provider, name, version, precision) and its
-    operating point: threshold, and the budget it keeps (SCJEPA_FA_BUDGET's point,
-    else the exported one; NaN for an F1 threshold or an older manifest)."""
+    operating point: threshold, the budget it keeps (SCJEPA_FA_BUDGET's point, else
+    the exported one; NaN for an F1 threshold or an older manifest) and the false
+    pages a day the test split measured there (ScjepaPagingAboveEvaluation compares
+    the live rate with them)."""
     m = model.manifest
     PROVIDER.info(
         {
@@ -140,6 +152,10 @@ def set_model(model: Model) -> None:
     budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
     rule_has_budget = record.get("rule") in ("budget", "cv-budget")
     ALERT_BUDGET.set(float(budget) if budget is not None and rule_has_budget else nan)
+    test = (served_point(m) or {}).get("test") or {}
+    high = (test.get("false_pages_per_day_ci95") or [None, None])[1]
+    for estimate, v in (("mean", test.get("false_pages_per_day")), ("upper95", high)):
+        EVALUATED_PAGES.labels(estimate).set(nan if v is None else float(v))
 
 
 def set_summary(streams: int, in_alert: int, max_risk: float) -> None:

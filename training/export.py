@@ -470,12 +470,9 @@ def served_threshold(
     served = served_at(probe.operating_points or [])
     if probe.operating_points and rule != "f1":
         info["operating_points"] = [
-            _point_record(
-                p,
-                p["budget_threshold"]
-                if rule == "budget"
-                else served[p["false_alarms_per_1000"]],
-            )
+            _point_record(p, p["budget_threshold"])
+            if rule == "budget"  # (the test figures are the served rule's)
+            else _point_record(p, served[p["false_alarms_per_1000"]], p.get("test"))
             for p in probe.operating_points
         ]
     within = f"{own:g} per 1,000 windows" if own else "the budget"
@@ -536,15 +533,16 @@ def _operating_point(probe: SavedProbe, fa_budget: float) -> dict[str, Any]:
     )
 
 
-def _point_record(p: dict[str, Any], threshold: float) -> dict[str, Any]:
+def _point_record(
+    p: dict[str, Any], threshold: float, test: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """One operating point as the manifest lists it: the threshold served there
-    (None where none held the budget) and, for the evaluation's served model, the
-    test split's figures there (protocol.point_figures)."""
+    (None where none held the budget) and the test split's figures at it where the
+    evaluation measured them (its served model, under the "cv-budget" rule:
+    protocol.point_figures)."""
     out = {"false_alarms_per_1000": p["false_alarms_per_1000"]}
     out["threshold"] = json_num(threshold)
-    if p.get("test"):
-        out["test"] = p["test"]
-    return out
+    return out | ({"test": test} if test else {})
 
 
 def served_hop(threshold_info: dict[str, Any], window: int) -> int:
