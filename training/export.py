@@ -41,7 +41,7 @@ manifest's eval_metrics.threshold says which, with every value and the budget.
 `scjepa evaluate` set thresholds at) under the same rule, at each never below a looser
 budget's threshold, and none where the out-of-fold risks held no threshold within it
 (results-notes.md, 2026-11-28, twelfth session); the manifest lists them all with the
-cross-validation's figures at each. The
+test split's figures at each (thirteenth session). The
 manifest's hop (how often the service scores a stream) is by default the one the
 threshold was set on: the evaluation's dense stride for the budget thresholds (so the
 service pages on the windows the event figures count), the model's window for the F1
@@ -620,7 +620,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "probe's operating points (scjepa evaluate sets them at "
         + ", ".join(f"{b:g}" for b in OPERATING_BUDGETS)
         + " and at its own --fa-budget, which is the default); the manifest lists "
-        "them all with what cross-validation warned of at each",
+        "them all with what the test split measured at each",
     )
     from training.data.cli import add_table_arguments
 
