@@ -207,7 +207,8 @@ def served_point(manifest: Manifest) -> dict[str, Any] | None:
     budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
     if budget is None:
         return None
-    for p in record.get("operating_points") or []:
+    points: list[dict[str, Any]] = record.get("operating_points") or []
+    for p in points:
         if math.isclose(p["false_alarms_per_1000"], budget):
             return p
     return None

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -1170,7 +1170,9 @@ def served_probe(
             cv_board,
             name,
             chosen,
-            ev.rows.get(name, {}).get("events", {}).get("operating_points"),
+            cast(dict[str, Any], ev.rows.get(name) or {})
+            .get("events", {})
+            .get("operating_points"),
         ),
         budget={
             "false_alarms_per_1000": float(events["budget_per_1000"]),
