@@ -121,13 +121,19 @@ def test_killed_scorer_leaves_windows_to_another_scored_once(
         # 30 s to load its model and claim a first window (once in five full runs).
         # A scorer holds a window only while it scores it: one that scores every
         # queued window before (or between) two looks holds none for the rest of the
-        # wait, so the queue is refilled whenever it runs empty (a run timed out so)
+        # wait, so the queue is refilled whenever it runs empty (a run timed out so),
+        # and looked at right after each request of the refill: a scorer faster than
+        # the test's requests drained each refill before the next look (another run
+        # timed out so)
 
         def holding() -> bool:
             if pending(r, prefix) > 0:
                 return True
             if queue_depth(r, prefix) == 0:
-                send(500)
+                for _ in range(4):
+                    send(500)
+                    if pending(r, prefix) > 0:
+                        return True
             return False
 
         try:

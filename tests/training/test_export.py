@@ -445,8 +445,6 @@ def test_threshold_rule(
     value, info = served_threshold(no_cv)
     assert value == pytest.approx(probe.budget_threshold) and info["rule"] == "budget"
     assert info["cv_budget_threshold"] is None
-    # (the test figures are the served rule's thresholds', not validation's alone)
-    assert all("test" not in p for p in info["operating_points"])
     with pytest.raises(UserError, match="choose one of cv-budget, budget, f1"):
         served_threshold(probe, "0.5")
 
@@ -787,6 +785,8 @@ def test_operating_points(
     value, info = served_threshold(probe, "budget", b)  # validation's alone
     assert value == pytest.approx(at[b]["budget_threshold"])
     assert info["cv_budget_threshold"] is None
+    # (the test figures are the served rule's thresholds', not validation's alone)
+    assert all("test" not in p for p in info["operating_points"])
     # the test figures at each point are at the threshold served there (one seed's
     # is the probe file's)
     for x in budgets:
