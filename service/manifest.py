@@ -197,16 +197,24 @@ def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
     )
 
 
+def serving_budget(manifest: Manifest) -> float | None:
+    """The false alarms per 1,000 windows the manifest's threshold keeps:
+    ``eval_metrics.threshold``'s ``serving_at`` (set by SCJEPA_FA_BUDGET), else the
+    exported budget; None where it records none."""
+    record = manifest.eval_metrics.get("threshold") or {}
+    budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
+    return None if budget is None else float(budget)
+
+
 def served_point(manifest: Manifest) -> dict[str, Any] | None:
-    """The operating point the manifest alerts at (``eval_metrics.threshold``'s
-    ``serving_at``, set by SCJEPA_FA_BUDGET, else the exported budget) among its
+    """The operating point the manifest alerts at (:func:`serving_budget`) among its
     ``operating_points``, with the test split's figures there where `scjepa export`
     recorded them; None for a threshold no operating point describes (F1, or an older
     manifest)."""
-    record = manifest.eval_metrics.get("threshold") or {}
-    budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
+    budget = serving_budget(manifest)
     if budget is None:
         return None
+    record = manifest.eval_metrics.get("threshold") or {}
     points: list[dict[str, Any]] = record.get("operating_points") or []
     for p in points:
         if math.isclose(p["false_alarms_per_1000"], budget):

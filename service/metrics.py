@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
-from service.manifest import served_point
+from service.manifest import served_point, serving_budget
 
 if TYPE_CHECKING:
     from service.inference import Model
@@ -148,10 +148,12 @@ def set_model(model: Model) -> None:
         }
     )
     ALERT_THRESHOLD.set(m.threshold)
-    record = m.eval_metrics.get("threshold") or {}
-    budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
-    rule_has_budget = record.get("rule") in ("budget", "cv-budget")
-    ALERT_BUDGET.set(float(budget) if budget is not None and rule_has_budget else nan)
+    budget = serving_budget(m)
+    rule_has_budget = (m.eval_metrics.get("threshold") or {}).get("rule") in (
+        "budget",
+        "cv-budget",
+    )
+    ALERT_BUDGET.set(budget if budget is not None and rule_has_budget else nan)
     test = (served_point(m) or {}).get("test") or {}
     high = (test.get("false_pages_per_day_ci95") or [None, None])[1]
     for estimate, v in (("mean", test.get("false_pages_per_day")), ("upper95", high)):

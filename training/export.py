@@ -540,9 +540,10 @@ def _point_record(
     (None where none held the budget) and the test split's figures at it where the
     evaluation measured them (its served model, under the "cv-budget" rule:
     protocol.point_figures)."""
-    out = {"false_alarms_per_1000": p["false_alarms_per_1000"]}
-    out["threshold"] = json_num(threshold)
-    return out | ({"test": test} if test else {})
+    return {
+        "false_alarms_per_1000": p["false_alarms_per_1000"],
+        "threshold": json_num(threshold),
+    } | ({"test": test} if test else {})
 
 
 def served_hop(threshold_info: dict[str, Any], window: int) -> int:
