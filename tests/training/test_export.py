@@ -806,6 +806,13 @@ def test_operating_points(
         fa = at_x["false_alarms_per_1000_windows"]["mean"]
         assert fig["false_alarms_per_1000"] == pytest.approx(fa)
         assert fig["chance_p"] == pytest.approx(at_x["chance"]["p"])
+        # false pages per 1,000 windows: the per-seed pages over the windows scored
+        pages = [d["false_pages"] for d in at_x["per_seed"]]
+        assert fig["false_pages_per_1000"] == pytest.approx(
+            1000 * np.mean(pages) / at_x["windows"]
+        )
+        assert fig["false_pages_per_1000"] <= fig["false_alarms_per_1000"] + 1e-9
+        assert len(fig["false_pages_per_1000_ci95"]) == 2
     assert "false_pages_per_day" not in p["test"]  # the fixture's rate is unknown
     at_x = test[x] | {"false_pages_per_day": {"mean": 2.5}}
     at_x["ci95"] = at_x["ci95"] | {"false_pages_per_day": [1.0, 4.0]}
@@ -830,6 +837,8 @@ def test_operating_points(
     assert "**Operating points of the served model**" in text
     row = next(x for x in text.splitlines() if x.startswith("| 20 | "))
     assert f"{test[20.0]['warned']['mean']:.3g} / {test[20.0]['events']}" in row
+    fp = test[20.0]["false_pages_per_1000_windows"]["mean"]
+    assert row.split(" | ")[5].startswith(f"{fp:.2f} [")
 
 
 def test_served_thresholds_rule() -> None:

@@ -203,6 +203,11 @@ def summary(
         "windows": counts.windows,
         "false_alarms_per_1000_windows": counts.false_alarms_per_1000,
         "false_pages": counts.false_pages,
+        "false_pages_per_1000_windows": (
+            1000 * counts.false_pages / counts.windows
+            if counts.windows
+            else float("nan")
+        ),
     }
     if steps_per_day is not None and counts.steps:
         out["false_alarms_per_day"] = counts.false_alarms * steps_per_day / counts.steps

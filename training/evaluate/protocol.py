@@ -1232,6 +1232,10 @@ def point_figures(t: dict[str, Any]) -> dict[str, Any] | None:
         "late_rate": json_num(t["late"]["mean"] / t["events"]) if t["events"] else None,
         "false_alarms_per_1000": json_num(t["false_alarms_per_1000_windows"]["mean"]),
         "false_alarms_per_1000_ci95": ci.get("false_alarms_per_1000_windows"),
+        "false_pages_per_1000": json_num(
+            (t.get("false_pages_per_1000_windows") or {}).get("mean")
+        ),
+        "false_pages_per_1000_ci95": ci.get("false_pages_per_1000_windows"),
         "lead_quartiles_steps": t.get("lead_quartiles"),
         "chance_p": json_num(t.get("chance", {}).get("p")),
     }

@@ -620,9 +620,9 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
         "intervals by block bootstrap; the manifest lists the same figures:",
         "",
         "| false alarms / 1,000 windows (B) | warned / events | warned rate [95 %] | "
-        "caught late | false alarms / 1,000 windows [95 %] | false pages a day "
-        "[95 %] | chance p (warned) |",
-        "|---|---|---|---|---|---|---|",
+        "caught late | false alarms / 1,000 windows [95 %] | false pages / 1,000 "
+        "windows [95 %] | false pages a day [95 %] | chance p (warned) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
 
     def ci(t: Mapping[str, Any], key: str, nd: int) -> str:
@@ -634,12 +634,13 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
         t = test.get(b)
         cells = [f"{b:g}"]
         if t is not None and served_any(t):
-            fa = "false_alarms_per_1000_windows"
+            fa, fp = "false_alarms_per_1000_windows", "false_pages_per_1000_windows"
             cells += [
                 f"{t['warned']['mean']:.3g} / {t['events']}",
                 f"{t['warned_rate']['mean']:.3f}{ci(t, 'warned_rate', 3)}",
                 f"{t['late']['mean']:.3g}",
                 f"{t[fa]['mean']:.2f}{ci(t, fa, 2)}",
+                f"{t[fp]['mean']:.2f}{ci(t, fp, 2)}" if fp in t else "-",
                 f"{t['false_pages_per_day']['mean']:.2f}"
                 + ci(t, "false_pages_per_day", 2)
                 if per_day
@@ -647,7 +648,7 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
                 f"{t['chance']['p']:.3f}",
             ]
         else:
-            cells += ["none held B out of fold"] + ["-"] * 5
+            cells += ["none held B out of fold"] + ["-"] * 6
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 

@@ -193,6 +193,7 @@ def _rates(v: np.ndarray, steps_per_day: float | None) -> dict[str, np.ndarray]:
         out = {
             "warned_rate": f["warned"] / f["events"],
             "false_alarms_per_1000_windows": 1000 * f["false_alarms"] / f["windows"],
+            "false_pages_per_1000_windows": 1000 * f["false_pages"] / f["windows"],
         }
         if steps_per_day:
             out["false_alarms_per_day"] = f["false_alarms"] * steps_per_day / f["steps"]

@@ -371,6 +371,11 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
         pages, fa = got["false_pages_per_day"], got["false_alarms_per_day"]
         assert 0 <= pages["mean"] <= fa["mean"] + 1e-9
         assert len(got["ci95"]["false_pages_per_day"]) == 2
+        # per 1,000 scored windows, the service's rate-free yardstick: the same pages
+        per_w = got["false_pages_per_1000_windows"]["mean"]
+        assert 0 <= per_w <= got["false_alarms_per_1000_windows"]["mean"] + 1e-9
+        lo, hi = got["ci95"]["false_pages_per_1000_windows"]
+        assert lo <= hi and (per_w > 0) == (pages["mean"] > 0)
     assert raised  # the quantile is the highest of the three somewhere
     best = res["best_baseline"]
     assert best["window"] and not best["window"].startswith("SC-JEPA")

@@ -200,6 +200,7 @@ def test_sums_rates_and_summary() -> None:
     assert out["false_pages"] == 1 and out["false_pages_per_day"] == pytest.approx(
         1440 / 30
     )
+    assert out["false_pages_per_1000_windows"] == pytest.approx(1000 / 30)
     assert out["lead_quartiles"] == [1.25, 1.5, 1.75]  # leads 1 and 2
     assert out["delay_quartiles"] is None
 
