@@ -73,7 +73,12 @@ def test_serve_alerts_at_the_budget_asked_for(
     art = tmp_path / "art"
     shutil.copytree(artifact_dir, art)
     raw = json.loads((art / "manifest.json").read_text())
-    test = {"false_pages_per_day": 0.49, "false_pages_per_day_ci95": [0.22, 0.84]}
+    test = {
+        "false_pages_per_1000": 0.27,
+        "false_pages_per_1000_ci95": [0.12, 0.47],
+        "false_pages_per_day": 0.49,  # for people; the rate-free figure is served
+        "false_pages_per_day_ci95": [0.22, 0.84],
+    }
     points = [
         {"false_alarms_per_1000": 1.0, "threshold": 0.5},
         {"false_alarms_per_1000": 3.0, "threshold": 0.0123, "test": test},
@@ -99,14 +104,13 @@ def test_serve_alerts_at_the_budget_asked_for(
         assert "\nscjepa_alert_threshold 0.0123\n" in text
         assert "\nscjepa_alert_budget_per_1000 3.0\n" in text
         # and what the test split measured there (ScjepaPagingAboveEvaluation)
-        pages = "scjepa_alert_evaluated_false_pages_per_day"
-        assert f'\n{pages}{{estimate="mean"}} 0.49\n' in text
-        assert f'\n{pages}{{estimate="upper95"}} 0.84\n' in text
+        pages = "scjepa_alert_evaluated_false_pages_per_1000_windows"
+        assert f'\n{pages}{{estimate="mean"}} 0.27\n' in text
+        assert f'\n{pages}{{estimate="upper95"}} 0.47\n' in text
     plain = serve()  # the test artifact records no operating point
     text = httpx.get(f"{plain.url}/metrics", timeout=30).text
     threshold = json.loads((artifact_dir / "manifest.json").read_text())["threshold"]
     assert f"\nscjepa_alert_threshold {float(threshold)}\n" in text
     assert "\nscjepa_alert_budget_per_1000 NaN\n" in text
-    assert (
-        '\nscjepa_alert_evaluated_false_pages_per_day{estimate="upper95"} NaN\n' in text
-    )
+    pages = "scjepa_alert_evaluated_false_pages_per_1000_windows"
+    assert f'\n{pages}{{estimate="upper95"}} NaN\n' in text
