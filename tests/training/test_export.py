@@ -730,8 +730,7 @@ def test_operating_points(
 ) -> None:
     """`scjepa evaluate` sets each candidate's thresholds at every operating point
     (select.OPERATING_BUDGETS and its own --fa-budget) on validation and out of fold,
-    with the cross-validation's figures there, and the served model's test figures at
-    the threshold served at each; `scjepa export --fa-budget B` serves one of them
+    and each candidate's test figures at the threshold served at each; `scjepa export --fa-budget B` serves one of them
     under the same rule and lists them all in the manifest; another budget, or one
     with --threshold f1, is refused with what to do."""
 
@@ -820,8 +819,20 @@ def test_operating_points(
     assert fig is not None and fig["false_pages_per_day"] == 2.5
     assert fig["false_pages_per_day_ci95"] == [1.0, 4.0]
     assert point_figures(test[x] | {"thresholds": [[None]]}) is None  # none served
+    # another candidate's probe file lists its own test figures at each point
     other_points = served_threshold(other)[1]["operating_points"]
-    assert all("test" not in p for p in other_points)  # not the served model
+    other_test = {
+        p["false_alarms_per_1000"]: p
+        for p in res["rows"]["SC-JEPA probe"]["events"]["operating_points"]
+    }
+    assert sorted(other_test) == budgets
+    for p in other_points:
+        t = other_test[p["false_alarms_per_1000"]]
+        assert ("test" in p) == (p["threshold"] is not None)
+        if "test" in p:
+            assert p["test"]["warned_rate"] == pytest.approx(t["warned_rate"]["mean"])
+            seeds = np.ravel(np.asarray(t["thresholds"], dtype=float))
+            assert np.isclose(seeds, p["threshold"]).any()
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "no"), "--fa-budget", "7"]) == 2
     assert (

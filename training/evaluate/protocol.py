@@ -877,7 +877,6 @@ def run(args: argparse.Namespace) -> int:
             events=events,
             n_boot=args.n_boot,
             test_sizes=[len(fd.splits["test"]) for fd in folds],
-            served=choice["winner"],
         )
     board = leaderboard(ev.rows, choice)
     if board["rows"]:
@@ -1197,10 +1196,9 @@ def _operating_points(
 ) -> list[dict[str, Any]] | None:
     """The probe's thresholds at each of its row's operating points in the leaderboard
     (fold 0): validation's, the out-of-fold one and the quantile carried to its
-    validation risks (inf where none held the budget); for the served model
-    (``test``: its test figures at each point, warning.add_cv_budget) also what the
-    test split says each costs and buys (:func:`point_figures`). None where there
-    are no points."""
+    validation risks (inf where none held the budget), each with what the test split
+    says it costs and buys (``test``: the row's test figures at each point,
+    warning.add_cv_budget; :func:`point_figures`). None where there are no points."""
     rows: list[dict[str, Any]] = (board or {}).get("rows", [])
     row = next((e for e in rows if e["row"] == name), {})
     points = row.get("operating_points")

@@ -392,17 +392,17 @@ def add_cv_budget(
     events: EventConfig,
     n_boot: int,
     test_sizes: list[int],
-    served: str | None = None,
 ) -> None:
-    """Adds ``rows[name]["events"]["cv_budget"]`` for each row of ``points`` (the
-    served-model candidates' operating points: per budget and fold,
-    training.evaluate.select.operating_points): its test event figures at the
-    threshold `scjepa export` serves at the run's budget, per seed and fold
-    select.served_thresholds of the probe's validation budget thresholds, the out-of-
-    fold ones and the quantiles carried to its validation risks, with the blocks,
-    resamples and chance null of :func:`score_events`. For ``served`` (the served
-    model) also ``["events"]["operating_points"]``: the same figures at every budget,
-    one dict per budget ("false_alarms_per_1000" the budget)."""
+    """Adds, for each row of ``points`` (the served-model candidates' operating
+    points: per budget and fold, training.evaluate.select.operating_points), its test
+    event figures at the threshold `scjepa export` serves at each budget, per seed and
+    fold select.served_thresholds of the probe's validation budget thresholds, the
+    out-of-fold ones and the quantiles carried to its validation risks, with the
+    blocks, resamples and chance null of :func:`score_events`:
+    ``rows[name]["events"]["operating_points"]``, one dict per budget
+    ("false_alarms_per_1000" the budget), and the run's own budget's as
+    ``["events"][CV_KIND]``. Every candidate has them, so a probe file exported in
+    the served model's place lists what each of its points measured too."""
     # (select imports this module)
     from training.evaluate.select import probe_points, served_at
 
@@ -425,9 +425,9 @@ def add_cv_budget(
             at = served_at(probe_points(pts, f.fold, f.budget_thresholds, f.val_risk))
             for i, b in enumerate(budgets):
                 thr[i, seeds.index(f.seed), f.fold] = at[b]
-
-        def figures(i: int, name: str = name, thr: np.ndarray = thr) -> dict[str, Any]:
-            return _kind_events(
+        at_each = [
+            {"false_alarms_per_1000": b}
+            | _kind_events(
                 dense_scores[name],
                 thr[i],
                 blocks,
@@ -437,19 +437,13 @@ def add_cv_budget(
                 test_stretches,
                 events,
             )[0]
-
-        own = budgets.index(events.budget)
-        if name == served:
-            at_each = [
-                {"false_alarms_per_1000": b} | figures(i) for i, b in enumerate(budgets)
-            ]
-            rows[name]["events"]["operating_points"] = at_each
-            fig = {
-                k: v for k, v in at_each[own].items() if k != "false_alarms_per_1000"
-            }
-            rows[name]["events"][CV_KIND] = fig
-        else:
-            rows[name]["events"][CV_KIND] = figures(own)
+            for i, b in enumerate(budgets)
+        ]
+        rows[name]["events"]["operating_points"] = at_each
+        own = at_each[budgets.index(events.budget)]
+        rows[name]["events"][CV_KIND] = {
+            k: v for k, v in own.items() if k != "false_alarms_per_1000"
+        }
 
 
 def _kind_events(
