@@ -491,8 +491,11 @@ def summary(streams: list[Stream]) -> str:
     med = f"median {int(np.median(tot.leads))}" if tot.leads else "-"
     lines += [
         _outcome_row("all", tot, med),
-        f"Caught {tot.caught} of {tot.anomalies} anomalies before they started, with "
-        f"{tot.false_alerts} false alerts in {tot.windows} windows.",
+        f"Caught {tot.caught} of {tot.anomalies} "
+        f"{'anomaly' if tot.anomalies == 1 else 'anomalies'} before "
+        f"{'it' if tot.anomalies == 1 else 'they'} started, with "
+        f"{tot.false_alerts} false alert{'' if tot.false_alerts == 1 else 's'} in "
+        f"{tot.windows} windows.",
     ]
     return "\n".join(lines)
 

@@ -51,6 +51,19 @@ def test_outcome_counts_hits_leads_and_false_alerts() -> None:
     assert o.alerts == 3
 
 
+def test_summary_counts_false_alerts_in_words() -> None:
+    labels = np.zeros(500, dtype=np.int8)
+    labels[250:260] = 1  # onset in window 2
+    s = demo.Stream("s", np.zeros((500, 2)), labels, first_step=0)
+    s.risks = [0.9, 0.9, 0.1, 0.9, 0.1]
+    s.alerts = [True, True, False, False, False]  # window 0: false; 1: caught
+    assert demo.summary([s]).endswith(
+        "Caught 1 of 1 anomaly before it started, with 1 false alert in 5 windows."
+    )
+    s.alerts = [True, True, False, True, False]  # and window 3: false
+    assert demo.summary([s]).endswith("with 2 false alerts in 5 windows.")
+
+
 @pytest.mark.slow
 def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     art = tmp_path / "artifact"
