@@ -65,10 +65,14 @@ def fit_score(xtr, ytr, xva, yva, onset) -> str:
 
 
 def cv_table(
-    name: str, inputs: dict, probes: list[tuple[str, str]], paired: str = "first"
+    name: str,
+    inputs: dict,
+    probes: list[tuple[str, str]],
+    paired: str = "first",
+    fold: int = 0,
 ) -> None:
     """Out-of-fold keys of each input x probe, over the served model's cross-validation
-    blocks (training/evaluate/select.py: fold 0, K = 4; fitted on two blocks, stopped
+    blocks (training/evaluate/select.py: ``fold`` (0, the served model's), K = 4; fitted on two blocks, stopped
     and calibrated on the next, scoring the held-out one; 3 seeds for the MLP, one for
     the deterministic trees), printed as a table: the warned rate at 1-10 and at 1
     false alarm per 1,000 windows and the window PR AUC as the selection rule computes
@@ -78,10 +82,12 @@ def cv_table(
     ``inputs``: label -> featurizer (Samples -> features), fitted once per data set by
     the caller; ``probes``: (kind, fitted on), kind "mlp" | "trees" (the served
     recipes, training/evaluate/probe.py), fitted on "every window" (as served),
-    "normal windows" (the windows that are normal themselves) or "dense windows" (a
-    window every ``stride`` steps, as the event counts use). Each row's warned rate is
-    compared with the table's first row (``paired="first"``) or with the row above it
-    (``"previous"``), with the bootstrap SD of the paired difference. Returns the
+    "normal windows" (the windows that are normal themselves), "dense windows" (a
+    window every ``stride`` steps, as the event counts use) or "mixture" (three
+    probes: :func:`_mixture`). Each row's warned rate is
+    compared with the table's first row (``paired="first"``), the row above it
+    (``"previous"``) or its input's first row (``"first of its input"``), with the
+    bootstrap SD of the paired difference. Returns the
     blocks, the out-of-fold risks and the event config, for screens that look closer."""
     import json
     from pathlib import Path
@@ -96,12 +102,12 @@ def cv_table(
     ev = EventConfig(
         **json.loads((run / "results.json").read_text())["config"]["events"]
     )
-    blocks = cv_blocks(name_ds(name), 0, 4, ev.stride)
+    blocks = cv_blocks(name_ds(name), fold, 4, ev.stride)
     k, seeds = len(blocks), (0, 1, 2)
     hop_y = np.concatenate([b.hop.y for b in blocks])
     hop_on = np.concatenate([b.hop.cur == 0 for b in blocks])
     print(
-        f"\n## {name}: {k} blocks, {len(hop_y)} hop windows, {hop_y.sum()} positive, "
+        f"\n## {name}, fold {fold}: {k} blocks, {len(hop_y)} hop windows, {hop_y.sum()} positive, "
         f"{hop_y[hop_on].sum()} of them onsets (the window before normal); "
         f"look-back {ev.lookback}, a dense window every {ev.stride} steps",
         flush=True,
@@ -124,6 +130,13 @@ def cv_table(
             for j in range(k):
                 v = (j + 1) % k
                 fit = [i for i in range(k) if i not in (j, v)]
+                if fit_on == "mixture":
+                    h, d = _mixture(kind, seeds, [f_hop[i] for i in fit],
+                                    [blocks[i].hop for i in fit], f_hop[v],
+                                    blocks[v].hop, f_hop[j], f_dense[j])  # fmt: skip
+                    hop.append(h)
+                    dense.append(d)
+                    continue
                 x_tr = np.concatenate([f_src[i][m_fit[i]] for i in fit])
                 y_tr = np.concatenate([src[i].y[m_fit[i]] for i in fit])
                 x_v, y_v = f_hop[v][m_val[v]], blocks[v].hop.y[m_val[v]]
@@ -147,7 +160,11 @@ def cv_table(
     )
     names = list(oof)
     for r, (n, o) in enumerate(oof.items()):
-        ref = names[0] if paired == "first" or r == 0 else names[r - 1]
+        ref = {
+            "first": names[0],
+            "previous": names[max(r - 1, 0)],
+            "first of its input": names[r - r % len(probes)],
+        }[paired]
         h = np.concatenate(o[0].hop, axis=1)
         on_roc = np.mean([roc_auc(hop_y[hop_on], s[hop_on]) for s in h])
         on_pr = np.mean([pr_auc(hop_y[hop_on], s[hop_on]) for s in h])
@@ -160,6 +177,40 @@ def cv_table(
             flush=True,
         )
     return blocks, oof, ev
+
+
+def _mixture(kind, seeds, f_fit, s_fit, f_val, s_val, f_hop, f_dense):
+    """(seeds, hop), (seeds, dense) risks of the mixture p_cur * cont + (1 - p_cur) *
+    onset: ``onset`` fitted on the normal windows, ``cont`` on the anomalous ones (both
+    to the next window's label), ``p_cur`` on every window to the current window's
+    label; each stopped and calibrated on the matching windows of the validation
+    block. A part whose windows hold one class is that class's share (a constant)."""
+    from training.evaluate.probe import Probe, ProbeConfig
+
+    x = np.concatenate(f_fit)
+    y = np.concatenate([s.y for s in s_fit])
+    cur = np.concatenate([s.cur for s in s_fit])
+
+    def part(m_tr, t_tr, m_va, t_va, seed):
+        xt, yt, xv, yv = x[m_tr], t_tr[m_tr], f_val[m_va], t_va[m_va]
+        if len(np.unique(yt)) < 2 or len(np.unique(yv)) < 2:
+            c = float(np.r_[yt, yv].mean()) if len(yt) + len(yv) else 0.0
+            return lambda f: np.full(len(f), c)
+        p = Probe(x.shape[1], ProbeConfig(kind=kind), seed)
+        p.fit(xt, yt, xv, yv)
+        return p.predict
+
+    h, d = [], []
+    for seed in seeds if kind == "mlp" else seeds[:1]:
+        every = np.ones(len(y), bool)
+        onset = part(cur == 0, y, s_val.cur == 0, s_val.y, seed)
+        cont = part(cur == 1, y, s_val.cur == 1, s_val.y, seed)
+        det = part(every, cur, np.ones(len(s_val), bool), s_val.cur, seed)
+        for f, out in ((f_hop, h), (f_dense, d)):
+            pc = det(f)
+            out.append(pc * cont(f) + (1 - pc) * onset(f))
+    reps = len(seeds) // len(h)
+    return np.stack(h * reps), np.stack(d * reps)
 
 
 def beside_statistics(name: str, label: str, per_channel) -> None:
