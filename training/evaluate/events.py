@@ -85,6 +85,10 @@ class EventCounts:
     def false_alarms_per_1000(self) -> float:
         return 1000 * self.false_alarms / self.windows if self.windows else float("nan")
 
+    @property
+    def false_pages_per_1000(self) -> float:
+        return 1000 * self.false_pages / self.windows if self.windows else float("nan")
+
     def add(self, other: EventCounts) -> None:
         for name in ("events", "censored", "warned", "late", "missed"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
@@ -203,11 +207,7 @@ def summary(
         "windows": counts.windows,
         "false_alarms_per_1000_windows": counts.false_alarms_per_1000,
         "false_pages": counts.false_pages,
-        "false_pages_per_1000_windows": (
-            1000 * counts.false_pages / counts.windows
-            if counts.windows
-            else float("nan")
-        ),
+        "false_pages_per_1000_windows": counts.false_pages_per_1000,
     }
     if steps_per_day is not None and counts.steps:
         out["false_alarms_per_day"] = counts.false_alarms * steps_per_day / counts.steps
