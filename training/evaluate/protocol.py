@@ -1221,25 +1221,31 @@ def point_figures(t: dict[str, Any]) -> dict[str, Any] | None:
     threshold was served there."""
     if not served_any(t):
         return None
-    ci = t.get("ci95", {})
+
+    def ci(key: str) -> list[float | None] | None:
+        """A 95 % interval as JSON keeps it (a list; None for NaN), so the manifest
+        returned equals the one written."""
+        v = t.get("ci95", {}).get(key)
+        return None if v is None else [json_num(x) for x in v]
+
     out = {
         "events": t["events"],
         "windows": t["windows"],
         "warned_rate": json_num(t["warned_rate"]["mean"]),
-        "warned_rate_ci95": ci.get("warned_rate"),
+        "warned_rate_ci95": ci("warned_rate"),
         "late_rate": json_num(t["late"]["mean"] / t["events"]) if t["events"] else None,
         "false_alarms_per_1000": json_num(t["false_alarms_per_1000_windows"]["mean"]),
-        "false_alarms_per_1000_ci95": ci.get("false_alarms_per_1000_windows"),
+        "false_alarms_per_1000_ci95": ci("false_alarms_per_1000_windows"),
         "false_pages_per_1000": json_num(
             (t.get("false_pages_per_1000_windows") or {}).get("mean")
         ),
-        "false_pages_per_1000_ci95": ci.get("false_pages_per_1000_windows"),
+        "false_pages_per_1000_ci95": ci("false_pages_per_1000_windows"),
         "lead_quartiles_steps": t.get("lead_quartiles"),
         "chance_p": json_num(t.get("chance", {}).get("p")),
     }
     if "false_pages_per_day" in t:
         out["false_pages_per_day"] = json_num(t["false_pages_per_day"]["mean"])
-        out["false_pages_per_day_ci95"] = ci.get("false_pages_per_day")
+        out["false_pages_per_day_ci95"] = ci("false_pages_per_day")
     return out
 
 
