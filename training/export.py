@@ -435,7 +435,7 @@ def served_threshold(
     training.evaluate.select.served_thresholds at each: also never below a looser
     budget's threshold, and refused where neither out-of-fold estimate held the
     budget. The record lists every operating point with the threshold the rule gives
-    there and, for the evaluation's served model, the test split's figures there.
+    there and, under the served rule, the test split's figures there.
     """
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
@@ -538,8 +538,7 @@ def _point_record(
 ) -> dict[str, Any]:
     """One operating point as the manifest lists it: the threshold served there
     (None where none held the budget) and the test split's figures at it where the
-    evaluation measured them (its served model, under the "cv-budget" rule:
-    protocol.point_figures)."""
+    evaluation measured them (under the "cv-budget" rule: protocol.point_figures)."""
     return {
         "false_alarms_per_1000": p["false_alarms_per_1000"],
         "threshold": json_num(threshold),

@@ -730,10 +730,10 @@ def test_operating_points(
 ) -> None:
     """`scjepa evaluate` sets each candidate's thresholds at every operating point
     (select.OPERATING_BUDGETS and its own --fa-budget) on validation and out of fold,
-    and each candidate's test figures at the threshold served at each; `scjepa export --fa-budget B` serves one of them
-    under the same rule and lists them all in the manifest; another budget, or one
-    with --threshold f1, is refused with what to do."""
-
+    and each candidate's test figures at the threshold served at each; `scjepa
+    export --fa-budget B` serves one of them under the same rule and lists them all in
+    the manifest; another budget, or one with --threshold f1, is refused with what to
+    do."""
     from training.evaluate.protocol import point_figures
     from training.evaluate.select import OPERATING_BUDGETS, served_thresholds
     from training.export import served_threshold
@@ -827,11 +827,12 @@ def test_operating_points(
     }
     assert sorted(other_test) == budgets
     for p in other_points:
-        t = other_test[p["false_alarms_per_1000"]]
+        at_p = other_test[p["false_alarms_per_1000"]]
         assert ("test" in p) == (p["threshold"] is not None)
         if "test" in p:
-            assert p["test"]["warned_rate"] == pytest.approx(t["warned_rate"]["mean"])
-            seeds = np.ravel(np.asarray(t["thresholds"], dtype=float))
+            want = at_p["warned_rate"]["mean"]
+            assert p["test"]["warned_rate"] == pytest.approx(want)
+            seeds = np.ravel(np.asarray(at_p["thresholds"], dtype=float))
             assert np.isclose(seeds, p["threshold"]).any()
     capsys.readouterr()
     assert main([*args, "--out", str(tmp_path / "no"), "--fa-budget", "7"]) == 2

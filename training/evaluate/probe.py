@@ -395,13 +395,14 @@ class SavedProbe:
     # this probe as that quantile of its validation risks (select.quantile_threshold);
     # None where cv_budget_threshold is, and in files older than it
     cv_quantile_threshold: float | None = None
-    # the same three at each of the served model's operating points, one dict per
-    # budget: "false_alarms_per_1000", "budget_threshold", "cv_budget_threshold",
-    # "cv_quantile_threshold" (inf: none held it); the evaluation's served model's
-    # also "test", the test split's figures there (protocol.point_figures; before
-    # the thirteenth session of 2026-11-28 "cv_*" figures of the cross-validation
-    # instead); None where the served model was not chosen by cross-validation, and
-    # in files older than them (2026-11-28, twelfth session)
+    # the same three at each of the probe's operating points, one dict per budget:
+    # "false_alarms_per_1000", "budget_threshold", "cv_budget_threshold",
+    # "cv_quantile_threshold" (inf: none held it), and "test", the test split's
+    # figures there (protocol.point_figures; in files since the fourteenth session of
+    # 2026-11-28 for every candidate, before it for the served model alone, and
+    # before the thirteenth "cv_*" figures of the cross-validation instead); None
+    # where the served model was not chosen by cross-validation, and in files older
+    # than them (2026-11-28, twelfth session)
     operating_points: list[dict[str, Any]] | None = None
 
     @property

@@ -201,8 +201,8 @@ def _mixture(kind, seeds, f_fit, s_fit, f_val, s_val, f_hop, f_dense):
         return p.predict
 
     h, d = [], []
+    every = np.ones(len(y), bool)
     for seed in seeds if kind == "mlp" else seeds[:1]:
-        every = np.ones(len(y), bool)
         onset = part(cur == 0, y, s_val.cur == 0, s_val.y, seed)
         cont = part(cur == 1, y, s_val.cur == 1, s_val.y, seed)
         det = part(every, cur, np.ones(len(s_val), bool), s_val.cur, seed)
