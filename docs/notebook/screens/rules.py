@@ -90,7 +90,9 @@ def subset(oof: dict[str, list[OutOfFold]], names: list[str], js: list[int]):
     }
 
 
-def nested(name: str, results: Path):
+def nested(name: str, results: Path, extra: dict[str, list[OutOfFold]] | None = None):
+    """``extra``: more candidates' out-of-fold risks (every fold), offered beside the
+    ten as one more candidate set."""
     ds = load_dataset(name)
     # the run's own event settings (Daphnet: a window every 16 steps, look-back 128)
     ev = EventConfig(
@@ -100,6 +102,7 @@ def nested(name: str, results: Path):
     oof = read_out_of_fold(results / "cv_scores.npz")
     n_folds = len(next(iter(oof.values())))
     ten = list(oof)
+    oof.update(extra or {})
     if ENSEMBLES:
         oof[ALL_TEN] = mean_of(oof, ten)
         oof[FIVE_TREES] = mean_of(oof, [n for n in ten if n.endswith("(trees)")])
@@ -111,6 +114,8 @@ def nested(name: str, results: Path):
         "ten (with trees)": ten,
         "five (MLP)": [n for n in ten if not n.endswith("(trees)")],
     }
+    if extra:
+        sets[f"ten + {len(extra)}"] = ten + list(extra)
     if ENSEMBLES:
         sets["twelve (the ten and two means)"] = every
     out = {}
@@ -144,10 +149,11 @@ def nested(name: str, results: Path):
     return out
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], extra_for=None) -> None:
+    """``extra_for(name, results)``: more candidates for :func:`nested`."""
     pooled: dict[str, dict[str, list]] = {}
     for name, d in zip(argv[::2], argv[1::2], strict=True):
-        res = nested(name, Path(d))
+        res = nested(name, Path(d), extra_for(name, Path(d)) if extra_for else None)
         for label, by_rule in res.items():
             print(f"\n## {name}, {label} candidates: held-out warned / PR AUC, mean "
                   "over blocks; the choice per block")  # fmt: skip

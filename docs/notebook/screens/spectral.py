@@ -40,5 +40,6 @@ def band_shares(x: np.ndarray) -> np.ndarray:
     return np.log((bands + eps) / (bands.sum(1, keepdims=True) + len(EDGES) * eps))
 
 
-for name in sys.argv[1:]:
-    screen.beside_statistics(name, "band powers", band_shares)
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        screen.beside_statistics(name, "band powers", band_shares)
