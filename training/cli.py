@@ -45,6 +45,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "training.bench.cli",
         "throughput and memory: bench train | infer | serve | soak | streams",
     ),
+    "calibrate": (
+        "training.calibrate",
+        "a label-free probe for data without incident labels: how rare each window is",
+    ),
     "export": (
         "training.export",
         "write the ONNX model artifact + manifest for the service",

@@ -440,6 +440,12 @@ def served_threshold(
     rule = default_rule(probe) if rule is None else rule
     if rule not in THRESHOLDS:
         raise UserError(f"--threshold {rule!r}: choose one of {', '.join(THRESHOLDS)}")
+    if probe.kind == "rarity" and rule != "budget":
+        raise UserError(
+            f"--threshold {rule}: a label-free probe (scjepa calibrate) has only the "
+            "thresholds its calibration windows set at each budget: leave --threshold "
+            "out, or give --threshold budget"
+        )
     own = (probe.budget or {}).get("false_alarms_per_1000")
     budget, cv = probe.budget_threshold, probe.cv_budget_threshold
     quantile = probe.cv_quantile_threshold

@@ -53,6 +53,8 @@ class ProbeConfig:
 
 
 PROBE_KINDS = ("mlp", "trees")
+# a saved probe may also be the label-free head (model/rarity.py, `scjepa calibrate`)
+SAVED_KINDS = (*PROBE_KINDS, "rarity")
 
 
 def build_probe_net(n_features: int, hidden: int, dropout: float) -> nn.Sequential:
@@ -417,11 +419,17 @@ class SavedProbe:
 
     @property
     def kind(self) -> str:
-        """The probe kind, "mlp" or "trees" (files older than the tree probe: "mlp")."""
+        """The probe kind, "mlp", "trees" or "rarity" (the label-free head of `scjepa
+        calibrate`; files older than the tree probe: "mlp")."""
         return str(self.probe["config"].get("kind", "mlp"))
 
     def build_net(self) -> nn.Module:
-        """The probe (MLP, or model/trees.py's TreeEnsemble) with its fitted weights."""
+        """The probe (MLP, model/trees.py's TreeEnsemble or model/rarity.py's Rarity)
+        with its fitted weights."""
+        if self.kind == "rarity":
+            from model.rarity import Rarity
+
+            return Rarity.from_state(self.state_dict)
         if self.kind == "trees":
             from model.trees import TreeEnsemble
 
@@ -438,9 +446,17 @@ class SavedProbe:
             return f"unknown calibration {cal.get('method')!r}"
         if cal["method"] == "platt" and not {"a", "b"} <= set(cal):
             return "Platt calibration without a and b"
-        if self.kind not in PROBE_KINDS:
+        if self.kind not in SAVED_KINDS:
             return f"unknown probe kind {self.kind!r}"
-        if self.kind == "trees":
+        if self.kind == "rarity":
+            ranks = self.state_dict.get("calibration")
+            if ranks is None or ranks.ndim != 1 or not len(ranks):
+                return "its label-free head has no calibration scores"
+            if not set(self.features.split("+")) <= set(DETECTOR_PARTS):
+                return (
+                    f"a label-free head reads detector scores only, not {self.features}"
+                )
+        elif self.kind == "trees":
             from model.trees import TREE_KEYS
 
             if not set(TREE_KEYS) <= set(self.state_dict):

@@ -1,0 +1,150 @@
+"""`scjepa calibrate`: a served model for data without labels, end to end: an
+unlabelled CSV -> the label-free probe -> `scjepa export` -> onnxruntime -> the service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pandas as pd
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from support.train_helpers import TINY_MODEL
+
+from service.config import Settings
+from service.main import create_app
+from service.manifest import load_manifest
+from training.calibrate import budget_threshold, dense_windows
+from training.cli import main
+from training.evaluate.probe import SavedProbe
+from training.export import build_served
+from training.pretrain.checkpoint import load_model
+
+N_ROWS, CHANNELS = 40_000, ["flow", "temp", "valve"]
+TINY = [a for k, v in TINY_MODEL.items() for a in ("--set", f"model.{k}={v}")] + [
+    "--set", "optim.epochs=1", "--set", "run.progress=false", "--set", "run.threads=1",
+]  # fmt: skip
+
+
+def _normal(rng: np.random.Generator, n: int) -> np.ndarray:
+    t = np.arange(n)
+    return np.c_[
+        np.sin(t / 15.0) + 0.1 * rng.normal(size=n),
+        20.0 + 0.2 * rng.normal(size=n),
+        np.full(n, 3.0),  # constant: masked
+    ].astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("calibrate")
+    run = ["pretrain", "--dataset", "synthetic", "--config", "configs/fast.yaml"]
+    assert main([*run, *TINY, "--out", str(d / "run")]) == 0
+    x = _normal(np.random.default_rng(0), N_ROWS)
+    df = pd.DataFrame(x, columns=CHANNELS)
+    df.insert(0, "timestamp", 60.0 * np.arange(N_ROWS))  # no label column
+    df.to_csv(d / "plant.csv", index=False)
+    ckpt, probe = d / "run" / "best.pt", d / "lf.pt"
+    data = ["--dataset", "csv", "--root", str(d / "plant.csv")]
+    assert (
+        main(["calibrate", *data, "--checkpoint", str(ckpt), "--out", str(probe)]) == 0
+    )
+    art = d / "art"
+    assert main(["export", "--checkpoint", str(ckpt), "--probe", str(probe),
+                 "--out", str(art)]) == 0  # fmt: skip
+    return {"dir": d, "ckpt": ckpt, "probe": probe, "art": art, "csv": d / "plant.csv"}
+
+
+def _onnx_risk(art: Path, x: np.ndarray) -> np.ndarray:
+    run = ort.InferenceSession(
+        str(art / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    return run.run(["risk"], {"window": x.astype(np.float32)})[0]
+
+
+def test_label_free_artifact_holds_its_budget_on_normal_data(
+    calibrated: dict[str, Path],
+) -> None:
+    """The served threshold alerts on about the budget's share of normal windows it
+    was not calibrated on, and on windows unlike them; ONNX matches PyTorch."""
+    m = load_manifest(calibrated["art"])
+    assert m.probe_features == "knn+pca" and m.channel_mask == [True, True, False]
+    rec = m.eval_metrics["threshold"]
+    assert rec["rule"] == "budget" and rec["false_alarms_per_1000"] == 1.0
+    assert m.hop == 5 and m.eval_metrics["label_free"]["calibration_windows"] > 200
+    # tighter budgets never alert more
+    points = sorted(rec["operating_points"], key=lambda p: p["false_alarms_per_1000"])
+    assert [p["threshold"] for p in points] == sorted(
+        (p["threshold"] for p in points), reverse=True
+    )
+    fresh = _normal(np.random.default_rng(1), 20_000)  # new normal data
+    normal = np.ascontiguousarray(dense_windows(fresh, 100, 5))
+    risk = _onnx_risk(calibrated["art"], normal)
+    assert risk.min() >= 0.0 and risk.max() < 1.0
+    at10 = next(p["threshold"] for p in points if p["false_alarms_per_1000"] == 10)
+    assert np.mean(risk >= m.threshold) < 0.005  # budget 1 / 1,000, sampling slack
+    assert 0.002 < np.mean(risk >= at10) < 0.03  # budget 10 / 1,000
+    assert 0.3 < np.median(risk) < 0.7  # a normal window ranks mid-way
+    odd = normal[:8].copy()
+    odd[:, 50:, 0] += 6.0  # a level shift in the flow
+    assert np.all(_onnx_risk(calibrated["art"], odd) >= m.threshold)
+    served = build_served(
+        load_model(calibrated["ckpt"]), SavedProbe.load(calibrated["probe"])
+    ).eval()
+    with torch.no_grad():
+        ref = served(torch.from_numpy(normal[:64]))[0].numpy()
+    np.testing.assert_allclose(
+        _onnx_risk(calibrated["art"], normal[:64]), ref, atol=1e-4
+    )
+
+
+def test_label_free_artifact_serves(calibrated: dict[str, Path]) -> None:
+    """The service runs the label-free artifact as any other: a normal stretch scores
+    below the threshold, a shifted one alerts."""
+    x = _normal(np.random.default_rng(2), 200)
+    x[150:, 0] += 6.0
+    body = {"stream": "p", "readings": [{"ts": 60.0 * i, "values": r.tolist()}
+                                        for i, r in enumerate(x)]}  # fmt: skip
+    thr = load_manifest(calibrated["art"]).threshold
+    with TestClient(create_app(Settings(artifact=calibrated["art"]))) as client:
+        res = client.post("/ingest?wait=20", json=body).json()["results"][0]
+        assert res["windows_scored"] > 10 and res["risk"] >= thr
+        hist = client.get("/risk/p/history", params={"limit": 100}).json()["items"]
+        first = min(hist, key=lambda h: h["window_end"])
+        assert first["risk"] < thr  # the window before the shift
+
+
+def test_budget_threshold() -> None:
+    """The lowest risk keeping at most the budget's share at or above it, ties
+    counted; above every window where even one is too many."""
+    risk = np.array([0.1] * 990 + [0.5] * 5 + [0.9] * 3 + [0.95, 0.99])
+    t = budget_threshold(risk, 10.0, top=1.0)
+    assert t == 0.5 and np.mean(risk >= t) <= 0.010
+    t = budget_threshold(risk, 3.0, top=1.0)  # 3 of 1,000: 0.9 would give 5
+    assert t == 0.95 and np.sum(risk >= t) == 2
+    t = budget_threshold(risk, 0.1, top=1.0)  # none of 1,000 windows allowed
+    assert 0.99 < t < 1.0 and not np.any(risk >= t)
+
+
+def test_calibrate_errors_are_one_line(
+    calibrated: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ckpt, csv = str(calibrated["ckpt"]), str(calibrated["csv"])
+    base = ["calibrate", "--dataset", "csv", "--root", csv, "--checkpoint", ckpt]
+    out = ["--out", str(tmp_path / "p.pt")]
+    assert main([*base, *out, "--detectors", "stats"]) == 2
+    err = capsys.readouterr().err
+    assert "--detectors stats" in err and "knn, pca, surprise, recon" in err
+    assert len(err.strip().splitlines()) == 1
+    short = tmp_path / "short.csv"
+    pd.read_csv(csv).iloc[:400].to_csv(short, index=False)
+    assert main([*base[:4], str(short), *base[5:], *out]) == 2
+    err = capsys.readouterr().err
+    assert "calibration windows" in err and "at least" in err
+    assert not (tmp_path / "p.pt").exists()
+    # a label-free probe has no F1 threshold to serve
+    exp = ["export", "--checkpoint", ckpt, "--probe", str(calibrated["probe"])]
+    assert main([*exp, "--out", str(tmp_path / "a"), "--threshold", "f1"]) == 2
+    assert "label-free" in capsys.readouterr().err

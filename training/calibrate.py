@@ -1,0 +1,293 @@
+"""`scjepa calibrate`: a served model for data without incident labels.
+
+    scjepa calibrate --dataset csv --root plant.csv --checkpoint runs/plant/best.pt \\
+        --out results/plant/probe-label-free.pt
+    scjepa export --checkpoint runs/plant/best.pt \\
+        --probe results/plant/probe-label-free.pt --out artifacts/plant
+
+A probe that predicts the next window's incidents needs labelled incidents to learn
+from. Until an operator has them, the service can still say how unusual each window
+is: model/rarity.py's head ranks the mean of the window's z-scored detector scores
+(model/detectors.py) among calibration windows, and serves that rank as the risk. It
+detects; it does not predict (docs/notebook/results-notes.md, 2026-11-28, fifteenth
+session, measures what it gives on the labelled benchmarks).
+
+Every entity's normal series (the data set's train split; a CSV without labels is all
+train) is cut in time: the first ``1 - calibration_frac`` is the detectors' reference
+(the kNN bank, the PCA basis), and after a one-window gap the rest gives the calibration
+windows, one every ``stride`` steps as the service scores. The detectors' z-scaling
+and the ranks come from the calibration windows, which the reference never saw (a
+window in the kNN bank is its own nearest neighbour). The threshold at each budget B
+(false alarms per 1,000 windows) is rank 1 - B / 1000, which puts B of every 1,000
+calibration windows in alert; the file records the measured share at each. No test
+figures: there are no labels to measure them.
+
+Writes a probe file `scjepa export --probe` serves like `scjepa evaluate`'s (its
+threshold rule is "budget"; ``--fa-budget`` serves another operating point).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from training.errors import UserError
+
+if TYPE_CHECKING:
+    from model import SCJEPA
+    from training.data import Dataset
+    from training.evaluate.probe import SavedProbe
+
+DEFAULT_DETECTORS = "knn+pca"
+MAX_RANKS = 10_001  # calibration scores kept in the graph (quantiles beyond it)
+MIN_WINDOWS = 200  # calibration windows below which the ranks mean little
+
+
+def dense_windows(x: np.ndarray, window: int, stride: int) -> np.ndarray:
+    """(T, V) -> (n, window, V): a window ending every ``stride`` steps (a view)."""
+    if len(x) < window:
+        return np.zeros((0, window, x.shape[1]), dtype=x.dtype)
+    view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)  # (n, V, w)
+    return view[::stride].transpose(0, 2, 1)
+
+
+def split_normal(
+    ds: Dataset, window: int, stride: int, frac: float
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Every entity's normal (train) series, kept channels: the reference windows
+    (hop ``window``) of the first ``1 - frac`` and, after a one-window gap, the
+    calibration windows (every ``stride`` steps) of the rest, per entity."""
+    from training.data.windows import cut_windows
+
+    ref, cal = [], []
+    for e in ds.entities:
+        x = np.asarray(e.train[:, ds.mask], dtype=np.float32)
+        cut = int(len(x) * (1.0 - frac))
+        ref.append(cut_windows(x[:cut], window))
+        cal.append(dense_windows(x[cut + window :], window, stride))
+    reference = np.concatenate(ref)
+    n_cal = sum(len(c) for c in cal)
+    if len(reference) < 2 or n_cal < MIN_WINDOWS:
+        raise UserError(
+            f"{ds.name}: {len(reference)} reference and {n_cal} calibration windows "
+            f"of {window} steps in the normal data; calibrating needs at least 2 and "
+            f"{MIN_WINDOWS}: give more normal rows, or a smaller --stride or "
+            "--calibration-frac"
+        )
+    return reference, [c for c in cal if len(c)]
+
+
+def raw_scores(
+    model: SCJEPA,
+    detectors: Any,
+    windows: list[np.ndarray],
+    batch: int = 256,
+) -> np.ndarray:
+    """The detectors' unscaled scores (N, n) of every window in ``windows``."""
+    import torch
+
+    from model.detectors import SCJEPA_DETECTORS
+
+    own = any(n in detectors.names for n in SCJEPA_DETECTORS)
+    out = []
+    with torch.no_grad():
+        for w in windows:
+            for i in range(0, len(w), batch):
+                xb = torch.from_numpy(np.ascontiguousarray(w[i : i + batch]))
+                scores = model.window_scores(xb, model.code_probs(xb)) if own else None
+                out.append(detectors.raw(xb, scores).numpy())
+    return np.concatenate(out).astype(np.float64)
+
+
+def budget_threshold(risk: np.ndarray, budget: float, top: float) -> float:
+    """The lowest of the calibration windows' risks at or above which at most
+    ``budget`` per 1,000 of them are; where even the highest alone is too many, half
+    way from it to ``top`` (the risk of a window above every calibration window)."""
+    allowed = int(np.floor(budget / 1000.0 * len(risk) + 1e-9))
+    values = np.unique(risk)[::-1]  # descending
+    at_or_above = np.searchsorted(np.sort(-risk), -values, side="right")
+    ok = values[at_or_above <= allowed]
+    if len(ok):
+        return float(ok[-1])
+    return float((values[0] + top) / 2.0)
+
+
+def calibrate(
+    model: SCJEPA,
+    ds: Dataset,
+    features: str = DEFAULT_DETECTORS,
+    calibration_frac: float = 0.2,
+    stride: int | None = None,
+    checkpoint: str | None = None,
+    windows: tuple[np.ndarray, list[np.ndarray]] | None = None,
+) -> SavedProbe:
+    """The label-free probe of ``ds``'s normal data (module docstring). ``windows``:
+    the (reference, calibration) windows, kept channels, in place of
+    :func:`split_normal`'s."""
+    import torch
+
+    from model.detectors import DETECTORS, Detectors, fit_detector_params
+    from model.rarity import Rarity
+    from training.evaluate.probe import SavedProbe, feature_parts
+    from training.evaluate.select import OPERATING_BUDGETS
+    from training.evaluate.warning import event_config
+
+    try:
+        names = feature_parts(features)
+    except ValueError as e:
+        raise UserError(f"--detectors {features}: {e}") from None
+    if not set(names) <= set(DETECTORS):
+        raise UserError(
+            f"--detectors {features}: detector scores only ({', '.join(DETECTORS)})"
+        )
+    if not 0.0 < calibration_frac < 1.0:
+        raise UserError(f"--calibration-frac {calibration_frac}: between 0 and 1")
+    if model.codebook is None and set(names) - {"knn", "pca"}:
+        raise UserError(
+            f"--detectors {features}: the checkpoint has no codebook, so no "
+            "surprise or recon; use knn and pca"
+        )
+    window = model.cfg.seq_len
+    ev = event_config(ds, stride)
+    reference, cal_windows = windows or split_normal(
+        ds, window, ev.stride, calibration_frac
+    )
+    params = fit_detector_params(reference, names)
+    raw = raw_scores(model, Detectors(names, params), cal_windows)
+    mean, std = raw.mean(0), raw.std(0) + 1e-6
+    params |= {"scale_mean": mean, "scale_std": std}
+    score = ((raw - mean) / std).mean(1)
+    ranks = np.sort(score)
+    if len(ranks) > MAX_RANKS:  # its quantiles: ranks to 1 / (MAX_RANKS - 1)
+        ranks = np.quantile(ranks, np.linspace(0.0, 1.0, MAX_RANKS))
+    head = Rarity.from_state({"calibration": torch.tensor(ranks, dtype=torch.float32)})
+    with torch.no_grad():  # as the served graph computes them, in float32
+        f32 = {k: torch.tensor(v, dtype=torch.float32) for k, v in
+               (("raw", raw), ("mean", mean), ("std", std))}  # fmt: skip
+        z = (f32["raw"] - f32["mean"]) / f32["std"]
+        risk = torch.sigmoid(head(z)).squeeze(1).numpy()
+        top = float(torch.sigmoid(head(torch.full((1, len(names)), 1e9))).item())
+    points = []
+    thresholds = {
+        b: budget_threshold(risk, b, top)
+        for b in sorted({*OPERATING_BUDGETS, ev.budget})
+    }
+    for budget, threshold in thresholds.items():
+        points.append(
+            {
+                "false_alarms_per_1000": float(budget),
+                "budget_threshold": threshold,
+                "cv_budget_threshold": None,
+                "cv_quantile_threshold": None,
+                "calibration_alerts_per_1000": float(1000 * np.mean(risk >= threshold)),
+            }
+        )
+    keep = {"knn_k", "scale_mean", "scale_std"}
+    keep |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in names else set()
+    keep |= {"pca_mean", "pca_components"} if "pca" in names else set()
+    return SavedProbe(
+        state_dict=head.state_dict(),
+        n_features=len(names),
+        probe={
+            "config": {"kind": "rarity"},
+            "seed": 0,
+            "best_epoch": 0,
+            "calibration": {"method": "none"},
+        },
+        threshold=thresholds[ev.budget],
+        dataset=ds.name,
+        channels=list(ds.channels),
+        mask=[bool(m) for m in ds.mask],
+        metrics={
+            "label_free": {
+                "detectors": features,
+                "reference_windows": len(reference),
+                "calibration_windows": len(score),
+                "calibration_frac": calibration_frac,
+                "stride": ev.stride,
+            }
+        },
+        checkpoint=checkpoint,
+        data_fingerprint=ds.fingerprint(),
+        features=features,
+        detectors={k: v for k, v in params.items() if k in keep},
+        budget_threshold=thresholds[ev.budget],
+        budget={
+            "false_alarms_per_1000": float(ev.budget),
+            "lookback": float(ev.lookback),
+            "stride": float(ev.stride),
+        },
+        operating_points=points,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", required=True, help="data set (csv: your own file)")
+    p.add_argument("--root", type=Path, help="data folder or file")
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        required=True,
+        help="pre-training checkpoint (best.pt) the artifact will run",
+    )
+    p.add_argument(
+        "--out", type=Path, required=True, help="probe file to write (probe.pt)"
+    )
+    p.add_argument(
+        "--detectors",
+        default=DEFAULT_DETECTORS,
+        help="detector scores averaged, '+'-joined: knn, pca, surprise, recon "
+        f"(default: {DEFAULT_DETECTORS})",
+    )
+    p.add_argument(
+        "--calibration-frac",
+        type=float,
+        default=0.2,
+        help="the last share of each series' normal rows that calibrates the ranks "
+        "(default: 0.2)",
+    )
+    p.add_argument(
+        "--stride",
+        type=int,
+        default=None,
+        help="steps between calibration windows, the hop the artifact scores at "
+        "(default: the data set's event stride, 5 steps; 8 on Daphnet)",
+    )
+    from training.data.cli import add_table_arguments
+
+    add_table_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    from training.data import load_dataset
+    from training.data.cli import table_options
+    from training.pretrain.checkpoint import load_model
+
+    model = load_model(args.checkpoint)
+    ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
+    probe = calibrate(
+        model,
+        ds,
+        args.detectors,
+        args.calibration_frac,
+        args.stride,
+        checkpoint=str(args.checkpoint),
+    )
+    probe.save(args.out)
+    lf = probe.metrics["label_free"]
+    print(
+        f"wrote {args.out}: {lf['detectors']} on {lf['reference_windows']} reference "
+        f"and {lf['calibration_windows']} calibration windows",
+    )
+    for p in probe.operating_points or []:
+        print(
+            f"  budget {p['false_alarms_per_1000']:g} / 1,000 windows: risk >= "
+            f"{p['budget_threshold']:.4f} alerts on "
+            f"{p['calibration_alerts_per_1000']:.2f} of 1,000 calibration windows",
+            file=sys.stdout,
+        )
+    return 0
