@@ -1,8 +1,9 @@
 """Screen, on held-out CV blocks: would the served selection rule choose better if it
-were offered two more candidates, the window statistics + band powers read by the MLP
-and by the trees? (results-notes.md, 2026-11-28, fifteenth session; criterion there)
+were offered two more candidates, the window statistics + band powers (or, with
+--own-past, + the stream's own past: own_past.py) read by the MLP and by the trees?
+(results-notes.md, 2026-11-28, fifteenth session; criteria there)
 
-    python docs/notebook/screens/candidates.py DATASET RESULTS_DIR [DATASET RESULTS_DIR ...]
+    python docs/notebook/screens/candidates.py [--own-past] DATASET RESULTS_DIR [...]
 
 RESULTS_DIR is a `scjepa evaluate` run with cv_scores.npz (the ten candidates'
 out-of-fold risks). The two new candidates' out-of-fold risks are computed on every
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import rules
 import torch
+from own_past import own_past
 from spectral import band_shares
 
 from training.data import load_dataset
@@ -32,6 +34,7 @@ from training.evaluate.select import OutOfFold, cv_blocks, out_of_fold, read_out
 from training.evaluate.warning import EventConfig
 
 torch.set_num_threads(2)
+OWN_PAST = False  # --own-past
 
 
 def pooled_bands(x: np.ndarray) -> np.ndarray:
@@ -55,12 +58,27 @@ def band_candidates(name: str, results: Path) -> dict[str, list[OutOfFold]]:
         def featurize(x: np.ndarray, stats=stats, scale=scale) -> np.ndarray:
             return np.c_[stats(x), scale(pooled_bands(x))]
 
+        added = "band powers"
+        if OWN_PAST:  # its features need the windows' entities and ends: out_of_fold
+            # passes each block's arrays, so they are looked up by identity
+            added, past = "own past", own_past(ds, f)
+            samples = {id(s.x): s for b in blocks for s in (b.hop, b.dense)}
+
+            def featurize(
+                x: np.ndarray, stats=stats, past=past, samples=samples
+            ) -> np.ndarray:
+                return np.c_[stats(x), past(samples[id(x)])]
+
         for kind, label in (("trees", " (trees)"), ("mlp", "")):
             o = out_of_fold(blocks, featurize, replace(probe, kind=kind), range(3))
-            out.setdefault(f"stats + band powers{label}", []).append(o)
-        print(f"{name} fold {f}: band candidates fitted", flush=True)
+            out.setdefault(f"stats + {added}{label}", []).append(o)
+        print(f"{name} fold {f}: {added} candidates fitted", flush=True)
     return out
 
 
 if __name__ == "__main__":
-    rules.main(sys.argv[1:], band_candidates)
+    args = sys.argv[1:]
+    if "--own-past" in args:
+        OWN_PAST = True
+        args.remove("--own-past")
+    rules.main(args, band_candidates)
