@@ -1,9 +1,10 @@
 """Screen, on held-out CV blocks: would the served selection rule choose better if it
 were offered two more candidates, the window statistics + band powers (or, with
---own-past, + the stream's own past: own_past.py) read by the MLP and by the trees?
+--own-past, + the stream's own past: own_past.py; with --entity-scale, + the
+statistics z-scored per entity: entity_scale.py) read by the MLP and by the trees?
 (results-notes.md, 2026-11-28, fifteenth session; criteria there)
 
-    python docs/notebook/screens/candidates.py [--own-past] DATASET RESULTS_DIR [...]
+    python docs/notebook/screens/candidates.py [--own-past | --entity-scale] DATASET RESULTS_DIR [...]
 
 RESULTS_DIR is a `scjepa evaluate` run with cv_scores.npz (the ten candidates'
 out-of-fold risks). The two new candidates' out-of-fold risks are computed on every
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import rules
 import torch
+from entity_scale import entity_scale
 from own_past import own_past
 from spectral import band_shares
 
@@ -35,6 +37,7 @@ from training.evaluate.warning import EventConfig
 
 torch.set_num_threads(2)
 OWN_PAST = False  # --own-past
+ENTITY_SCALE = False  # --entity-scale
 
 
 def pooled_bands(x: np.ndarray) -> np.ndarray:
@@ -69,6 +72,15 @@ def band_candidates(name: str, results: Path) -> dict[str, list[OutOfFold]]:
             ) -> np.ndarray:
                 return np.c_[stats(x), past(samples[id(x)])]
 
+        if ENTITY_SCALE:  # the same lookup (entity_scale.py; split in time only)
+            added, own = "per-entity z", entity_scale(ds)
+            samples = {id(s.x): s for b in blocks for s in (b.hop, b.dense)}
+
+            def featurize(
+                x: np.ndarray, stats=stats, own=own, samples=samples
+            ) -> np.ndarray:
+                return np.c_[stats(x), own(samples[id(x)])]
+
         for kind, label in (("trees", " (trees)"), ("mlp", "")):
             o = out_of_fold(blocks, featurize, replace(probe, kind=kind), range(3))
             out.setdefault(f"stats + {added}{label}", []).append(o)
@@ -81,4 +93,7 @@ if __name__ == "__main__":
     if "--own-past" in args:
         OWN_PAST = True
         args.remove("--own-past")
+    if "--entity-scale" in args:
+        ENTITY_SCALE = True
+        args.remove("--entity-scale")
     rules.main(args, band_candidates)

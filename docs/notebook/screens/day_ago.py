@@ -123,5 +123,6 @@ def by_block(blocks, oof, ev) -> None:
             )
 
 
-for name in (a for a in sys.argv[1:] if not a.startswith("--")):
-    main(name)
+if __name__ == "__main__":
+    for name in (a for a in sys.argv[1:] if not a.startswith("--")):
+        main(name)
