@@ -126,8 +126,9 @@ ALERT_BUDGET = Gauge(
 EVALUATED_PAGES = Gauge(
     "scjepa_alert_evaluated_false_pages_per_1000_windows",
     "False pages per 1,000 scored windows on the evaluation's test split at the "
-    "operating point served (estimate: mean over seeds, upper95 of its 95 % interval; "
-    "NaN where the manifest records none).",
+    "operating point served, or a label-free model's on its calibration windows "
+    "(estimate: mean over seeds, upper95 of its 95 % interval; NaN where the manifest "
+    "records none).",
     ["estimate"],
 )
 
@@ -136,8 +137,9 @@ def set_model(model: Model) -> None:
     """The loaded model's info metric (provider, name, version, precision) and its
     operating point: threshold, the budget it keeps (SCJEPA_FA_BUDGET's point, else
     the exported one; NaN for an F1 threshold or an older manifest) and the false
-    pages per 1,000 scored windows the test split measured there
-    (ScjepaPagingAboveEvaluation compares the live rate with them)."""
+    pages per 1,000 scored windows the test split measured there, or for a label-free
+    model its calibration windows (ScjepaPagingAboveEvaluation compares the live rate
+    with them)."""
     m = model.manifest
     PROVIDER.info(
         {
@@ -154,7 +156,10 @@ def set_model(model: Model) -> None:
         "cv-budget",
     )
     ALERT_BUDGET.set(budget if budget is not None and rule_has_budget else nan)
-    test = (served_point(m) or {}).get("test") or {}
+    point = served_point(m) or {}
+    # a label-free model (scjepa calibrate) has no test figures: its calibration
+    # windows' stand in, under the same keys
+    test = point.get("test") or point.get("calibration") or {}
     high = (test.get("false_pages_per_1000_ci95") or [None, None])[1]
     for estimate, v in (("mean", test.get("false_pages_per_1000")), ("upper95", high)):
         EVALUATED_PAGES.labels(estimate).set(nan if v is None else float(v))

@@ -544,11 +544,16 @@ def _point_record(
 ) -> dict[str, Any]:
     """One operating point as the manifest lists it: the threshold served there
     (None where none held the budget) and the test split's figures at it where the
-    evaluation measured them (under the "cv-budget" rule: protocol.point_figures)."""
-    return {
-        "false_alarms_per_1000": p["false_alarms_per_1000"],
-        "threshold": json_num(threshold),
-    } | ({"test": test} if test else {})
+    evaluation measured them (under the "cv-budget" rule: protocol.point_figures), and
+    a label-free probe's calibration figures (training/calibrate.py)."""
+    return (
+        {
+            "false_alarms_per_1000": p["false_alarms_per_1000"],
+            "threshold": json_num(threshold),
+        }
+        | ({"test": test} if test else {})
+        | ({"calibration": p["calibration"]} if "calibration" in p else {})
+    )
 
 
 def served_hop(threshold_info: dict[str, Any], window: int) -> int:

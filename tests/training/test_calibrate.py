@@ -3,6 +3,7 @@ unlabelled CSV -> the label-free probe -> `scjepa export` -> onnxruntime -> the 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -107,13 +108,31 @@ def test_label_free_artifact_serves(calibrated: dict[str, Path]) -> None:
     x[150:, 0] += 6.0
     body = {"stream": "p", "readings": [{"ts": 60.0 * i, "values": r.tolist()}
                                         for i, r in enumerate(x)]}  # fmt: skip
-    thr = load_manifest(calibrated["art"]).threshold
+    m = load_manifest(calibrated["art"])
+    thr = m.threshold
     with TestClient(create_app(Settings(artifact=calibrated["art"]))) as client:
         res = client.post("/ingest?wait=20", json=body).json()["results"][0]
         assert res["windows_scored"] > 10 and res["risk"] >= thr
         hist = client.get("/risk/p/history", params={"limit": 100}).json()["items"]
         first = min(hist, key=lambda h: h["window_end"])
         assert first["risk"] < thr  # the window before the shift
+        text = client.get("/metrics").text
+    # the paging monitor's yardstick: the calibration windows' pages at the point served
+    point = next(
+        p for p in m.eval_metrics["threshold"]["operating_points"]
+        if p["false_alarms_per_1000"] == 1.0
+    )  # fmt: skip
+    cal = point["calibration"]
+    assert "test" not in point and cal["windows"] > 200
+    assert cal["false_pages_per_1000"] <= cal["false_alarms_per_1000"] <= 1.0
+    low, high = cal["false_pages_per_1000_ci95"]
+    assert low <= cal["false_pages_per_1000"] < high
+    gauge = "scjepa_alert_evaluated_false_pages_per_1000_windows"
+    got = {
+        e: float(re.search(rf'\n{gauge}{{estimate="{e}"}} (\S+)\n', text).group(1))
+        for e in ("mean", "upper95")
+    }
+    assert got == pytest.approx({"mean": cal["false_pages_per_1000"], "upper95": high})
 
 
 def test_budget_threshold() -> None:
