@@ -105,8 +105,12 @@ class Detectors(nn.Module):
             + (bank * bank).sum(1).unsqueeze(0)
         )  # (B, N)
         k = self.k + int(skip_self)
-        near = torch.topk(d2, k, dim=1, largest=False).values  # (B, k)
-        dist = near.clamp_min(0.0).sqrt()
+        idx = torch.topk(d2, k, dim=1, largest=False).indices  # (B, k)
+        # the expansion above finds the neighbours; their distances are taken again
+        # from the differences, as it loses the digits of a distance far below the
+        # features' norm (near-duplicate windows, periodic data), and the root would
+        # pass that rounding on (1e-3 on a distance of 1e-3)
+        dist = ((f.unsqueeze(1) - bank[idx]) ** 2).sum(-1).sqrt()  # (B, k)
         return dist[:, int(skip_self) :].mean(1)
 
     def pca_error(self, x: Tensor) -> Tensor:

@@ -158,7 +158,7 @@ def calibrate(
     import torch
 
     from model.detectors import DETECTORS, Detectors, fit_detector_params
-    from model.rarity import Rarity
+    from model.rarity import Rarity, bandwidth
     from training.evaluate.probe import SavedProbe, feature_parts
     from training.evaluate.select import OPERATING_BUDGETS
     from training.evaluate.warning import event_config
@@ -191,7 +191,9 @@ def calibrate(
     ranks = np.sort(score)
     if len(ranks) > MAX_RANKS:  # its quantiles: ranks to 1 / (MAX_RANKS - 1)
         ranks = np.quantile(ranks, np.linspace(0.0, 1.0, MAX_RANKS))
-    head = Rarity.from_state({"calibration": torch.tensor(ranks, dtype=torch.float32)})
+    cal = torch.tensor(ranks, dtype=torch.float32)
+    width = bandwidth(torch.tensor(score, dtype=torch.float32))
+    head = Rarity.from_state({"calibration": cal, "bandwidth": torch.tensor(width)})
     with torch.no_grad():  # as the served graph computes them, in float32
         f32 = {k: torch.tensor(v, dtype=torch.float32) for k, v in
                (("raw", raw), ("mean", mean), ("std", std))}  # fmt: skip

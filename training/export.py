@@ -302,6 +302,12 @@ def export_artifact(
     )
     from training.data import downstream_splits
 
+    if (int8 or fp16) and probe.kind == "rarity":
+        raise UserError(
+            "--int8/--fp16: a variant is kept only where its metrics on labelled test "
+            "windows stay within half a point; a label-free model (scjepa calibrate) "
+            "has none to check it on: export it without them"
+        )
     if (int8 or fp16) and ds is None:
         raise UserError(
             "--int8/--fp16 need --dataset (the metrics decide whether a variant is kept)"
@@ -328,7 +334,18 @@ def export_artifact(
     }
     # the served graph takes ALL input channels; the samples hold the kept ones
     full: dict[str, Samples] = {}
-    if ds is not None:
+    if ds is not None and probe.kind == "rarity":  # labels or not: the calibration
+        # windows (a window of the kNN bank is at distance 0 from itself, where float
+        # rounding decides the root's first digits; served windows are not in it)
+        from training.calibrate import split_normal
+
+        lf = probe.metrics["label_free"]
+        cal = np.concatenate(
+            split_normal(ds, window, lf["stride"], lf["calibration_frac"])[1]
+        )
+        pick = np.linspace(0, len(cal) - 1, min(256, len(cal))).astype(int)
+        windows["real_calibration"] = _unmask(cal[pick].astype(np.float32), probe.mask)
+    elif ds is not None:
         splits = downstream_splits(ds, window)
         full = {k: _with_all_channels(s, probe.mask) for k, s in splits.items()}
         windows["real_test"] = full["test"].x

@@ -53,8 +53,9 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         main(["calibrate", *data, "--checkpoint", str(ckpt), "--out", str(probe)]) == 0
     )
     art = d / "art"
+    # with the (unlabelled) data: parity on its calibration windows too
     assert main(["export", "--checkpoint", str(ckpt), "--probe", str(probe),
-                 "--out", str(art)]) == 0  # fmt: skip
+                 "--out", str(art), *data]) == 0  # fmt: skip
     return {"dir": d, "ckpt": ckpt, "probe": probe, "art": art, "csv": d / "plant.csv"}
 
 
@@ -72,6 +73,7 @@ def test_label_free_artifact_holds_its_budget_on_normal_data(
     was not calibrated on, and on windows unlike them; ONNX matches PyTorch."""
     m = load_manifest(calibrated["art"])
     assert m.probe_features == "knn+pca" and m.channel_mask == [True, True, False]
+    assert m.eval_metrics["onnx_parity_max_abs"]["real_calibration"] < 1e-4
     rec = m.eval_metrics["threshold"]
     assert rec["rule"] == "budget" and rec["false_alarms_per_1000"] == 1.0
     assert m.hop == 5 and m.eval_metrics["label_free"]["calibration_windows"] > 200
@@ -167,3 +169,6 @@ def test_calibrate_errors_are_one_line(
     exp = ["export", "--checkpoint", ckpt, "--probe", str(calibrated["probe"])]
     assert main([*exp, "--out", str(tmp_path / "a"), "--threshold", "f1"]) == 2
     assert "label-free" in capsys.readouterr().err
+    # nor labelled windows to keep an int8 variant on
+    assert main([*exp, "--out", str(tmp_path / "a"), "--int8"]) == 2
+    assert "--int8/--fp16" in capsys.readouterr().err

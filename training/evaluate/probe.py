@@ -452,6 +452,9 @@ class SavedProbe:
             ranks = self.state_dict.get("calibration")
             if ranks is None or ranks.ndim != 1 or not len(ranks):
                 return "its label-free head has no calibration scores"
+            width = self.state_dict.get("bandwidth")
+            if width is None or not float(width) > 0:
+                return "its label-free head has no positive bandwidth"
             if not set(self.features.split("+")) <= set(DETECTOR_PARTS):
                 return (
                     f"a label-free head reads detector scores only, not {self.features}"
