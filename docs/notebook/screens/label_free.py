@@ -15,7 +15,9 @@ detectors' reference staying the official train windows as `scjepa evaluate` fit
 the stream's recent past, incidents and all, as an operator would calibrate on the
 last weeks of data. --per-stream (implies --recent; data sets split in time) sets
 each entity's thresholds on its own calibration windows' ranks instead of the pooled
-ones. Printed per data set, the test folds pooled: at budgets 1 and 10 per 1,000 windows,
+ones. --val (implies --recent) calibrates on the downstream train windows alone and
+reads the validation split instead of the test split: the split a choice among
+detector sets (--detectors, default knn+pca) may be made on. Printed per data set, the test folds pooled: at budgets 1 and 10 per 1,000 windows,
 the false alarms per 1,000 test windows (does the calibrated budget hold on data it
 was not set on?), warned / late / events; and the window ROC / PR AUC (hop 100).
 """
@@ -41,6 +43,8 @@ torch.set_num_threads(2)
 BUDGETS = (1.0, 10.0)
 RECENT = False  # --recent
 PER_STREAM = False  # --per-stream (with --recent)
+SPLIT, CALIBRATE_ON = "test", ("train", "val")  # --val: ("val", ("train",))
+DETECTORS = "knn+pca"  # --detectors
 
 
 @torch.no_grad()
@@ -66,11 +70,11 @@ def run(name: str, ckpt: str) -> None:
         if RECENT:  # the detectors' reference as evaluate fits it; ranks on the
             # fold's downstream train + validation windows, their labels unread
             dense = downstream_splits(ds, 100, ev.stride, fold=fd.fold)
-            windows = (fd.normal, [dense["train"].x, dense["val"].x])
-        probe = calibrate(model, sub, windows=windows)
+            windows = (fd.normal, [dense[k].x for k in CALIBRATE_ON])
+        probe = calibrate(model, sub, DETECTORS, windows=windows)
         served = build_served(model, probe).eval()
         mask = probe.mask
-        dense = risks(served, fd.dense["test"].x, mask)
+        dense = risks(served, fd.dense[SPLIT].x, mask)
         points = {p["false_alarms_per_1000"]: p for p in probe.operating_points}
         own: dict[int, np.ndarray] = {}
         if PER_STREAM:  # each entity's thresholds on its own calibration windows
@@ -83,14 +87,14 @@ def run(name: str, ckpt: str) -> None:
                 for i in np.unique(calib.entity)
             }
         for b in BUDGETS:
-            for st in fd.stretches["test"]:
+            for st in fd.stretches[SPLIT]:
                 thr = (
                     budget_threshold(own[st.entity], b, 1.0 - EPS)
                     if PER_STREAM
                     else points[b]["budget_threshold"]
                 )
                 counts[b].add(event_counts([st.segment(dense)], thr, ev.lookback))
-        hop = fd.splits["test"]
+        hop = fd.splits[SPLIT]
         y.append(hop.y)
         onset.append(hop.cur == 0)
         r_hop.append(risks(served, hop.x, mask))
@@ -123,5 +127,12 @@ if __name__ == "__main__":
     if "--per-stream" in args:
         PER_STREAM = RECENT = True
         args.remove("--per-stream")
+    if "--val" in args:
+        SPLIT, CALIBRATE_ON, RECENT = "val", ("train",), True
+        args.remove("--val")
+    if "--detectors" in args:
+        i = args.index("--detectors")
+        DETECTORS = args[i + 1]
+        del args[i : i + 2]
     for name, ckpt in zip(args[::2], args[1::2], strict=True):
         run(name, ckpt)
