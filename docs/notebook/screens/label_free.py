@@ -117,7 +117,7 @@ def run(name: str, ckpt: str) -> None:
 
 
 if __name__ == "__main__":
-    print("| data set | calibration windows | test windows (dense) | FA / 1,000 at "
+    print("| data set | calibration windows | windows scored (dense: test, or validation with --val) | FA / 1,000 at "
           "budget 1 | warned / late / events | FA / 1,000 at budget 10 | warned / "
           "late / events | window ROC / PR AUC | onset ROC AUC |")  # fmt: skip
     args = sys.argv[1:]
