@@ -6,7 +6,8 @@
 ``--probe RESULTS_DIR`` serves the model `scjepa evaluate` chose on the non-test data
 (probe-served.pt: cross-validation over train + validation, training/evaluate/select.py;
 its leaderboard, train and validation figures only, goes into the manifest's
-eval_metrics); a probe file serves that probe.
+eval_metrics); a probe file serves that probe, `scjepa calibrate`'s label-free one
+included (training/calibrate.py).
 
 Writes ARTIFACT/model.onnx (window (B, T, V_in) -> risk, channel_contrib, codes; T =
 the model's seq_len) and ARTIFACT/manifest.json (schema: service/manifest.py). Parity
@@ -334,9 +335,8 @@ def export_artifact(
     }
     # the served graph takes ALL input channels; the samples hold the kept ones
     full: dict[str, Samples] = {}
-    if ds is not None and probe.kind == "rarity":  # labels or not: the calibration
-        # windows (a window of the kNN bank is at distance 0 from itself, where float
-        # rounding decides the root's first digits; served windows are not in it)
+    if ds is not None and probe.kind == "rarity":  # the windows it was calibrated
+        # on: unlabelled data have no test split
         from training.calibrate import split_normal
 
         lf = probe.metrics["label_free"]
