@@ -71,7 +71,7 @@ PAGE = """<!doctype html>
 <body>
 <header>
   <h1>SC-JEPA risk</h1>
-  <span class="dim">risk that the <b>next</b> __WINDOW__-step window holds an anomaly</span>
+  <span class="dim">__WHAT__</span>
   <span id="model" class="dim"></span>
   <span class="dim legend"><span><i class="sw"></i>risk per scored window</span><span><i class="sw t"></i>threshold</span><span><i class="sw a"></i>in alert</span></span>
   <span id="conn" class="dim">connecting…</span>
@@ -208,15 +208,25 @@ setInterval(refresh, REFRESH_MS);
 
 
 @cache
-def page(window: int) -> str:
-    """The page for a model that scores windows of ``window`` readings."""
-    return PAGE.replace("__WINDOW__", str(window))
+def page(window: int, label_free: bool = False) -> str:
+    """The page for a model that scores windows of ``window`` readings; a label-free
+    one (`scjepa calibrate`) serves how rare a window is, not the next one's risk."""
+    what = (
+        f"how rare each {window}-step window is among normal ones (a label-free "
+        "model: it detects, it does not predict)"
+        if label_free
+        else f"risk that the <b>next</b> {window}-step window holds an anomaly"
+    )
+    return PAGE.replace("__WHAT__", what)
 
 
 @router.get("/ui", response_class=HTMLResponse, include_in_schema=False)
 async def ui(model: ModelDep) -> HTMLResponse:
     """The live page: streams, risk sparklines, threshold, alert state."""
-    return HTMLResponse(page(model.window), headers={"Cache-Control": "no-store"})
+    label_free = "label_free" in model.manifest.eval_metrics
+    return HTMLResponse(
+        page(model.window, label_free), headers={"Cache-Control": "no-store"}
+    )
 
 
 @router.get("/", include_in_schema=False)

@@ -53,6 +53,9 @@ def test_ui_names_the_models_window(client: TestClient) -> None:
     window = client.app.state.model.window  # type: ignore[attr-defined]
     assert f"<b>next</b> {window}-step window" in client.get("/ui").text
     assert "<b>next</b> 37-step window" in ui.page(37)  # the manifest's, no literal
+    # a label-free model (scjepa calibrate) says what its number is instead
+    lf = ui.page(37, label_free=True)
+    assert "how rare each 37-step window is" in lf and "<b>next</b>" not in lf
 
 
 @pytest.fixture

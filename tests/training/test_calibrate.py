@@ -119,6 +119,8 @@ def test_label_free_artifact_serves(calibrated: dict[str, Path]) -> None:
         first = min(hist, key=lambda h: h["window_end"])
         assert first["risk"] < thr  # the window before the shift
         text = client.get("/metrics").text
+        page = client.get("/ui").text  # the live page says what the number is
+        assert "how rare each 100-step window is" in page and "<b>next</b>" not in page
     # the paging monitor's yardstick: the calibration windows' pages at the point served
     point = next(
         p for p in m.eval_metrics["threshold"]["operating_points"]
