@@ -50,21 +50,13 @@ MAX_RANKS = 10_001  # calibration scores kept in the graph (quantiles beyond it)
 MIN_WINDOWS = 200  # calibration windows below which the ranks mean little
 
 
-def dense_windows(x: np.ndarray, window: int, stride: int) -> np.ndarray:
-    """(T, V) -> (n, window, V): a window ending every ``stride`` steps (a view)."""
-    if len(x) < window:
-        return np.zeros((0, window, x.shape[1]), dtype=x.dtype)
-    view = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)  # (n, V, w)
-    return view[::stride].transpose(0, 2, 1)
-
-
 def split_normal(
     ds: Dataset, window: int, stride: int, frac: float
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Every entity's normal (train) series, kept channels: the reference windows
     (hop ``window``) of the first ``1 - frac`` and, after a one-window gap, the
     calibration windows (every ``stride`` steps) of the rest, per entity."""
-    from training.data.windows import cut_windows
+    from training.data.windows import cut_windows, dense_windows
 
     ref, cal = [], []
     for e in ds.entities:
@@ -84,28 +76,6 @@ def split_normal(
     return reference, [c for c in cal if len(c)]
 
 
-def raw_scores(
-    model: SCJEPA,
-    detectors: Any,
-    windows: list[np.ndarray],
-    batch: int = 256,
-) -> np.ndarray:
-    """The detectors' unscaled scores (N, n) of every window in ``windows``."""
-    import torch
-
-    from model.detectors import SCJEPA_DETECTORS
-
-    own = any(n in detectors.names for n in SCJEPA_DETECTORS)
-    out = []
-    with torch.no_grad():
-        for w in windows:
-            for i in range(0, len(w), batch):
-                xb = torch.from_numpy(np.ascontiguousarray(w[i : i + batch]))
-                scores = model.window_scores(xb, model.code_probs(xb)) if own else None
-                out.append(detectors.raw(xb, scores).numpy())
-    return np.concatenate(out).astype(np.float64)
-
-
 def budget_threshold(risk: np.ndarray, budget: float, top: float) -> float:
     """The lowest of the calibration windows' risks at or above which at most
     ``budget`` per 1,000 of them are; where even the highest alone is too many, half
@@ -119,27 +89,35 @@ def budget_threshold(risk: np.ndarray, budget: float, top: float) -> float:
     return float((values[0] + top) / 2.0)
 
 
-def calibration_figures(series: list[np.ndarray], threshold: float) -> dict[str, Any]:
-    """What the calibration windows (each series' risks in time order) show at
-    ``threshold``: alerts and pages (runs of alerting windows) per 1,000 windows,
-    pages with an exact Poisson 95 % interval, as the test figures' keys name them
-    (every calibration window is taken as normal, so every alert counts as false).
-    The service's paging monitor reads them where a model has no test figures."""
+def calibration_figures(
+    series: list[np.ndarray], threshold: float, window: int, stride: int
+) -> dict[str, Any]:
+    """What the calibration windows (each series' risks, a window every ``stride``
+    steps) show at ``threshold``, counted as the event figures count them
+    (training/evaluate/events.py) with every step normal: false alarms and false pages
+    (runs of alerting windows) per 1,000 windows, pages with an exact Poisson 95 %
+    interval, under the test figures' keys. The service's paging monitor reads them
+    where a model has no test figures."""
     from scipy.stats import chi2
 
-    n = sum(len(r) for r in series)
-    alerts = sum(int((r >= threshold).sum()) for r in series)
-    pages = 0
-    for r in series:
-        on = r >= threshold
-        pages += int(on[0]) + int((on[1:] & ~on[:-1]).sum()) if len(on) else 0
-    low = chi2.ppf(0.025, 2 * pages) / 2 if pages else 0.0
-    high = chi2.ppf(0.975, 2 * pages + 2) / 2
+    from training.evaluate.events import Segment, event_counts
+
+    segments = [
+        Segment(np.zeros(window + stride * (len(r) - 1), np.int8),
+                window + stride * np.arange(len(r)), r)
+        for r in series if len(r)
+    ]  # fmt: skip
+    c = event_counts(segments, threshold, window)
+    low = chi2.ppf(0.025, 2 * c.false_pages) / 2 if c.false_pages else 0.0
+    high = chi2.ppf(0.975, 2 * c.false_pages + 2) / 2
     return {
-        "windows": n,
-        "false_alarms_per_1000": 1000.0 * alerts / n,
-        "false_pages_per_1000": 1000.0 * pages / n,
-        "false_pages_per_1000_ci95": [1000.0 * low / n, 1000.0 * high / n],
+        "windows": c.windows,
+        "false_alarms_per_1000": c.false_alarms_per_1000,
+        "false_pages_per_1000": c.false_pages_per_1000,
+        "false_pages_per_1000_ci95": [
+            1000.0 * low / c.windows,
+            1000.0 * high / c.windows,
+        ],
     }
 
 
@@ -157,8 +135,10 @@ def calibrate(
     :func:`split_normal`'s."""
     import torch
 
-    from model.detectors import DETECTORS, Detectors, fit_detector_params
+    from model.detectors import DETECTORS, SCJEPA_DETECTORS
     from model.rarity import Rarity, bandwidth
+    from training.evaluate.detectors import DetectorScores
+    from training.evaluate.encode import CodeFeatures
     from training.evaluate.probe import SavedProbe, feature_parts
     from training.evaluate.select import OPERATING_BUDGETS
     from training.evaluate.warning import event_config
@@ -183,29 +163,28 @@ def calibrate(
     reference, cal_windows = windows or split_normal(
         ds, window, ev.stride, calibration_frac
     )
-    params = fit_detector_params(reference, names)
-    raw = raw_scores(model, Detectors(names, params), cal_windows)
-    mean, std = raw.mean(0), raw.std(0) + 1e-6
-    params |= {"scale_mean": mean, "scale_std": std}
-    score = ((raw - mean) / std).mean(1)
+    cal = np.concatenate(cal_windows)
+    own = bool(set(names) & set(SCJEPA_DETECTORS))
+    # the detectors fitted on the reference, z-scaled on the calibration windows
+    dets = DetectorScores(reference, cal, CodeFeatures(model) if own else None)
+    z = dets.columns(names)(cal)  # (N, n) float32, as the graph reads them
+    score = z.mean(1)
     ranks = np.sort(score)
     if len(ranks) > MAX_RANKS:  # its quantiles: ranks to 1 / (MAX_RANKS - 1)
         ranks = np.quantile(ranks, np.linspace(0.0, 1.0, MAX_RANKS))
-    cal = torch.tensor(ranks, dtype=torch.float32)
-    width = bandwidth(torch.tensor(score, dtype=torch.float32))
-    head = Rarity.from_state({"calibration": cal, "bandwidth": torch.tensor(width)})
-    with torch.no_grad():  # as the served graph computes them, in float32
-        f32 = {k: torch.tensor(v, dtype=torch.float32) for k, v in
-               (("raw", raw), ("mean", mean), ("std", std))}  # fmt: skip
-        z = (f32["raw"] - f32["mean"]) / f32["std"]
-        risk = torch.sigmoid(head(z)).squeeze(1).numpy()
+    width = bandwidth(torch.from_numpy(score))
+    head = Rarity.from_state(
+        {"calibration": torch.tensor(ranks), "bandwidth": torch.tensor(width)}
+    )
+    with torch.no_grad():
+        risk = torch.sigmoid(head(torch.from_numpy(z))).squeeze(1).numpy()
         top = float(torch.sigmoid(head(torch.full((1, len(names)), 1e9))).item())
+    series = np.split(risk, np.cumsum([len(w) for w in cal_windows])[:-1])
     points = []
     thresholds = {
         b: budget_threshold(risk, b, top)
         for b in sorted({*OPERATING_BUDGETS, ev.budget})
     }
-    series = np.split(risk, np.cumsum([len(w) for w in cal_windows])[:-1])
     for budget, threshold in thresholds.items():
         points.append(
             {
@@ -213,12 +192,11 @@ def calibrate(
                 "budget_threshold": threshold,
                 "cv_budget_threshold": None,
                 "cv_quantile_threshold": None,
-                "calibration": calibration_figures(series, threshold),
+                "calibration": calibration_figures(
+                    series, threshold, window, ev.stride
+                ),
             }
         )
-    keep = {"knn_k", "scale_mean", "scale_std"}
-    keep |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in names else set()
-    keep |= {"pca_mean", "pca_components"} if "pca" in names else set()
     return SavedProbe(
         state_dict=head.state_dict(),
         n_features=len(names),
@@ -244,7 +222,7 @@ def calibrate(
         checkpoint=checkpoint,
         data_fingerprint=ds.fingerprint(),
         features=features,
-        detectors={k: v for k, v in params.items() if k in keep},
+        detectors=dets.saved(names),
         budget_threshold=thresholds[ev.budget],
         budget={
             "false_alarms_per_1000": float(ev.budget),

@@ -17,8 +17,9 @@ from support.train_helpers import TINY_MODEL
 from service.config import Settings
 from service.main import create_app
 from service.manifest import load_manifest
-from training.calibrate import budget_threshold, dense_windows
+from training.calibrate import budget_threshold
 from training.cli import main
+from training.data.windows import dense_windows
 from training.evaluate.probe import SavedProbe
 from training.export import build_served
 from training.pretrain.checkpoint import load_model

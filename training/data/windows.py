@@ -90,6 +90,14 @@ def cut_windows(x: np.ndarray, window: int = WINDOW) -> np.ndarray:
     return x[: n * window].reshape(n, window, x.shape[1])  # (n, window, V)
 
 
+def dense_windows(x: np.ndarray, window: int, stride: int) -> np.ndarray:
+    """(T, V) -> (n, window, V): a window every ``stride`` steps from the first step
+    (a view, not a copy)."""
+    if len(x) < window:
+        return np.zeros((0, window, x.shape[1]), dtype=x.dtype)
+    return sliding_window_view(x, window, axis=0)[::stride].transpose(0, 2, 1)
+
+
 def window_labels(labels: np.ndarray, window: int = WINDOW) -> np.ndarray:
     """(T,) per-step labels -> (T // window,) 1 where the window holds an anomaly."""
     n = len(labels) // window

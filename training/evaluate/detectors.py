@@ -45,7 +45,7 @@ class DetectorScores:
         self.params = fit_detector_params(normal, self.names, seed)
         self.module = Detectors(self.names, self.params).eval()  # identity scaling
         self._lookup = PerArrayCache(self._raw)
-        raw = self._raw(train)
+        raw = self._lookup(train)  # cached: the probes featurize the same array
         self.mean, self.std = raw.mean(0), raw.std(0) + 1e-6
 
     @torch.no_grad()

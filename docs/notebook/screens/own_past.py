@@ -27,8 +27,8 @@ import _screen as screen
 import numpy as np
 import torch
 
-from training.calibrate import dense_windows
 from training.data import Samples
+from training.data.windows import dense_windows
 from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.features import channel_stats
 from training.evaluate.protocol import normal_windows
