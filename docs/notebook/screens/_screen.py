@@ -70,6 +70,7 @@ def cv_table(
     probes: list[tuple[str, str]],
     paired: str = "first",
     fold: int = 0,
+    extra: dict | None = None,
 ) -> None:
     """Out-of-fold keys of each input x probe, over the served model's cross-validation
     blocks (training/evaluate/select.py: ``fold`` (0, the served model's), K = 4; fitted on two blocks, stopped
@@ -87,7 +88,9 @@ def cv_table(
     probes: :func:`_mixture`). Each row's warned rate is
     compared with the table's first row (``paired="first"``), the row above it
     (``"previous"``) or its input's first row (``"first of its input"``), with the
-    bootstrap SD of the paired difference. Returns the
+    bootstrap SD of the paired difference. ``extra``: label -> a function of the
+    blocks returning a row's OutOfFold (a model that is not a featurizer + probe,
+    fitted by the caller on the same blocks, fit / stop / score). Returns the
     blocks, the out-of-fold risks and the event config, for screens that look closer."""
     import json
     from pathlib import Path
@@ -152,6 +155,8 @@ def cv_table(
             oof[f"{label}, {kind}, {fit_on}"] = [
                 OutOfFold(hop, dense, f_hop[0].shape[1])
             ]
+    for label, fit in (extra or {}).items():
+        oof[label] = [fit(blocks)]
     keys = cv_keys([blocks], oof, ev.lookback, CVConfig(n_boot=200))
     print(
         f"{keys.cv['events']} events. | input, probe, fitted on | warned at 1-10 "

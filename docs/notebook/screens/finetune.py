@@ -1,0 +1,166 @@
+"""Screen, out of fold on train + validation: SC-JEPA's encoder and codebook trained
+further, end to end, with the probe on the next window's label, beside the window
+statistics (results-notes.md, 2026-11-29, sixteenth session; criterion there).
+
+    python docs/notebook/screens/finetune.py msl CKPT smd CKPT skab CKPT daphnet CKPT
+    # $SCJEPA_DATA; CKPT may hold {fold} (SKAB, Daphnet: each fold's own pre-training)
+
+Every SC-JEPA candidate reads the pre-trained model frozen. Here the spec's probe input
+(code probabilities, max over the channels, P * K) is computed with gradients and set
+beside the 18 pooled window statistics the served candidates read (z-scored on the
+fold's official train windows); an MLP head reads both, and encoder, codebook and head
+are trained together: class-weighted BCE, AdamW (3e-4 for the model, 1e-3 for the
+head), batches of 64 hop windows, up to EPOCHS epochs, stopped on the next block's
+class-weighted loss (patience 3), one seed. Its floor: the same recipe from the
+untrained model of the same shape (seed 0). Rows beside them: the statistics read by
+the served trees and MLP. Harness: _screen.cv_table (fold 0, K = 4); no test window.
+"""
+
+import copy
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from _screen import cv_table, name_ds
+from torch import nn
+
+from model import SCJEPA
+from model.patching import fold_channels
+from training.evaluate.baselines import WindowStatsFeatures
+from training.evaluate.protocol import normal_windows
+from training.evaluate.select import OutOfFold
+from training.pretrain.checkpoint import load_model
+
+torch.set_num_threads(2)
+EPOCHS, PATIENCE, BATCH, SEED = 20, 3, 64, 0
+
+
+class Tuned(nn.Module):
+    """Code probabilities (max over channels) + window statistics -> a logit."""
+
+    def __init__(self, model: SCJEPA, n_stats: int) -> None:
+        super().__init__()
+        self.model = model
+        width = model.cfg.n_tokens * model.cfg.n_codes
+        self.head = nn.Sequential(
+            nn.Linear(width + n_stats, 64), nn.GELU(), nn.Dropout(0.1), nn.Linear(64, 1)
+        )
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        B, _, V = x.shape
+        h = self.model.encode(fold_channels(x))[0]  # (B * V, P, D)
+        p = self.model.codebook.probs(h).view(B, V, *h.shape[1:-1], -1)
+        return self.head(torch.cat([p.amax(1).flatten(1), s], 1)).squeeze(1)
+
+
+def _logits(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    net.eval()
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(x), 256):
+            xb = torch.from_numpy(np.ascontiguousarray(x[i : i + 256], np.float32))
+            out.append(net(xb, torch.from_numpy(s[i : i + 256])).numpy())
+    return np.concatenate(out)
+
+
+def _loss(logit: torch.Tensor, y: torch.Tensor, w_pos: float) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(
+        logit, y, pos_weight=torch.tensor(w_pos)
+    )
+
+
+def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
+    """blocks -> OutOfFold of the fine-tuned model (one seed, repeated to 3 rows as
+    cv_table repeats the deterministic trees)."""
+
+    def fit(blocks) -> OutOfFold:
+        k = len(blocks)
+        s_hop = [stats(b.hop.x).astype(np.float32) for b in blocks]
+        s_dense = [stats(b.dense.x).astype(np.float32) for b in blocks]
+        hop, dense = [], []
+        for j in range(k):
+            t0 = time.time()
+            v = (j + 1) % k
+            fit_ = [i for i in range(k) if i not in (j, v)]
+            x = np.concatenate([blocks[i].hop.x for i in fit_]).astype(np.float32)
+            s = np.concatenate([s_hop[i] for i in fit_])
+            y = np.concatenate([blocks[i].hop.y for i in fit_]).astype(np.float32)
+            w_pos = float((1 - y).sum() / max(y.sum(), 1))
+            torch.manual_seed(SEED)
+            net = Tuned(copy.deepcopy(model0), s.shape[1])
+            opt = torch.optim.AdamW(
+                [
+                    {"params": net.model.parameters(), "lr": 3e-4},
+                    {"params": net.head.parameters(), "lr": 1e-3},
+                ],
+                weight_decay=1e-4,
+            )
+            yv = torch.from_numpy(blocks[v].hop.y.astype(np.float32))
+            best, bad, state, epochs = np.inf, 0, None, 0
+            g = torch.Generator().manual_seed(SEED)
+            for _ in range(EPOCHS):
+                net.train()
+                perm = torch.randperm(len(x), generator=g).numpy()
+                for i in range(0, len(x), BATCH):
+                    b = perm[i : i + BATCH]
+                    loss = _loss(
+                        net(torch.from_numpy(x[b]), torch.from_numpy(s[b])),
+                        torch.from_numpy(y[b]),
+                        w_pos,
+                    )
+                    opt.zero_grad()
+                    loss.backward()
+                    opt.step()
+                epochs += 1
+                val = float(
+                    _loss(
+                        torch.from_numpy(_logits(net, blocks[v].hop.x, s_hop[v])),
+                        yv,
+                        w_pos,
+                    )
+                )
+                if val < best:
+                    best, bad, state = val, 0, copy.deepcopy(net.state_dict())
+                else:
+                    bad += 1
+                    if bad >= PATIENCE:
+                        break
+            net.load_state_dict(state)
+            h = _logits(net, blocks[j].hop.x, s_hop[j])
+            d = _logits(net, blocks[j].dense.x, s_dense[j])
+            hop.append(np.stack([h] * 3))
+            dense.append(np.stack([d] * 3))
+            print(
+                f"  {tag}: block {j} fitted ({epochs} epochs, val loss {best:.3f}, "
+                f"{time.time() - t0:.0f} s)",
+                flush=True,
+            )
+        return OutOfFold(hop, dense, int(s_hop[0].shape[1]))
+
+    return fit
+
+
+def main(args: list[str]) -> None:
+    for name, ckpt in zip(args[::2], args[1::2], strict=True):
+        ds = name_ds(name)
+        trained = load_model(ckpt.format(fold=0))
+        torch.manual_seed(0)
+        untrained = SCJEPA(trained.cfg)  # evaluate's untrained twin (seed 0)
+        stats = WindowStatsFeatures(normal_windows(ds, 100, 0 if ds.folds else None))
+        cv_table(
+            name,
+            {"pooled statistics (served)": lambda s: stats(s.x)},
+            [("trees", "every window"), ("mlp", "every window")],
+            extra={
+                "SC-JEPA fine-tuned + statistics": fit_tuned(trained, stats, "trained"),
+                "the same from the untrained model": fit_tuned(
+                    untrained, stats, "untrained"
+                ),
+            },
+        )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
