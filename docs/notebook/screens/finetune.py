@@ -14,6 +14,10 @@ head), batches of 64 hop windows, up to EPOCHS epochs, stopped on the next block
 class-weighted loss (patience 3), one seed. Its floor: the same recipe from the
 untrained model of the same shape (seed 0). Rows beside them: the statistics read by
 the served trees and MLP. Harness: _screen.cv_table (fold 0, K = 4); no test window.
+
+With --dense each epoch draws as many windows as the hop windows, at random, from the
+fit blocks' dense windows (one every ``stride`` steps): the window's position as
+augmentation, at the hop fit's cost per epoch.
 """
 
 import copy
@@ -35,6 +39,7 @@ from training.pretrain.checkpoint import load_model
 
 torch.set_num_threads(2)
 EPOCHS, PATIENCE, BATCH, SEED = 20, 3, 64, 0
+DENSE = False  # --dense
 
 
 class Tuned(nn.Module):
@@ -84,9 +89,15 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
             t0 = time.time()
             v = (j + 1) % k
             fit_ = [i for i in range(k) if i not in (j, v)]
-            x = np.concatenate([blocks[i].hop.x for i in fit_]).astype(np.float32)
-            s = np.concatenate([s_hop[i] for i in fit_])
-            y = np.concatenate([blocks[i].hop.y for i in fit_]).astype(np.float32)
+            src, s_src = (
+                ([b.dense for b in blocks], s_dense)
+                if DENSE
+                else ([b.hop for b in blocks], s_hop)
+            )
+            x = np.concatenate([src[i].x for i in fit_]).astype(np.float32)
+            s = np.concatenate([s_src[i] for i in fit_])
+            y = np.concatenate([src[i].y for i in fit_]).astype(np.float32)
+            n_epoch = sum(len(blocks[i].hop) for i in fit_)
             w_pos = float((1 - y).sum() / max(y.sum(), 1))
             torch.manual_seed(SEED)
             net = Tuned(copy.deepcopy(model0), s.shape[1])
@@ -102,8 +113,8 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
             g = torch.Generator().manual_seed(SEED)
             for _ in range(EPOCHS):
                 net.train()
-                perm = torch.randperm(len(x), generator=g).numpy()
-                for i in range(0, len(x), BATCH):
+                perm = torch.randperm(len(x), generator=g).numpy()[:n_epoch]
+                for i in range(0, len(perm), BATCH):
                     b = perm[i : i + BATCH]
                     loss = _loss(
                         net(torch.from_numpy(x[b]), torch.from_numpy(s[b])),
@@ -148,14 +159,17 @@ def main(args: list[str]) -> None:
         trained = load_model(ckpt.format(fold=0))
         torch.manual_seed(0)
         untrained = SCJEPA(trained.cfg)  # evaluate's untrained twin (seed 0)
+        tag = ", dense windows" if DENSE else ""
         stats = WindowStatsFeatures(normal_windows(ds, 100, 0 if ds.folds else None))
         cv_table(
             name,
             {"pooled statistics (served)": lambda s: stats(s.x)},
             [("trees", "every window"), ("mlp", "every window")],
             extra={
-                "SC-JEPA fine-tuned + statistics": fit_tuned(trained, stats, "trained"),
-                "the same from the untrained model": fit_tuned(
+                f"SC-JEPA fine-tuned + statistics{tag}": fit_tuned(
+                    trained, stats, "trained"
+                ),
+                f"the same from the untrained model{tag}": fit_tuned(
                     untrained, stats, "untrained"
                 ),
             },
@@ -163,4 +177,8 @@ def main(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    if "--dense" in args:
+        DENSE = True
+        args.remove("--dense")
+    main(args)
