@@ -4,6 +4,7 @@ statistics (results-notes.md, 2026-11-29, sixteenth session; criterion there).
 
     python docs/notebook/screens/finetune.py msl CKPT smd CKPT skab CKPT daphnet CKPT
     # $SCJEPA_DATA; CKPT may hold {fold} (SKAB, Daphnet: each fold's own pre-training)
+    python docs/notebook/screens/finetune.py daphnet@1 CKPT ...   # another fold
 
 Every SC-JEPA candidate reads the pre-trained model frozen. Here the spec's probe input
 (code probabilities, max over the channels, P * K) is computed with gradients and set
@@ -154,17 +155,20 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
 
 
 def main(args: list[str]) -> None:
-    for name, ckpt in zip(args[::2], args[1::2], strict=True):
+    for arg, ckpt in zip(args[::2], args[1::2], strict=True):
+        name, _, f = arg.partition("@")
+        fold = int(f or 0)
         ds = name_ds(name)
-        trained = load_model(ckpt.format(fold=0))
+        trained = load_model(ckpt.format(fold=fold))
         torch.manual_seed(0)
         untrained = SCJEPA(trained.cfg)  # evaluate's untrained twin (seed 0)
         tag = ", dense windows" if DENSE else ""
-        stats = WindowStatsFeatures(normal_windows(ds, 100, 0 if ds.folds else None))
+        stats = WindowStatsFeatures(normal_windows(ds, 100, fold if ds.folds else None))
         cv_table(
             name,
             {"pooled statistics (served)": lambda s: stats(s.x)},
             [("trees", "every window"), ("mlp", "every window")],
+            fold=fold,
             extra={
                 f"SC-JEPA fine-tuned + statistics{tag}": fit_tuned(
                     trained, stats, "trained"
