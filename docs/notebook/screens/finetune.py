@@ -41,6 +41,7 @@ from training.pretrain.checkpoint import load_model
 torch.set_num_threads(2)
 EPOCHS, PATIENCE, BATCH, SEED = 20, 3, 64, 0
 DENSE = False  # --dense
+FLOOR = True  # --no-floor: without the untrained floor's rows (half the cost)
 
 
 class Tuned(nn.Module):
@@ -72,9 +73,7 @@ def _logits(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 
 def _loss(logit: torch.Tensor, y: torch.Tensor, w_pos: float) -> torch.Tensor:
-    return F.binary_cross_entropy_with_logits(
-        logit, y, pos_weight=torch.tensor(w_pos)
-    )
+    return F.binary_cross_entropy_with_logits(logit, y, pos_weight=torch.tensor(w_pos))
 
 
 def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
@@ -166,17 +165,23 @@ def main(args: list[str]) -> None:
         stats = WindowStatsFeatures(normal_windows(ds, 100, fold if ds.folds else None))
         cv_table(
             name,
-            {"pooled statistics (served)": lambda s: stats(s.x)},
+            {"pooled statistics (served)": lambda s, stats=stats: stats(s.x)},
             [("trees", "every window"), ("mlp", "every window")],
             fold=fold,
             extra={
                 f"SC-JEPA fine-tuned + statistics{tag}": fit_tuned(
                     trained, stats, "trained"
                 ),
-                f"the same from the untrained model{tag}": fit_tuned(
-                    untrained, stats, "untrained"
-                ),
-            },
+            }
+            | (
+                {
+                    f"the same from the untrained model{tag}": fit_tuned(
+                        untrained, stats, "untrained"
+                    )
+                }
+                if FLOOR
+                else {}
+            ),
         )
 
 
@@ -185,4 +190,7 @@ if __name__ == "__main__":
     if "--dense" in args:
         DENSE = True
         args.remove("--dense")
+    if "--no-floor" in args:
+        FLOOR = False
+        args.remove("--no-floor")
     main(args)
