@@ -5,6 +5,8 @@ statistics (results-notes.md, 2026-11-29, sixteenth session; criterion there).
     python docs/notebook/screens/finetune.py msl CKPT smd CKPT skab CKPT daphnet CKPT
     # $SCJEPA_DATA; CKPT may hold {fold} (SKAB, Daphnet: each fold's own pre-training)
     python docs/notebook/screens/finetune.py daphnet@1 CKPT ...   # another fold
+    python docs/notebook/screens/finetune.py --oof OUT.npz daphnet@1 CKPT  # its risks
+    python docs/notebook/screens/finetune.py --rules daphnet RESULTS_DIR 'OUT@{fold}.npz'
 
 Every SC-JEPA candidate reads the pre-trained model frozen. Here the spec's probe input
 (code probabilities, max over the channels, P * K) is computed with gradients and set
@@ -15,6 +17,10 @@ head), batches of 64 hop windows, up to EPOCHS epochs, stopped on the next block
 class-weighted loss (patience 3), one seed. Its floor: the same recipe from the
 untrained model of the same shape (seed 0). Rows beside them: the statistics read by
 the served trees and MLP. Harness: _screen.cv_table (fold 0, K = 4); no test window.
+
+--oof saves one fold's out-of-fold risks of the fine-tuned candidate (its blocks: the
+served model's, select.cv_blocks); --rules offers them, every fold's, to the selection
+rule beside the ten candidates of a `scjepa evaluate` run (rules.py's nested check).
 
 With --dense each epoch draws as many windows as the hop windows, at random, from the
 fit blocks' dense windows (one every ``stride`` steps): the window's position as
@@ -185,8 +191,59 @@ def main(args: list[str]) -> None:
         )
 
 
+def save_oof(out: str, arg: str, ckpt: str) -> None:
+    """One fold's out-of-fold risks of the fine-tuned candidate, to ``out``."""
+    import json
+    from pathlib import Path
+
+    from training.evaluate.select import cv_blocks
+
+    name, _, f = arg.partition("@")
+    fold = int(f or 0)
+    ds = name_ds(name)
+    run = Path("docs/results") / (
+        "skab-trees" if name == "skab" else f"{name}-trees200"
+    )
+    events = json.loads((run / "results.json").read_text())["config"]["events"]
+    blocks = cv_blocks(ds, fold, 4, events["stride"])
+    stats = WindowStatsFeatures(normal_windows(ds, 100, fold if ds.folds else None))
+    o = fit_tuned(load_model(ckpt.format(fold=fold)), stats, f"{arg}")(blocks)
+    np.savez(
+        out,
+        **{f"hop{j}": h for j, h in enumerate(o.hop)},
+        **{f"dense{j}": d for j, d in enumerate(o.dense)},
+        n_inputs=o.n_inputs,
+    )
+
+
+def load_oof(path: str) -> OutOfFold:
+    z = np.load(path)
+    k = sum(1 for n in z.files if n.startswith("hop"))
+    return OutOfFold(
+        [z[f"hop{j}"] for j in range(k)],
+        [z[f"dense{j}"] for j in range(k)],
+        int(z["n_inputs"]),
+    )
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if args[0] == "--oof":
+        save_oof(*args[1:])
+        sys.exit()
+    if args[0] == "--rules":
+        import rules
+
+        name, results, pattern = args[1:]
+        n_folds = len(name_ds(name).folds) or 1
+        label = "SC-JEPA fine-tuned + statistics"
+        rules.main(
+            [name, results],
+            lambda n, r: {
+                label: [load_oof(pattern.format(fold=f)) for f in range(n_folds)]
+            },
+        )
+        sys.exit()
     if "--dense" in args:
         DENSE = True
         args.remove("--dense")
