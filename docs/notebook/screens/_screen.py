@@ -92,19 +92,12 @@ def cv_table(
     blocks returning a row's OutOfFold (a model that is not a featurizer + probe,
     fitted by the caller on the same blocks, fit / stop / score). Returns the
     blocks, the out-of-fold risks and the event config, for screens that look closer."""
-    import json
-    from pathlib import Path
 
     from training.evaluate.metrics import pr_auc, roc_auc
     from training.evaluate.probe import Probe, ProbeConfig
     from training.evaluate.select import CVConfig, OutOfFold, cv_blocks, cv_keys
-    from training.evaluate.warning import EventConfig
 
-    runs = Path("docs/results")
-    run = runs / "skab-trees" if name == "skab" else runs / f"{name}-trees200"
-    ev = EventConfig(
-        **json.loads((run / "results.json").read_text())["config"]["events"]
-    )
+    ev = event_config(name)
     blocks = cv_blocks(name_ds(name), fold, 4, ev.stride)
     k, seeds = len(blocks), (0, 1, 2)
     hop_y = np.concatenate([b.hop.y for b in blocks])
@@ -182,6 +175,20 @@ def cv_table(
             flush=True,
         )
     return blocks, oof, ev
+
+
+def event_config(name: str):
+    """The published run's event settings of ``name`` (stride, look-back, budget)."""
+    import json
+    from pathlib import Path
+
+    from training.evaluate.warning import EventConfig
+
+    runs = Path("docs/results")
+    run = runs / "skab-trees" if name == "skab" else runs / f"{name}-trees200"
+    return EventConfig(
+        **json.loads((run / "results.json").read_text())["config"]["events"]
+    )
 
 
 def _mixture(kind, seeds, f_fit, s_fit, f_val, s_val, f_hop, f_dense):

@@ -34,18 +34,24 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from _screen import cv_table, name_ds
+from _screen import cv_table, event_config, name_ds
 from torch import nn
 
 from model import SCJEPA
 from model.patching import fold_channels
 from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.protocol import normal_windows
-from training.evaluate.select import OutOfFold
+from training.evaluate.select import (
+    OutOfFold,
+    cv_blocks,
+    read_out_of_fold,
+    write_out_of_fold,
+)
 from training.pretrain.checkpoint import load_model
 
 torch.set_num_threads(2)
 EPOCHS, PATIENCE, BATCH, SEED = 20, 3, 64, 0
+LABEL = "SC-JEPA fine-tuned + statistics"
 DENSE = False  # --dense
 FLOOR = True  # --no-floor: without the untrained floor's rows (half the cost)
 
@@ -90,16 +96,16 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
         k = len(blocks)
         s_hop = [stats(b.hop.x).astype(np.float32) for b in blocks]
         s_dense = [stats(b.dense.x).astype(np.float32) for b in blocks]
+        src, s_src = (
+            ([b.dense for b in blocks], s_dense)
+            if DENSE
+            else ([b.hop for b in blocks], s_hop)
+        )
         hop, dense = [], []
         for j in range(k):
             t0 = time.time()
             v = (j + 1) % k
             fit_ = [i for i in range(k) if i not in (j, v)]
-            src, s_src = (
-                ([b.dense for b in blocks], s_dense)
-                if DENSE
-                else ([b.hop for b in blocks], s_hop)
-            )
             x = np.concatenate([src[i].x for i in fit_]).astype(np.float32)
             s = np.concatenate([s_src[i] for i in fit_])
             y = np.concatenate([src[i].y for i in fit_]).astype(np.float32)
@@ -159,25 +165,30 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
     return fit
 
 
+def _fold(arg: str) -> tuple[str, int, WindowStatsFeatures]:
+    """DATASET[@FOLD] -> its name, fold and the statistics z-scored on its normal
+    windows."""
+    name, _, f = arg.partition("@")
+    fold = int(f or 0)
+    ds = name_ds(name)
+    normal = normal_windows(ds, 100, fold if ds.folds else None)
+    return name, fold, WindowStatsFeatures(normal)
+
+
 def main(args: list[str]) -> None:
     for arg, ckpt in zip(args[::2], args[1::2], strict=True):
-        name, _, f = arg.partition("@")
-        fold = int(f or 0)
-        ds = name_ds(name)
+        name, fold, stats = _fold(arg)
         trained = load_model(ckpt.format(fold=fold))
         torch.manual_seed(0)
         untrained = SCJEPA(trained.cfg)  # evaluate's untrained twin (seed 0)
         tag = ", dense windows" if DENSE else ""
-        stats = WindowStatsFeatures(normal_windows(ds, 100, fold if ds.folds else None))
         cv_table(
             name,
             {"pooled statistics (served)": lambda s, stats=stats: stats(s.x)},
             [("trees", "every window"), ("mlp", "every window")],
             fold=fold,
             extra={
-                f"SC-JEPA fine-tuned + statistics{tag}": fit_tuned(
-                    trained, stats, "trained"
-                ),
+                f"{LABEL}{tag}": fit_tuned(trained, stats, "trained"),
             }
             | (
                 {
@@ -192,38 +203,14 @@ def main(args: list[str]) -> None:
 
 
 def save_oof(out: str, arg: str, ckpt: str) -> None:
-    """One fold's out-of-fold risks of the fine-tuned candidate, to ``out``."""
-    import json
+    """One fold's out-of-fold risks of the fine-tuned candidate, to ``out`` (in
+    `scjepa evaluate`'s cv_scores.npz layout)."""
     from pathlib import Path
 
-    from training.evaluate.select import cv_blocks
-
-    name, _, f = arg.partition("@")
-    fold = int(f or 0)
-    ds = name_ds(name)
-    run = Path("docs/results") / (
-        "skab-trees" if name == "skab" else f"{name}-trees200"
-    )
-    events = json.loads((run / "results.json").read_text())["config"]["events"]
-    blocks = cv_blocks(ds, fold, 4, events["stride"])
-    stats = WindowStatsFeatures(normal_windows(ds, 100, fold if ds.folds else None))
-    o = fit_tuned(load_model(ckpt.format(fold=fold)), stats, f"{arg}")(blocks)
-    np.savez(
-        out,
-        **{f"hop{j}": h for j, h in enumerate(o.hop)},
-        **{f"dense{j}": d for j, d in enumerate(o.dense)},
-        n_inputs=o.n_inputs,
-    )
-
-
-def load_oof(path: str) -> OutOfFold:
-    z = np.load(path)
-    k = sum(1 for n in z.files if n.startswith("hop"))
-    return OutOfFold(
-        [z[f"hop{j}"] for j in range(k)],
-        [z[f"dense{j}"] for j in range(k)],
-        int(z["n_inputs"]),
-    )
+    name, fold, stats = _fold(arg)
+    blocks = cv_blocks(name_ds(name), fold, 4, event_config(name).stride)
+    o = fit_tuned(load_model(ckpt.format(fold=fold)), stats, arg)(blocks)
+    write_out_of_fold(Path(out), {LABEL: [o]})
 
 
 if __name__ == "__main__":
@@ -232,15 +219,19 @@ if __name__ == "__main__":
         save_oof(*args[1:])
         sys.exit()
     if args[0] == "--rules":
+        from pathlib import Path
+
         import rules
 
         name, results, pattern = args[1:]
         n_folds = len(name_ds(name).folds) or 1
-        label = "SC-JEPA fine-tuned + statistics"
         rules.main(
             [name, results],
             lambda n, r: {
-                label: [load_oof(pattern.format(fold=f)) for f in range(n_folds)]
+                LABEL: [
+                    read_out_of_fold(Path(pattern.format(fold=f)))[LABEL][0]
+                    for f in range(n_folds)
+                ]
             },
         )
         sys.exit()
