@@ -18,9 +18,15 @@ class-weighted loss (patience 3), one seed. Its floor: the same recipe from the
 untrained model of the same shape (seed 0). Rows beside them: the statistics read by
 the served trees and MLP. Harness: _screen.cv_table (fold 0, K = 4); no test window.
 
---oof saves one fold's out-of-fold risks of the fine-tuned candidate (its blocks: the
+Each fine-tuning gives a second row (seventeenth session): the served trees
+(training/evaluate/probe.py) reading what the head reads, the fine-tuned model's code
+probabilities beside the statistics, fitted on the fit blocks' hop windows and stopped
+and calibrated on the same next block.
+
+--oof saves one fold's out-of-fold risks of both fine-tuned candidates (its blocks: the
 served model's, select.cv_blocks); --rules offers them, every fold's, to the selection
 rule beside the ten candidates of a `scjepa evaluate` run (rules.py's nested check).
+--threads N: torch's threads (2).
 
 With --dense each epoch draws as many windows as the hop windows, at random, from the
 fit blocks' dense windows (one every ``stride`` steps): the window's position as
@@ -40,6 +46,7 @@ from torch import nn
 from model import SCJEPA
 from model.patching import fold_channels
 from training.evaluate.baselines import WindowStatsFeatures
+from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
 from training.evaluate.select import (
     OutOfFold,
@@ -52,6 +59,7 @@ from training.pretrain.checkpoint import load_model
 torch.set_num_threads(2)
 EPOCHS, PATIENCE, BATCH, SEED = 20, 3, 64, 0
 LABEL = "SC-JEPA fine-tuned + statistics"
+HEADS = {"mlp": LABEL, "trees": f"{LABEL}, read by the trees"}
 DENSE = False  # --dense
 FLOOR = True  # --no-floor: without the untrained floor's rows (half the cost)
 
@@ -67,21 +75,30 @@ class Tuned(nn.Module):
             nn.Linear(width + n_stats, 64), nn.GELU(), nn.Dropout(0.1), nn.Linear(64, 1)
         )
 
-    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    def features(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """What the head reads: (B, P * K + n_stats)."""
         B, _, V = x.shape
         h = self.model.encode(fold_channels(x))[0]  # (B * V, P, D)
         p = self.model.codebook.probs(h).view(B, V, *h.shape[1:-1], -1)
-        return self.head(torch.cat([p.amax(1).flatten(1), s], 1)).squeeze(1)
+        return torch.cat([p.amax(1).flatten(1), s], 1)
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x, s)).squeeze(1)
 
 
-def _logits(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
+def _features(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
     net.eval()
     out = []
     with torch.no_grad():
         for i in range(0, len(x), 256):
             xb = torch.from_numpy(np.ascontiguousarray(x[i : i + 256], np.float32))
-            out.append(net(xb, torch.from_numpy(s[i : i + 256])).numpy())
+            out.append(net.features(xb, torch.from_numpy(s[i : i + 256])).numpy())
     return np.concatenate(out)
+
+
+def _logits(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return net.head(torch.from_numpy(_features(net, x, s))).squeeze(1).numpy()
 
 
 def _loss(logit: torch.Tensor, y: torch.Tensor, w_pos: float) -> torch.Tensor:
@@ -89,10 +106,11 @@ def _loss(logit: torch.Tensor, y: torch.Tensor, w_pos: float) -> torch.Tensor:
 
 
 def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
-    """blocks -> OutOfFold of the fine-tuned model (one seed, repeated to 3 rows as
-    cv_table repeats the deterministic trees)."""
+    """blocks -> {"mlp": OutOfFold of the fine-tuned model with its head, "trees":
+    OutOfFold of the served trees reading the fine-tuned model's features} (one seed,
+    repeated to 3 rows as cv_table repeats the deterministic trees)."""
 
-    def fit(blocks) -> OutOfFold:
+    def fit(blocks) -> dict[str, OutOfFold]:
         k = len(blocks)
         s_hop = [stats(b.hop.x).astype(np.float32) for b in blocks]
         s_dense = [stats(b.dense.x).astype(np.float32) for b in blocks]
@@ -101,7 +119,7 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
             if DENSE
             else ([b.hop for b in blocks], s_hop)
         )
-        hop, dense = [], []
+        hop, dense = {h: [] for h in HEADS}, {h: [] for h in HEADS}
         for j in range(k):
             t0 = time.time()
             v = (j + 1) % k
@@ -151,18 +169,50 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
                     if bad >= PATIENCE:
                         break
             net.load_state_dict(state)
-            h = _logits(net, blocks[j].hop.x, s_hop[j])
-            d = _logits(net, blocks[j].dense.x, s_dense[j])
-            hop.append(np.stack([h] * 3))
-            dense.append(np.stack([d] * 3))
+            f = {i: _features(net, blocks[i].hop.x, s_hop[i]) for i in (*fit_, v, j)}
+            f_dense = _features(net, blocks[j].dense.x, s_dense[j])
+            with torch.no_grad():
+                head = {
+                    "hop": net.head(torch.from_numpy(f[j])).squeeze(1).numpy(),
+                    "dense": net.head(torch.from_numpy(f_dense)).squeeze(1).numpy(),
+                }
+            trees = Probe(f[j].shape[1], ProbeConfig(kind="trees"), 0)
+            trees.fit(
+                np.concatenate([f[i] for i in fit_]),
+                np.concatenate([blocks[i].hop.y for i in fit_]),
+                f[v],
+                blocks[v].hop.y,
+            )
+            for kind, h, d in (
+                ("mlp", head["hop"], head["dense"]),
+                ("trees", trees.predict(f[j]), trees.predict(f_dense)),
+            ):
+                hop[kind].append(np.stack([h] * 3))
+                dense[kind].append(np.stack([d] * 3))
             print(
                 f"  {tag}: block {j} fitted ({epochs} epochs, val loss {best:.3f}, "
                 f"{time.time() - t0:.0f} s)",
                 flush=True,
             )
-        return OutOfFold(hop, dense, int(s_hop[0].shape[1]))
+        n = int(s_hop[0].shape[1])
+        return {h: OutOfFold(hop[h], dense[h], n) for h in HEADS}
 
     return fit
+
+
+def rows(fit, label_tag: str) -> dict:
+    """cv_table ``extra`` rows of both heads from one fine-tuning per block set."""
+    done: dict = {}
+
+    def row(kind: str):
+        def get(blocks) -> OutOfFold:
+            if id(blocks) not in done:
+                done[id(blocks)] = fit(blocks)
+            return done[id(blocks)][kind]
+
+        return get
+
+    return {label_tag.format(HEADS[h]): row(h) for h in HEADS}
 
 
 def _fold(arg: str) -> tuple[str, int, WindowStatsFeatures]:
@@ -187,15 +237,12 @@ def main(args: list[str]) -> None:
             {"pooled statistics (served)": lambda s, stats=stats: stats(s.x)},
             [("trees", "every window"), ("mlp", "every window")],
             fold=fold,
-            extra={
-                f"{LABEL}{tag}": fit_tuned(trained, stats, "trained"),
-            }
+            extra=rows(fit_tuned(trained, stats, "trained"), "{}" + tag)
             | (
-                {
-                    f"the same from the untrained model{tag}": fit_tuned(
-                        untrained, stats, "untrained"
-                    )
-                }
+                rows(
+                    fit_tuned(untrained, stats, "untrained"),
+                    "{}, from the untrained model" + tag,
+                )
                 if FLOOR
                 else {}
             ),
@@ -210,7 +257,7 @@ def save_oof(out: str, arg: str, ckpt: str) -> None:
     name, fold, stats = _fold(arg)
     blocks = cv_blocks(name_ds(name), fold, 4, event_config(name).stride)
     o = fit_tuned(load_model(ckpt.format(fold=fold)), stats, arg)(blocks)
-    write_out_of_fold(Path(out), {LABEL: [o]})
+    write_out_of_fold(Path(out), {HEADS[h]: [o[h]] for h in HEADS})
 
 
 if __name__ == "__main__":
@@ -228,16 +275,21 @@ if __name__ == "__main__":
         rules.main(
             [name, results],
             lambda n, r: {
-                LABEL: [
-                    read_out_of_fold(Path(pattern.format(fold=f)))[LABEL][0]
+                label: [
+                    read_out_of_fold(Path(pattern.format(fold=f)))[label][0]
                     for f in range(n_folds)
                 ]
+                for label in read_out_of_fold(Path(pattern.format(fold=0)))
             },
         )
         sys.exit()
     if "--dense" in args:
         DENSE = True
         args.remove("--dense")
+    if "--threads" in args:
+        i = args.index("--threads")
+        torch.set_num_threads(int(args[i + 1]))
+        del args[i : i + 2]
     if "--no-floor" in args:
         FLOOR = False
         args.remove("--no-floor")
