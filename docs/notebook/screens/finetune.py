@@ -262,6 +262,10 @@ def save_oof(out: str, arg: str, ckpt: str) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--threads" in args:
+        i = args.index("--threads")
+        torch.set_num_threads(int(args[i + 1]))
+        del args[i : i + 2]
     if args[0] == "--oof":
         save_oof(*args[1:])
         sys.exit()
@@ -286,10 +290,6 @@ if __name__ == "__main__":
     if "--dense" in args:
         DENSE = True
         args.remove("--dense")
-    if "--threads" in args:
-        i = args.index("--threads")
-        torch.set_num_threads(int(args[i + 1]))
-        del args[i : i + 2]
     if "--no-floor" in args:
         FLOOR = False
         args.remove("--no-floor")
