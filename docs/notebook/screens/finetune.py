@@ -14,7 +14,7 @@ beside the 18 pooled window statistics the served candidates read (z-scored on t
 fold's official train windows); an MLP head reads both, and encoder, codebook and head
 are trained together: class-weighted BCE, AdamW (3e-4 for the model, 1e-3 for the
 head), batches of 64 hop windows, up to EPOCHS epochs, stopped on the next block's
-class-weighted loss (patience 3), one seed. Its floor: the same recipe from the
+class-weighted loss (patience 3), one seed (--seeds). Its floor: the same recipe from the
 untrained model of the same shape (seed 0). Rows beside them: the statistics read by
 the served trees and MLP. Harness: _screen.cv_table (fold 0, K = 4); no test window.
 
@@ -26,7 +26,8 @@ and calibrated on the same next block.
 --oof saves one fold's out-of-fold risks of both fine-tuned candidates (its blocks: the
 served model's, select.cv_blocks); --rules offers them, every fold's, to the selection
 rule beside the ten candidates of a `scjepa evaluate` run (rules.py's nested check).
---threads N: torch's threads (2).
+--threads N: torch's threads (2). --seeds N: fine-tune N times per block (seeds 0 .. N-1),
+each a row of the out-of-fold risks, as `scjepa evaluate` fits its MLP probes (1).
 
 With --dense each epoch draws as many windows as the hop windows, at random, from the
 fit blocks' dense windows (one every ``stride`` steps): the window's position as
@@ -57,7 +58,8 @@ from training.evaluate.select import (
 from training.pretrain.checkpoint import load_model
 
 torch.set_num_threads(2)
-EPOCHS, PATIENCE, BATCH, SEED = 20, 3, 64, 0
+EPOCHS, PATIENCE, BATCH = 20, 3, 64
+SEEDS = (0,)  # --seeds N: 0 .. N-1
 LABEL = "SC-JEPA fine-tuned + statistics"
 HEADS = {"mlp": LABEL, "trees": f"{LABEL}, read by the trees"}
 DENSE = False  # --dense
@@ -105,10 +107,52 @@ def _loss(logit: torch.Tensor, y: torch.Tensor, w_pos: float) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logit, y, pos_weight=torch.tensor(w_pos))
 
 
+def _tune(model0: SCJEPA, x, s, y, n_epoch: int, val, s_val, w_pos: float, seed: int):
+    """One fine-tuning on (x, s, y), ``n_epoch`` windows an epoch, stopped on the
+    class-weighted loss of ``val`` (Samples) -> (the net at its best epoch, epochs run,
+    best loss)."""
+    torch.manual_seed(seed)
+    net = Tuned(copy.deepcopy(model0), s.shape[1])
+    opt = torch.optim.AdamW(
+        [
+            {"params": net.model.parameters(), "lr": 3e-4},
+            {"params": net.head.parameters(), "lr": 1e-3},
+        ],
+        weight_decay=1e-4,
+    )
+    yv = torch.from_numpy(val.y.astype(np.float32))
+    best, bad, state, epochs = np.inf, 0, None, 0
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(EPOCHS):
+        net.train()
+        perm = torch.randperm(len(x), generator=g).numpy()[:n_epoch]
+        for i in range(0, len(perm), BATCH):
+            b = perm[i : i + BATCH]
+            loss = _loss(
+                net(torch.from_numpy(x[b]), torch.from_numpy(s[b])),
+                torch.from_numpy(y[b]),
+                w_pos,
+            )
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        epochs += 1
+        v = float(_loss(torch.from_numpy(_logits(net, val.x, s_val)), yv, w_pos))
+        if v < best:
+            best, bad, state = v, 0, copy.deepcopy(net.state_dict())
+        else:
+            bad += 1
+            if bad >= PATIENCE:
+                break
+    net.load_state_dict(state)
+    return net, epochs, best
+
+
 def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
     """blocks -> {"mlp": OutOfFold of the fine-tuned model with its head, "trees":
-    OutOfFold of the served trees reading the fine-tuned model's features} (one seed,
-    repeated to 3 rows as cv_table repeats the deterministic trees)."""
+    OutOfFold of the served trees reading the fine-tuned model's features}, a row per
+    seed of SEEDS (one seed: repeated to 3 rows, as cv_table repeats the deterministic
+    trees)."""
 
     def fit(blocks) -> dict[str, OutOfFold]:
         k = len(blocks)
@@ -121,7 +165,6 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
         )
         hop, dense = {h: [] for h in HEADS}, {h: [] for h in HEADS}
         for j in range(k):
-            t0 = time.time()
             v = (j + 1) % k
             fit_ = [i for i in range(k) if i not in (j, v)]
             x = np.concatenate([src[i].x for i in fit_]).astype(np.float32)
@@ -129,71 +172,41 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
             y = np.concatenate([src[i].y for i in fit_]).astype(np.float32)
             n_epoch = sum(len(blocks[i].hop) for i in fit_)
             w_pos = float((1 - y).sum() / max(y.sum(), 1))
-            torch.manual_seed(SEED)
-            net = Tuned(copy.deepcopy(model0), s.shape[1])
-            opt = torch.optim.AdamW(
-                [
-                    {"params": net.model.parameters(), "lr": 3e-4},
-                    {"params": net.head.parameters(), "lr": 1e-3},
-                ],
-                weight_decay=1e-4,
-            )
-            yv = torch.from_numpy(blocks[v].hop.y.astype(np.float32))
-            best, bad, state, epochs = np.inf, 0, None, 0
-            g = torch.Generator().manual_seed(SEED)
-            for _ in range(EPOCHS):
-                net.train()
-                perm = torch.randperm(len(x), generator=g).numpy()[:n_epoch]
-                for i in range(0, len(perm), BATCH):
-                    b = perm[i : i + BATCH]
-                    loss = _loss(
-                        net(torch.from_numpy(x[b]), torch.from_numpy(s[b])),
-                        torch.from_numpy(y[b]),
-                        w_pos,
-                    )
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                epochs += 1
-                val = float(
-                    _loss(
-                        torch.from_numpy(_logits(net, blocks[v].hop.x, s_hop[v])),
-                        yv,
-                        w_pos,
-                    )
+            got = {h: ([], []) for h in HEADS}
+            for seed in SEEDS:
+                t0 = time.time()
+                net, epochs, best = _tune(
+                    model0, x, s, y, n_epoch, blocks[v].hop, s_hop[v], w_pos, seed
                 )
-                if val < best:
-                    best, bad, state = val, 0, copy.deepcopy(net.state_dict())
-                else:
-                    bad += 1
-                    if bad >= PATIENCE:
-                        break
-            net.load_state_dict(state)
-            f = {i: _features(net, blocks[i].hop.x, s_hop[i]) for i in (*fit_, v, j)}
-            f_dense = _features(net, blocks[j].dense.x, s_dense[j])
-            with torch.no_grad():
-                head = {
-                    "hop": net.head(torch.from_numpy(f[j])).squeeze(1).numpy(),
-                    "dense": net.head(torch.from_numpy(f_dense)).squeeze(1).numpy(),
+                f = {
+                    i: _features(net, blocks[i].hop.x, s_hop[i]) for i in (*fit_, v, j)
                 }
-            trees = Probe(f[j].shape[1], ProbeConfig(kind="trees"), 0)
-            trees.fit(
-                np.concatenate([f[i] for i in fit_]),
-                np.concatenate([blocks[i].hop.y for i in fit_]),
-                f[v],
-                blocks[v].hop.y,
-            )
-            for kind, h, d in (
-                ("mlp", head["hop"], head["dense"]),
-                ("trees", trees.predict(f[j]), trees.predict(f_dense)),
-            ):
-                hop[kind].append(np.stack([h] * 3))
-                dense[kind].append(np.stack([d] * 3))
-            print(
-                f"  {tag}: block {j} fitted ({epochs} epochs, val loss {best:.3f}, "
-                f"{time.time() - t0:.0f} s)",
-                flush=True,
-            )
+                f_dense = _features(net, blocks[j].dense.x, s_dense[j])
+                with torch.no_grad():
+                    got["mlp"][0].append(
+                        net.head(torch.from_numpy(f[j])).squeeze(1).numpy()
+                    )
+                    got["mlp"][1].append(
+                        net.head(torch.from_numpy(f_dense)).squeeze(1).numpy()
+                    )
+                trees = Probe(f[j].shape[1], ProbeConfig(kind="trees"), 0)
+                trees.fit(
+                    np.concatenate([f[i] for i in fit_]),
+                    np.concatenate([blocks[i].hop.y for i in fit_]),
+                    f[v],
+                    blocks[v].hop.y,
+                )
+                got["trees"][0].append(trees.predict(f[j]))
+                got["trees"][1].append(trees.predict(f_dense))
+                print(
+                    f"  {tag}: block {j}, seed {seed} fitted ({epochs} epochs, "
+                    f"val loss {best:.3f}, {time.time() - t0:.0f} s)",
+                    flush=True,
+                )
+            reps = 3 if len(SEEDS) == 1 else 1
+            for h, (hs, ds) in got.items():
+                hop[h].append(np.stack(hs * reps))
+                dense[h].append(np.stack(ds * reps))
         n = int(s_hop[0].shape[1])
         return {h: OutOfFold(hop[h], dense[h], n) for h in HEADS}
 
@@ -265,6 +278,10 @@ if __name__ == "__main__":
     if "--threads" in args:
         i = args.index("--threads")
         torch.set_num_threads(int(args[i + 1]))
+        del args[i : i + 2]
+    if "--seeds" in args:
+        i = args.index("--seeds")
+        SEEDS = tuple(range(int(args[i + 1])))
         del args[i : i + 2]
     if args[0] == "--oof":
         save_oof(*args[1:])
