@@ -25,7 +25,9 @@ and calibrated on the same next block.
 
 --oof saves one fold's out-of-fold risks of both fine-tuned candidates (its blocks: the
 served model's, select.cv_blocks); --rules offers them, every fold's, to the selection
-rule beside the ten candidates of a `scjepa evaluate` run (rules.py's nested check).
+rule beside the ten candidates of a `scjepa evaluate` run (rules.py's nested check);
+with --untrained, --oof fine-tunes the untrained model of the same shape instead (the
+floor's risks, to offer in their place).
 --threads N: torch's threads (2). --seeds N: fine-tune N times per block (seeds 0 .. N-1),
 each a row of the out-of-fold risks, as `scjepa evaluate` fits its MLP probes (1).
 
@@ -262,15 +264,21 @@ def main(args: list[str]) -> None:
         )
 
 
-def save_oof(out: str, arg: str, ckpt: str) -> None:
-    """One fold's out-of-fold risks of the fine-tuned candidate, to ``out`` (in
-    `scjepa evaluate`'s cv_scores.npz layout)."""
+def save_oof(out: str, arg: str, ckpt: str, untrained: bool = False) -> None:
+    """One fold's out-of-fold risks of the fine-tuned candidates, to ``out`` (in
+    `scjepa evaluate`'s cv_scores.npz layout); ``untrained``: fine-tuned from the
+    untrained model of the checkpoint's shape (seed 0) instead, labelled so."""
     from pathlib import Path
 
     name, fold, stats = _fold(arg)
     blocks = cv_blocks(name_ds(name), fold, 4, event_config(name).stride)
-    o = fit_tuned(load_model(ckpt.format(fold=fold)), stats, arg)(blocks)
-    write_out_of_fold(Path(out), {HEADS[h]: [o[h]] for h in HEADS})
+    model = load_model(ckpt.format(fold=fold))
+    if untrained:
+        torch.manual_seed(0)
+        model = SCJEPA(model.cfg)
+    o = fit_tuned(model, stats, arg)(blocks)
+    tag = ", from the untrained model" if untrained else ""
+    write_out_of_fold(Path(out), {HEADS[h] + tag: [o[h]] for h in HEADS})
 
 
 if __name__ == "__main__":
@@ -284,7 +292,8 @@ if __name__ == "__main__":
         SEEDS = tuple(range(int(args[i + 1])))
         del args[i : i + 2]
     if args[0] == "--oof":
-        save_oof(*args[1:])
+        untrained = "--untrained" in args
+        save_oof(*[a for a in args[1:] if a != "--untrained"], untrained=untrained)
         sys.exit()
     if args[0] == "--rules":
         from pathlib import Path
