@@ -209,7 +209,9 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
             for h, (hs, ds) in got.items():
                 hop[h].append(np.stack(hs * reps))
                 dense[h].append(np.stack(ds * reps))
-        n = int(s_hop[0].shape[1])
+        # the rule's last key: what the head and the trees read (code probabilities and
+        # statistics, as "SC-JEPA probe + window stats"), not the statistics alone
+        n = int(f[j].shape[1])
         return {h: OutOfFold(hop[h], dense[h], n) for h in HEADS}
 
     return fit
