@@ -13,7 +13,7 @@ Every SC-JEPA candidate reads the pre-trained model frozen. Here the spec's prob
 beside the 18 pooled window statistics the served candidates read (z-scored on the
 fold's official train windows); an MLP head reads both, and encoder, codebook and head
 are trained together: class-weighted BCE, AdamW (3e-4 for the model, 1e-3 for the
-head), batches of 64 hop windows, up to EPOCHS epochs, stopped on the next block's
+head), batches of 64 hop windows, up to 20 epochs, stopped on the next block's
 class-weighted loss (patience 3), one seed (--seeds). Its floor: the same recipe from the
 untrained model of the same shape (seed 0). Rows beside them: the statistics read by
 the served trees and MLP. Harness: _screen.cv_table (fold 0, K = 4); no test window.
@@ -36,19 +36,16 @@ fit blocks' dense windows (one every ``stride`` steps): the window's position as
 augmentation, at the hop fit's cost per epoch.
 """
 
-import copy
 import sys
 import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from _screen import cv_table, event_config, name_ds
-from torch import nn
 
 from model import SCJEPA
-from model.patching import fold_channels
 from training.evaluate.baselines import WindowStatsFeatures
+from training.evaluate.finetune import features, fine_tune
 from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
 from training.evaluate.select import (
@@ -60,94 +57,11 @@ from training.evaluate.select import (
 from training.pretrain.checkpoint import load_model
 
 torch.set_num_threads(2)
-EPOCHS, PATIENCE, BATCH = 20, 3, 64
 SEEDS = (0,)  # --seeds N: 0 .. N-1
 LABEL = "SC-JEPA fine-tuned + statistics"
 HEADS = {"mlp": LABEL, "trees": f"{LABEL}, read by the trees"}
 DENSE = False  # --dense
 FLOOR = True  # --no-floor: without the untrained floor's rows (half the cost)
-
-
-class Tuned(nn.Module):
-    """Code probabilities (max over channels) + window statistics -> a logit."""
-
-    def __init__(self, model: SCJEPA, n_stats: int) -> None:
-        super().__init__()
-        self.model = model
-        width = model.cfg.n_tokens * model.cfg.n_codes
-        self.head = nn.Sequential(
-            nn.Linear(width + n_stats, 64), nn.GELU(), nn.Dropout(0.1), nn.Linear(64, 1)
-        )
-
-    def features(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        """What the head reads: (B, P * K + n_stats)."""
-        B, _, V = x.shape
-        h = self.model.encode(fold_channels(x))[0]  # (B * V, P, D)
-        p = self.model.codebook.probs(h).view(B, V, *h.shape[1:-1], -1)
-        return torch.cat([p.amax(1).flatten(1), s], 1)
-
-    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        return self.head(self.features(x, s)).squeeze(1)
-
-
-def _features(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
-    net.eval()
-    out = []
-    with torch.no_grad():
-        for i in range(0, len(x), 256):
-            xb = torch.from_numpy(np.ascontiguousarray(x[i : i + 256], np.float32))
-            out.append(net.features(xb, torch.from_numpy(s[i : i + 256])).numpy())
-    return np.concatenate(out)
-
-
-def _logits(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        return net.head(torch.from_numpy(_features(net, x, s))).squeeze(1).numpy()
-
-
-def _loss(logit: torch.Tensor, y: torch.Tensor, w_pos: float) -> torch.Tensor:
-    return F.binary_cross_entropy_with_logits(logit, y, pos_weight=torch.tensor(w_pos))
-
-
-def _tune(model0: SCJEPA, x, s, y, n_epoch: int, val, s_val, w_pos: float, seed: int):
-    """One fine-tuning on (x, s, y), ``n_epoch`` windows an epoch, stopped on the
-    class-weighted loss of ``val`` (Samples) -> (the net at its best epoch, epochs run,
-    best loss)."""
-    torch.manual_seed(seed)
-    net = Tuned(copy.deepcopy(model0), s.shape[1])
-    opt = torch.optim.AdamW(
-        [
-            {"params": net.model.parameters(), "lr": 3e-4},
-            {"params": net.head.parameters(), "lr": 1e-3},
-        ],
-        weight_decay=1e-4,
-    )
-    yv = torch.from_numpy(val.y.astype(np.float32))
-    best, bad, state, epochs = np.inf, 0, None, 0
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(EPOCHS):
-        net.train()
-        perm = torch.randperm(len(x), generator=g).numpy()[:n_epoch]
-        for i in range(0, len(perm), BATCH):
-            b = perm[i : i + BATCH]
-            loss = _loss(
-                net(torch.from_numpy(x[b]), torch.from_numpy(s[b])),
-                torch.from_numpy(y[b]),
-                w_pos,
-            )
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        epochs += 1
-        v = float(_loss(torch.from_numpy(_logits(net, val.x, s_val)), yv, w_pos))
-        if v < best:
-            best, bad, state = v, 0, copy.deepcopy(net.state_dict())
-        else:
-            bad += 1
-            if bad >= PATIENCE:
-                break
-    net.load_state_dict(state)
-    return net, epochs, best
 
 
 def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
@@ -173,17 +87,15 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
             s = np.concatenate([s_src[i] for i in fit_])
             y = np.concatenate([src[i].y for i in fit_]).astype(np.float32)
             n_epoch = sum(len(blocks[i].hop) for i in fit_)
-            w_pos = float((1 - y).sum() / max(y.sum(), 1))
             got = {h: ([], []) for h in HEADS}
             for seed in SEEDS:
                 t0 = time.time()
-                net, epochs, best = _tune(
-                    model0, x, s, y, n_epoch, blocks[v].hop, s_hop[v], w_pos, seed
-                )
-                f = {
-                    i: _features(net, blocks[i].hop.x, s_hop[i]) for i in (*fit_, v, j)
-                }
-                f_dense = _features(net, blocks[j].dense.x, s_dense[j])
+                net, epochs, best = fine_tune(
+                    model0, x, s, y, (blocks[v].hop.x, s_hop[v], blocks[v].hop.y),
+                    seed, per_epoch=n_epoch,
+                )  # fmt: skip
+                f = {i: features(net, blocks[i].hop.x, s_hop[i]) for i in (*fit_, v, j)}
+                f_dense = features(net, blocks[j].dense.x, s_dense[j])
                 with torch.no_grad():
                     got["mlp"][0].append(
                         net.head(torch.from_numpy(f[j])).squeeze(1).numpy()
