@@ -65,13 +65,14 @@ class SCJEPA(nn.Module):
         assert self.codebook is not None, "code_probs needs the codebook module"
         return self.probe_inputs(x)
 
-    @torch.no_grad()
     def probe_inputs(self, x: Tensor) -> Tensor:
         """What the probe reads, per channel and patch. x: (B, T, V) raw windows.
 
         Code probabilities p (B, V, n, K) of the n = ``cfg.n_tokens`` tokens; without
         the codebook (the "continuous latents" ablation) the encoder's latents h
-        (B, V, n, D) stand in for them.
+        (B, V, n, D) stand in for them. With gradients, for fine-tuning
+        (training/evaluate/finetune.py); the frozen readers call it under
+        ``torch.no_grad()``.
         """
         B, steps, V = x.shape
         assert steps == self.cfg.seq_len, (

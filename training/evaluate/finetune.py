@@ -23,7 +23,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model import SCJEPA
-from model.patching import fold_channels
 
 
 @dataclass(frozen=True)
@@ -57,10 +56,7 @@ class Tuned(nn.Module):
     def features(self, x: Tensor, s: Tensor) -> Tensor:
         """What the head reads: (B, P * K + n_stats). x: (B, T, V) raw windows; s:
         (B, n_stats) their statistics, scaled."""
-        assert self.model.codebook is not None
-        B, _, V = x.shape
-        h = self.model.encode(fold_channels(x))[0]  # (B * V, P, D)
-        p = self.model.codebook.probs(h).view(B, V, *h.shape[1:-1], -1)
+        p = self.model.probe_inputs(x)  # (B, V, P, K)
         return torch.cat([p.amax(1).flatten(1), s], 1)
 
     def forward(self, x: Tensor, s: Tensor) -> Tensor:
@@ -80,11 +76,15 @@ def features(net: Tuned, x: np.ndarray, s: np.ndarray, batch: int = 256) -> np.n
 
 
 @torch.no_grad()
+def head_logits(net: Tuned, f: np.ndarray) -> np.ndarray:
+    """The head's logit of features ``f`` (:func:`features`)."""
+    out: np.ndarray = net.head(torch.from_numpy(f)).squeeze(1).numpy()
+    return out
+
+
 def logits(net: Tuned, x: np.ndarray, s: np.ndarray) -> np.ndarray:
     """The head's logit of every window."""
-    f = torch.from_numpy(features(net, x, s))
-    out: np.ndarray = net.head(f).squeeze(1).numpy()
-    return out
+    return head_logits(net, features(net, x, s))
 
 
 def _loss(logit: Tensor, y: Tensor, w_pos: float) -> Tensor:

@@ -45,7 +45,7 @@ from _screen import cv_table, event_config, name_ds
 
 from model import SCJEPA
 from training.evaluate.baselines import WindowStatsFeatures
-from training.evaluate.finetune import features, fine_tune
+from training.evaluate.finetune import features, fine_tune, head_logits
 from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
 from training.evaluate.select import (
@@ -96,13 +96,8 @@ def fit_tuned(model0: SCJEPA, stats: WindowStatsFeatures, tag: str):
                 )  # fmt: skip
                 f = {i: features(net, blocks[i].hop.x, s_hop[i]) for i in (*fit_, v, j)}
                 f_dense = features(net, blocks[j].dense.x, s_dense[j])
-                with torch.no_grad():
-                    got["mlp"][0].append(
-                        net.head(torch.from_numpy(f[j])).squeeze(1).numpy()
-                    )
-                    got["mlp"][1].append(
-                        net.head(torch.from_numpy(f_dense)).squeeze(1).numpy()
-                    )
+                got["mlp"][0].append(head_logits(net, f[j]))
+                got["mlp"][1].append(head_logits(net, f_dense))
                 trees = Probe(f[j].shape[1], ProbeConfig(kind="trees"), 0)
                 trees.fit(
                     np.concatenate([f[i] for i in fit_]),
@@ -215,15 +210,14 @@ if __name__ == "__main__":
         import rules
 
         name, results, pattern = args[1:]
-        n_folds = len(name_ds(name).folds) or 1
+        per_fold = [
+            read_out_of_fold(Path(pattern.format(fold=f)))
+            for f in range(len(name_ds(name).folds) or 1)
+        ]
         rules.main(
             [name, results],
             lambda n, r: {
-                label: [
-                    read_out_of_fold(Path(pattern.format(fold=f)))[label][0]
-                    for f in range(n_folds)
-                ]
-                for label in read_out_of_fold(Path(pattern.format(fold=0)))
+                label: [o[label][0] for o in per_fold] for label in per_fold[0]
             },
         )
         sys.exit()
