@@ -73,6 +73,10 @@ class Manifest(BaseModel):
     # surprise and reconstruction error), all computed in the graph; informational,
     # the graph is self-contained
     probe_features: str = Field("codes", pattern=PROBE_FEATURES)
+    # the SC-JEPA weights in the graph: the pre-training checkpoint's, or those
+    # fine-tuned with the probe on the next window's label (the fine-tuned candidate
+    # of `scjepa evaluate`); informational, the weights are in the graph
+    encoder: Literal["pre-trained", "fine-tuned"] = "pre-trained"
     eval_metrics: dict[str, Any]
     onnx_sha256: str = ""  # filled in by write_manifest
     training_data_fingerprint: str

@@ -84,8 +84,11 @@ INT8_TOLERANCE = 0.005  # 0.5 points on every metric
 
 
 def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
-    """The served graph of ``model`` + ``probe``; refuses a probe fitted on another
+    """The served graph of ``model`` + ``probe`` (with the probe's fine-tuned weights
+    in a copy of ``model``, where it has them); refuses a probe fitted on another
     model's features."""
+    import copy
+
     from model.detectors import DETECTORS, Detectors
     from model.export import ServedModel
     from model.stats import N_STATS, WindowStats
@@ -117,6 +120,16 @@ def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
             f"probe expects {probe.n_features} features, checkpoint gives {expected} "
             f"({probe.features}): probe and checkpoint do not belong together"
         )
+    if probe.encoder_state is not None:
+        model = copy.deepcopy(model)
+        try:
+            model.load_state_dict(probe.encoder_state)
+        except RuntimeError as e:
+            first = str(e).strip().splitlines()[0]
+            raise UserError(
+                f"the probe's fine-tuned weights do not fit the checkpoint's model "
+                f"({first}): probe and checkpoint do not belong together"
+            ) from None
     return ServedModel(
         model, probe.build_net(), probe.mask, probe.platt, stats, detectors, codes
     ).eval()
@@ -401,6 +414,7 @@ def export_artifact(
         threshold=alert_at,
         calibration=dict(probe.probe["calibration"]),
         probe_features=probe.features,
+        encoder="pre-trained" if probe.encoder_state is None else "fine-tuned",
         eval_metrics=metrics,
         training_data_fingerprint=probe.data_fingerprint,
         quantization=quant,

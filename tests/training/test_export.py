@@ -14,6 +14,7 @@ from model.export import ServedModel
 from service.manifest import ArtifactError, load_manifest
 from training.cli import main
 from training.data import WINDOW
+from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.select import json_num
 from training.export import build_served
@@ -265,6 +266,8 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         RECON_ROW,
         RECON_UNTRAINED_ROW,
         STATS_ROW,
+        TUNED_ROW,
+        TUNED_UNTRAINED_ROW,
         probe_kind,
     )
 
@@ -278,6 +281,8 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         *mlp,
         *(f"{n} (trees)" for n in mlp),
         *ABLATIONS,
+        TUNED_ROW,
+        TUNED_UNTRAINED_ROW,
     }
     # each row fitted the probe its name says
     for name, row in res["rows"].items():
@@ -702,8 +707,9 @@ def test_export_serves_the_validation_winner(
     leaderboard with non-test figures only."""
     results = artifact["probe"].parent
     board = json.loads((results / "results.json").read_text())["leaderboard"]
-    # 4 candidates (the raw-feature ones are baselines, not run here), 2 probes each
-    assert board["winner"] == board["rows"][0]["row"] and len(board["rows"]) == 8
+    # 4 candidates (the raw-feature ones are baselines, not run here), 2 probes each,
+    # and the fine-tuned one
+    assert board["winner"] == board["rows"][0]["row"] and len(board["rows"]) == 9
     assert board["cv"]["blocks"] == 4 and board["cv"]["events"] > 0
     kept = [e for e in board["rows"] if e["cv_stage"] == 2]
     assert board["rows"][0] in kept
@@ -951,6 +957,45 @@ def test_served_tree_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
     assert len(probe.state_dict["roots"]) == probe.probe["config"]["max_trees"]
     ref = _export_and_compare(artifact, path, tmp_path / "art", seed=4, n=17)
     assert ref.std() > 0  # the trees split these windows
+
+
+def test_served_fine_tuned_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
+    """The fine-tuned candidate's probe carries the fine-tuned SC-JEPA weights; its
+    export puts them in the graph, whose ONNX risk on the test windows is the risk
+    `scjepa evaluate` scored them with (that seed's row of scores.npz)."""
+    from training.data import downstream_splits, load_dataset
+    from training.evaluate.protocol import CANDIDATES, TUNED_ROW, candidate_file
+
+    results = artifact["probe"].parent
+    path = results / "candidates" / candidate_file(TUNED_ROW, CANDIDATES[TUNED_ROW])
+    probe = SavedProbe.load(path)
+    assert probe.kind == "trees" and probe.features == "codes+stats"
+    assert probe.n_features == 5 * 16 + 18 and probe.encoder_state is not None
+    frozen = load_model(artifact["ckpt"]).state_dict()
+    assert probe.encoder_state.keys() == frozen.keys()
+    moved = [k for k, v in frozen.items() if not torch.equal(v, probe.encoder_state[k])]
+    assert any(k.startswith("encoder.") for k in moved)  # fine-tuned, not frozen
+    _export_and_compare(artifact, path, tmp_path / "art", seed=5, n=9)
+    m = load_manifest(tmp_path / "art")
+    assert m.encoder == "fine-tuned" and load_manifest(artifact["dir"]).encoder == (
+        "pre-trained"
+    )
+    # the graph's risk is the evaluation's: the same windows, the same seed's scores
+    ds = load_dataset("synthetic")
+    test = downstream_splits(ds, 100)["test"]
+    x = np.zeros((*test.x.shape[:2], m.n_channels), np.float32)
+    x[:, :, np.asarray(m.channel_mask)] = test.x
+    run = ort.InferenceSession(
+        str(tmp_path / "art" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    seeds = json.loads((results / "results.json").read_text())["seeds"]
+    want = np.load(results / "scores.npz")[f"score/{TUNED_ROW}"]
+    want = want[seeds.index(probe.probe["seed"])]
+    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], want, atol=1e-4)
+    # refused: weights that do not fit the checkpoint's model
+    probe.encoder_state = dict(list(probe.encoder_state.items())[1:])
+    with pytest.raises(UserError, match="fine-tuned weights do not fit"):
+        build_served(load_model(artifact["ckpt"]), probe)
 
 
 def test_leaderboard_ranks_on_validation_only() -> None:

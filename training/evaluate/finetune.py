@@ -7,6 +7,12 @@ window's label: the head reads the spec's probe input (code probabilities, max o
 channels, P * K), computed with gradients, beside the pooled window statistics. What the
 head reads is then the input of the served trees (:meth:`Tuned.features`).
 
+The product's candidate (:class:`TunedCandidate`, `scjepa evaluate`'s "SC-JEPA
+fine-tuned + stats (trees)") is that: fine-tuned on the probe's train split, stopped on
+its validation split, then the served trees fitted on the fine-tuned features of the
+same split, stopped and calibrated on the same validation split; `scjepa export` serves
+the fine-tuned weights (SavedProbe.encoder_state).
+
 The recipe is the one screened out of fold: class-weighted BCE, AdamW (3e-4 for the
 model, 1e-3 for the head), batches of 64, up to 20 epochs, kept at the epoch with the
 lowest class-weighted loss on the stopping split (patience 3).
@@ -15,7 +21,8 @@ lowest class-weighted loss on the stopping split (patience 3).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -23,6 +30,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from model import SCJEPA
+from training.data import Samples
+from training.evaluate.baselines import (
+    FitContext,
+    ProbeScorer,
+    Scorer,
+    WindowStatsFeatures,
+)
+from training.evaluate.probe import Probe, ProbeConfig
+from training.evaluate.select import HeldOut, OutOfFold, cross_fit
 
 
 @dataclass(frozen=True)
@@ -147,3 +163,83 @@ def fine_tune(
                 break
     net.load_state_dict(state)
     return net, epochs, best
+
+
+class TunedScorer(ProbeScorer):
+    """A fitted fine-tuned candidate: a probe reading :meth:`Tuned.features` of the
+    fine-tuned net (``net.model``: the weights to serve)."""
+
+    def __init__(self, net: Tuned, stats: WindowStatsFeatures, probe: Probe) -> None:
+        self.net, self.stats = net, stats
+        super().__init__(probe, self.featurize)
+
+    def featurize(self, x: np.ndarray) -> np.ndarray:
+        return features(self.net, x, self.stats(x).astype(np.float32))
+
+
+def fit_scorer(
+    model: SCJEPA,
+    stats: WindowStatsFeatures,
+    train: Samples,
+    stop: Samples,
+    seed: int,
+    probe: ProbeConfig,
+    cfg: TuneConfig = TuneConfig(),
+) -> TunedScorer:
+    """``model`` fine-tuned on ``train`` (stopped on ``stop``), then a probe of config
+    ``probe`` fitted on its features of ``train``, stopped and calibrated on ``stop``."""
+    s_tr = stats(train.x).astype(np.float32)
+    s_stop = stats(stop.x).astype(np.float32)
+    net, _, _ = fine_tune(
+        model, train.x, s_tr, train.y, (stop.x, s_stop, stop.y), seed, cfg
+    )
+    f_tr, f_stop = features(net, train.x, s_tr), features(net, stop.x, s_stop)
+    p = Probe(f_tr.shape[1], probe, seed).fit(f_tr, train.y, f_stop, stop.y)
+    return TunedScorer(net, stats, p)
+
+
+class TunedCandidate:
+    """One fold's fine-tuned candidate (``model``: its pre-trained model, or the
+    untrained twin for the floor): what `scjepa evaluate` fits on the probe's splits
+    (:meth:`fit`), cross-fits on the served model's CV blocks (:meth:`out_of_fold`)
+    and saves; it reads what "codes+stats" reads, from the fine-tuned model."""
+
+    features = "codes+stats"
+    detectors = None
+    detector_names: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        model: SCJEPA,
+        stats: WindowStatsFeatures,
+        kind: str = "trees",
+        cfg: TuneConfig = TuneConfig(),
+    ) -> None:
+        if model.codebook is None:
+            raise ValueError("fine-tuning reads code probabilities: no codebook")
+        self.model, self.stats, self.kind, self.cfg = model, stats, kind, cfg
+        self.n_inputs = model.cfg.n_tokens * model.cfg.n_codes + len(stats.scale.mean)
+
+    def fit(self, ctx: FitContext, seed: int) -> Scorer:
+        """Fine-tuned on ctx.train, stopped on ctx.val; the probe the same."""
+        probe = replace(ctx.probe, kind=self.kind)
+        return fit_scorer(
+            self.model, self.stats, ctx.train, ctx.val, seed, probe, self.cfg
+        )
+
+    def out_of_fold(
+        self, blocks: Sequence[HeldOut], probe: ProbeConfig, seeds: Sequence[int]
+    ) -> OutOfFold:
+        """The served model's cross-validation (select.cross_fit): per held-out block
+        and seed, fine-tuned and fitted on the fit blocks' windows, stopped on the
+        next block."""
+        probe = replace(probe, kind=self.kind)
+
+        def fit(idx: list[int], v: int, seed: int) -> Callable[[int, str], np.ndarray]:
+            train = Samples.concat([blocks[i].hop for i in idx])
+            scorer = fit_scorer(
+                self.model, self.stats, train, blocks[v].hop, seed, probe, self.cfg
+            )
+            return lambda i, kind: scorer(getattr(blocks[i], kind).x)
+
+        return cross_fit(blocks, fit, seeds, self.n_inputs)

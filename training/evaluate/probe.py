@@ -381,6 +381,10 @@ class SavedProbe:
     # "stats" the pooled window statistics z-scored with ``stats_scale``
     # (model/stats.py computes them in the graph); detector parts read ``detectors``
     features: ProbeFeatures = "codes"
+    # the SC-JEPA weights the probe reads, where they are not the checkpoint's: the
+    # fine-tuned candidate's (training/evaluate/finetune.py), a state_dict of the
+    # checkpoint's architecture; None: the checkpoint's model, frozen
+    encoder_state: dict[str, torch.Tensor] | None = None
     stats_scale: dict[str, list[float]] | None = None  # {"mean": [...], "std": [...]}
     # model/detectors.py's constants (kNN bank, PCA basis, z-scaling), numpy arrays
     detectors: dict[str, Any] | None = None
@@ -477,6 +481,11 @@ class SavedProbe:
                 self.n_features,
             ):
                 return f"its weights do not fit {self.n_features} features"
+        if self.encoder_state is not None and not (
+            isinstance(self.encoder_state, dict)
+            and all(hasattr(v, "shape") for v in self.encoder_state.values())
+        ):
+            return "its fine-tuned encoder weights are not a state_dict"
         if len(self.channels) != len(self.mask):
             return f"{len(self.channels)} channels but a mask of {len(self.mask)}"
         try:

@@ -108,6 +108,7 @@ if TYPE_CHECKING:  # torch and the model load in run(): `--help` stays light
     from model import SCJEPA
     from training.evaluate.detectors import ProbeInputs
     from training.evaluate.encode import CodeFeatures
+    from training.evaluate.finetune import TunedCandidate
 
 FitFn = Callable[[FitContext, int], Scorer]
 Methods = dict[str, FitFn] | Callable[[int], dict[str, FitFn]]
@@ -629,6 +630,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threads", type=int, default=0, help="torch threads (0 = torch default)"
     )
     p.add_argument(
+        "--fine-tune",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also fit the fine-tuned candidate, '"
+        + TUNED_ROW
+        + "' (SC-JEPA's encoder and codebook trained further with a probe on the "
+        "next window's label, then read by the trees; beside it its floor, the same "
+        "from the untrained model; needs --tree-probes): "
+        "docs/notebook/results-notes.md, 2026-11-29, seventeenth session. "
+        "--no-fine-tune leaves both out (on SMD-19 about 40 min less on 2 CPUs)",
+    )
+    p.add_argument(
         "--cv-blocks",
         type=int,
         default=CVConfig.blocks,
@@ -650,7 +663,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _cross_validate(
     ds: Dataset,
     folds: list[FoldData],
-    inputs: dict[int, dict[str, ProbeInputs]],
+    inputs: dict[int, dict[str, ProbeInputs | TunedCandidate]],
     rows: dict[str, Row],
     probe: ProbeConfig,
     events: EventConfig,
@@ -663,7 +676,10 @@ def _cross_validate(
     out-of-fold risks go to ``out``/cv_scores.npz
     (:func:`~training.evaluate.select.read_out_of_fold`), so the choice can be
     audited and other rules compared without refitting."""
+    from training.evaluate.finetune import TunedCandidate
     from training.evaluate.select import (
+        HeldOut,
+        OutOfFold,
         choose,
         cv_blocks,
         operating_points,
@@ -684,16 +700,15 @@ def _cross_validate(
         )
         return None
     t0 = time.time()
+
+    def cross_fit(n: str, fold: int, b: list[HeldOut]) -> OutOfFold:
+        f = inputs[fold][n]
+        if isinstance(f, TunedCandidate):  # fine-tuned anew for every fit
+            return f.out_of_fold(b, probe, range(cv.seeds))
+        return out_of_fold(b, f, replace(probe, kind=probe_kind(n)), range(cv.seeds))
+
     oof = {
-        n: [
-            out_of_fold(
-                b,
-                inputs[fd.fold][n],
-                replace(probe, kind=probe_kind(n)),
-                range(cv.seeds),
-            )
-            for fd, b in zip(folds, blocks, strict=True)
-        ]
+        n: [cross_fit(n, fd.fold, b) for fd, b in zip(folds, blocks, strict=True)]
         for n in names
     }
     choice = choose(blocks, oof, events.lookback, cv)
@@ -760,6 +775,7 @@ def run(args: argparse.Namespace) -> int:
     from training.data.cli import table_options
     from training.evaluate.detectors import DetectorScores, ProbeInputs
     from training.evaluate.encode import CodeFeatures, ReconstructionError
+    from training.evaluate.finetune import TunedCandidate
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -786,7 +802,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
     folds = prepare_folds(ds, events, fit_stride=args.fit_stride)
     encoders: dict[int, dict[str, CodeFeatures]] = {}
-    inputs: dict[int, dict[str, ProbeInputs]] = {}  # fold -> row -> what it reads
+    # fold -> row -> what it reads
+    inputs: dict[int, dict[str, ProbeInputs | TunedCandidate]] = {}
     model_config: dict[str, Any] | None = None
 
     def methods_for(fold: int) -> dict[str, FitFn]:
@@ -825,7 +842,7 @@ def run(args: argparse.Namespace) -> int:
             codes = enc["SC-JEPA probe"]
             dets = DetectorScores(normal, folds[fold].train.x, codes)
             for name, features in (CANDIDATES | ABLATIONS).items():
-                if name in methods or name in (RAW_ROW, RAW_TREES_ROW):
+                if name in methods or name in (RAW_ROW, RAW_TREES_ROW, TUNED_ROW):
                     continue
                 if probe_kind(name) == "trees" and not args.tree_probes:
                     continue
@@ -841,6 +858,13 @@ def run(args: argparse.Namespace) -> int:
                 dets0 = DetectorScores(normal, folds[fold].train.x, codes0)
                 f0 = ProbeInputs(CANDIDATES[DET_ONLY_ROW], codes0, None, dets0)
                 methods[DET_ONLY_UNTRAINED_ROW] = fit_feature_probe(f0)
+            if codes.has_codes and args.tree_probes and args.fine_tune:
+                # fine-tuned with the probe, then read by the trees; its floor: the
+                # untrained twin fine-tuned the same way (not a candidate)
+                tuned = TunedCandidate(trained, stats)
+                inputs.setdefault(fold, {})[TUNED_ROW] = tuned
+                methods[TUNED_ROW] = tuned.fit
+                methods[TUNED_UNTRAINED_ROW] = TunedCandidate(untrained, stats).fit
             for raw in (RAW_ROW, RAW_TREES_ROW):
                 if raw in methods:
                     inputs.setdefault(fold, {})[raw] = ProbeInputs(
@@ -957,7 +981,14 @@ _TREE_CANDIDATES = {
     (RAW_TREES_ROW if n == RAW_ROW else f"{n} (trees)"): f
     for n, f in _MLP_CANDIDATES.items()
 }
-CANDIDATES = _MLP_CANDIDATES | _TREE_CANDIDATES
+# SC-JEPA's encoder and codebook fine-tuned with an MLP head on the next window's
+# label, its features (code probabilities, max over channels, and the statistics) read
+# by the trees (training/evaluate/finetune.py); `scjepa export` serves the fine-tuned
+# weights. Its floor, the untrained twin fine-tuned the same way, is a row, not a
+# candidate; its refit without SC-JEPA is the statistics' trees (RAW_TREES_ROW).
+TUNED_ROW = "SC-JEPA fine-tuned + stats (trees)"
+TUNED_UNTRAINED_ROW = "SC-JEPA fine-tuned + stats, untrained model (trees)"
+CANDIDATES = _MLP_CANDIDATES | _TREE_CANDIDATES | {TUNED_ROW: "codes+stats"}
 # Each candidate refitted without SC-JEPA's inputs (codes, surprise, recon), where
 # that leaves a probe that is not already a row ("codes+stats" -> "stats" is RAW_ROW).
 _TREE_ABLATIONS = {
@@ -972,12 +1003,16 @@ ABLATIONS = {
 
 def probe_kind(name: str) -> str:
     """The probe a candidate or ablation row fits: "trees" or "mlp"."""
-    return "trees" if name in _TREE_CANDIDATES or name in _TREE_ABLATIONS else "mlp"
+    trees = {TUNED_ROW, TUNED_UNTRAINED_ROW, *_TREE_CANDIDATES, *_TREE_ABLATIONS}
+    return "trees" if name in trees else "mlp"
 
 
 def candidate_file(name: str, features: str) -> str:
-    """Its probe's file under candidates/: "stats.pt", "stats-trees.pt", ..."""
-    return f"{features}-trees.pt" if probe_kind(name) == "trees" else f"{features}.pt"
+    """Its probe's file under candidates/: "stats.pt", "stats-trees.pt", ...,
+    "finetuned-codes+stats-trees.pt" (the fine-tuned weights in it)."""
+    tuned = "finetuned-" if name == TUNED_ROW else ""
+    kind = "-trees" if probe_kind(name) == "trees" else ""
+    return f"{tuned}{features}{kind}.pt"
 
 
 CHOSEN_ON_VAL = (
@@ -1065,7 +1100,11 @@ def leaderboard(
     ablation = None
     if winner is not None:
         rest = without_scjepa(CANDIDATES[winner])
-        by_inputs = {(f, probe_kind(n)): n for n, f in (CANDIDATES | ABLATIONS).items()}
+        by_inputs = {
+            (f, probe_kind(n)): n
+            for n, f in (CANDIDATES | ABLATIONS).items()
+            if n != TUNED_ROW  # (its refit without SC-JEPA: the statistics' trees)
+        }
         # (a winner reading no SC-JEPA input has no such refit: it is its own)
         ablation = (
             by_inputs.get((rest, probe_kind(winner)))
@@ -1102,7 +1141,7 @@ def served_probe(
     checkpoint: Path | None,
     ds: Dataset,
     stats: WindowStatsFeatures | None = None,
-    inputs: ProbeInputs | None = None,
+    inputs: ProbeInputs | TunedCandidate | None = None,
     board: dict[str, Any] | None = None,
 ) -> SavedProbe:
     """The probe `scjepa export` will serve from row ``name``: the seed with the best
@@ -1111,8 +1150,11 @@ def served_probe(
     Its ``features`` say what it reads: "codes" (the spec's probe, P * K inputs) or,
     with ``stats``, "codes+stats" (also the 18 pooled window statistics, with their
     train-set scaling); with ``inputs`` whatever that featurizer reads (detector
-    scores too, their constants stored in the probe).
+    scores too, their constants stored in the probe); a fine-tuned row's probe
+    carries the fine-tuned model's weights (``encoder_state``).
     """
+    from training.evaluate.finetune import TunedScorer
+
     runs = ev.fitted[name]
     if any(f.fold != 0 for f in runs):
         raise ValueError(f"{ev.dataset}: a data set split into folds serves no probe")
@@ -1135,6 +1177,7 @@ def served_probe(
     if not isinstance(chosen.scorer, ProbeScorer):
         raise TypeError(f"{name!r} is not a probe row")
     probe = chosen.scorer.probe
+    tuned = chosen.scorer.net.model if isinstance(chosen.scorer, TunedScorer) else None
     cv_board = ev.extra.get("leaderboard")  # the cross-fitted thresholds (fold 0)
     u = _cv_value(cv_board, name, "cv_budget_quantiles")
     return SavedProbe(
@@ -1148,6 +1191,7 @@ def served_probe(
         mask=ds.mask.tolist(),
         data_fingerprint=ds.fingerprint(),
         features=features,
+        encoder_state=None if tuned is None else tuned.state_dict(),
         stats_scale=None
         if stats is None
         else {"mean": stats.scale.mean.tolist(), "std": stats.scale.std.tolist()},

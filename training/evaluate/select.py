@@ -152,37 +152,54 @@ def cv_blocks(
     return out
 
 
+# fit(fit blocks, stopping block, seed) -> risk(block, "hop" | "dense"): one
+# candidate's probe fitted on the first, stopped and calibrated on the second, scoring
+# a block's windows
+CrossFit = Callable[[list[int], int, int], Callable[[int, str], np.ndarray]]
+
+
+def cross_fit(
+    blocks: Sequence[HeldOut], fit: CrossFit, seeds: Sequence[int], n_inputs: int
+) -> OutOfFold:
+    """One candidate fitted K times per seed (held out j, stopped and calibrated on
+    j + 1 mod K, fitted on the rest), scoring its held-out block (and, for the
+    operating points, its stopping block's dense windows)."""
+    k = len(blocks)
+    if k < 3:
+        raise ValueError(f"{k} blocks with windows: need 3")
+    hop, dense, cal = [], [], []
+    for j in range(k):
+        v = (j + 1) % k
+        risks = [fit([i for i in range(k) if i not in (j, v)], v, s) for s in seeds]
+        hop.append(np.stack([r(j, "hop") for r in risks]))
+        dense.append(np.stack([r(j, "dense") for r in risks]))
+        cal.append(np.stack([r(v, "dense") for r in risks]))
+    return OutOfFold(hop, dense, n_inputs, cal)
+
+
 def out_of_fold(
     blocks: Sequence[HeldOut],
     featurize: Callable[[np.ndarray], np.ndarray],
     cfg: ProbeConfig,
     seeds: Sequence[int],
 ) -> OutOfFold:
-    """One candidate's probe, fitted K times per seed (held out j, stopped and
-    calibrated on j + 1 mod K, fitted on the rest), scoring its held-out block."""
-    k = len(blocks)
-    if k < 3:
-        raise ValueError(f"{k} blocks with windows: need 3")
-    f_hop = [featurize(b.hop.x) for b in blocks]
-    f_dense = [featurize(b.dense.x) for b in blocks]
-    hop, dense, cal = [], [], []
-    for j in range(k):
-        v = (j + 1) % k
-        fit = [i for i in range(k) if i not in (j, v)]
-        f_tr = np.concatenate([f_hop[i] for i in fit])
-        y_tr = np.concatenate([blocks[i].hop.y for i in fit])
-        h, d, c = [], [], []
-        for seed in seeds:
-            probe = Probe(f_tr.shape[1], cfg, seed).fit(
-                f_tr, y_tr, f_hop[v], blocks[v].hop.y
-            )
-            h.append(probe.predict(f_hop[j]))
-            d.append(probe.predict(f_dense[j]))
-            c.append(probe.predict(f_dense[v]))
-        hop.append(np.stack(h))
-        dense.append(np.stack(d))
-        cal.append(np.stack(c))
-    return OutOfFold(hop, dense, int(f_hop[0].shape[1]), cal)
+    """:func:`cross_fit` of a probe reading ``featurize``'s features (each block's
+    computed once)."""
+    f = {
+        kind: [featurize(getattr(b, kind).x) for b in blocks]
+        for kind in ("hop", "dense")
+    }
+
+    def fit(idx: list[int], v: int, seed: int) -> Callable[[int, str], np.ndarray]:
+        probe = Probe(f["hop"][0].shape[1], cfg, seed).fit(
+            np.concatenate([f["hop"][i] for i in idx]),
+            np.concatenate([blocks[i].hop.y for i in idx]),
+            f["hop"][v],
+            blocks[v].hop.y,
+        )
+        return lambda i, kind: probe.predict(f[kind][i])
+
+    return cross_fit(blocks, fit, seeds, int(f["hop"][0].shape[1]))
 
 
 def cv_threshold(

@@ -309,9 +309,15 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     res = json.loads((out / "results.json").read_text())
     assert res["folds"] == 5
     # the tree probes are candidates by default, each beside its MLP twin
-    for name in ("raw-feature probe (trees)", "SC-JEPA probe (trees)"):
+    # and so is the fine-tuned SC-JEPA read by the trees (its floor a row beside it)
+    for name in (
+        "raw-feature probe (trees)",
+        "SC-JEPA probe (trees)",
+        "SC-JEPA fine-tuned + stats (trees)",
+    ):
         assert name in res["rows"]
         assert name in {r["row"] for r in res["leaderboard"]["rows"]}
+    assert "SC-JEPA fine-tuned + stats, untrained model (trees)" in res["rows"]
     n_runs = sum(1 for e in ds.entities if e.test is not None)
     assert res["events"]["test"]["events"] == n_runs  # one fault per run, each once
     assert res["events"]["stride"] == 5 and res["events"]["lookback"] == 100
