@@ -316,10 +316,18 @@ def _shape(res: dict) -> dict:
 
 def test_results_json_keeps_the_published_format(artifact: dict[str, Path]) -> None:
     """results.json as written now has the shape of the published ones that `scjepa
-    report` and docs/results read (same keys, same order, at every level)."""
+    report` and docs/results read: their keys, in their order, at every level (keys
+    added since, e.g. checkpoint_sha256, among them), and the checkpoint's hash."""
+    from service.manifest import sha256_file
+
     res = json.loads((artifact["probe"].parent / "results.json").read_text())
     published = json.loads((REPO / "docs/results/msl/results.json").read_text())
-    assert _shape(res) == _shape(published)
+    new, old = _shape(res), _shape(published)
+    assert new.keys() == old.keys()
+    for level, keys in old.items():
+        assert [k for k in new[level] if k in keys] == keys, level
+    assert set(new["top"]) - set(old["top"]) == {"checkpoint_sha256"}
+    assert res["checkpoint_sha256"] == [sha256_file(artifact["ckpt"])]
     assert res["config"]["window"] == WINDOW
 
 

@@ -177,6 +177,7 @@ class Evaluation:
         }
         if run is not None:
             res["checkpoint"] = run["checkpoint"]
+            res["checkpoint_sha256"] = run["checkpoint_sha256"]
             res["config"] = run["config"]
             res["git_commit"] = run["git_commit"]
             res["command"] = run["command"]
@@ -771,6 +772,7 @@ def run(args: argparse.Namespace) -> int:
 
     import torch
 
+    from service.manifest import sha256_file
     from training.data import load_dataset
     from training.data.cli import table_options
     from training.evaluate.detectors import DetectorScores, ProbeInputs
@@ -907,6 +909,7 @@ def run(args: argparse.Namespace) -> int:
         ev.extra["leaderboard"] = board
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
+        "checkpoint_sha256": [sha256_file(c) for c in checkpoints],
         "config": {
             "probe": asdict(probe_cfg),
             "model": model_config,

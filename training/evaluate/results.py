@@ -77,6 +77,9 @@ class RunInfo(TypedDict):
     """What `scjepa evaluate` adds about the run itself."""
 
     checkpoint: str | None
+    # each fold's checkpoint file's SHA-256 (empty without one): the path alone does
+    # not say which weights a re-made checkpoint held
+    checkpoint_sha256: list[str]
     config: dict[str, Any]  # {"probe": ProbeConfig, "model": ModelConfig, "window"}
     git_commit: str
     command: str
@@ -92,6 +95,7 @@ class Results(TypedDict):
     rows: dict[str, Row]
     wall_time_s: float
     checkpoint: NotRequired[str | None]
+    checkpoint_sha256: NotRequired[list[str]]  # in files since 2026-11-29
     config: NotRequired[dict[str, Any]]
     git_commit: NotRequired[str]
     command: NotRequired[str]
