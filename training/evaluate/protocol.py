@@ -21,6 +21,7 @@ scores (cv_scores.npz) and figures.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import time
 from collections.abc import Callable
@@ -766,13 +767,17 @@ def _checkpoint(spec: str, fold: int, ds: Dataset) -> Path:
     return path
 
 
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def run(args: argparse.Namespace) -> int:
     import shlex
     from dataclasses import asdict
 
     import torch
 
-    from service.manifest import sha256_file
     from training.data import load_dataset
     from training.data.cli import table_options
     from training.evaluate.detectors import DetectorScores, ProbeInputs
@@ -909,7 +914,7 @@ def run(args: argparse.Namespace) -> int:
         ev.extra["leaderboard"] = board
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
-        "checkpoint_sha256": [sha256_file(c) for c in checkpoints],
+        "checkpoint_sha256": [_sha256(c) for c in checkpoints],
         "config": {
             "probe": asdict(probe_cfg),
             "model": model_config,
