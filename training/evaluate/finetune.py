@@ -174,7 +174,7 @@ class TunedScorer(ProbeScorer):
         super().__init__(probe, self.featurize)
 
     def featurize(self, x: np.ndarray) -> np.ndarray:
-        return features(self.net, x, self.stats(x).astype(np.float32))
+        return features(self.net, x, self.stats(x))
 
 
 def fit_scorer(
@@ -188,8 +188,8 @@ def fit_scorer(
 ) -> TunedScorer:
     """``model`` fine-tuned on ``train`` (stopped on ``stop``), then a probe of config
     ``probe`` fitted on its features of ``train``, stopped and calibrated on ``stop``."""
-    s_tr = stats(train.x).astype(np.float32)
-    s_stop = stats(stop.x).astype(np.float32)
+    s_tr = stats(train.x)
+    s_stop = stats(stop.x)
     net, _, _ = fine_tune(
         model, train.x, s_tr, train.y, (stop.x, s_stop, stop.y), seed, cfg
     )
