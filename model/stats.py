@@ -15,6 +15,11 @@ N_STATS = 18  # 6 statistics x 3 pools
 
 
 class WindowStats(nn.Module):
+    """Computed in float64, cast to float32 at the end: in float32, PyTorch and
+    onnxruntime (and the numpy featurizer the probe was fitted on) sum in different
+    orders and land a few ulps apart, enough to send a window on a tree probe's split
+    either way. In float64 they agree to far below float32's resolution."""
+
     tc: Tensor  # (T,) least-squares slope weights
     mean: Tensor  # (18,) train-set scaling of the features
     std: Tensor  # (18,)
@@ -24,12 +29,13 @@ class WindowStats(nn.Module):
         assert len(mean) == len(std) == N_STATS, f"expected {N_STATS} statistics"
         t = torch.arange(seq_len, dtype=torch.float64)
         tc = (t - t.mean()) / ((t - t.mean()) ** 2).sum()  # least-squares slope weights
-        self.register_buffer("tc", tc.float(), persistent=False)
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32))
+        self.register_buffer("tc", tc, persistent=False)
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float64))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float64))
 
     def forward(self, x: Tensor) -> Tensor:
         """x: (B, T, V) raw windows (kept channels) -> (B, 18) standardized features."""
+        x = x.double()
         slope = torch.einsum("t,btv->bv", self.tc, x)  # (B, V)
         # (B, 6, V): per channel mean, std, min, max, last value, slope
         stats = [
@@ -42,4 +48,4 @@ class WindowStats(nn.Module):
         ]
         s = torch.stack(stats, dim=1)
         f = torch.cat([s.mean(2), s.amax(2), s.amin(2)], dim=1)  # (B, 18)
-        return (f - self.mean) / self.std
+        return ((f - self.mean) / self.std).float()

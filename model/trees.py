@@ -51,9 +51,13 @@ class TreeEnsemble(nn.Module):
         trees.load_state_dict(state)
         return trees
 
-    def forward(self, x: Tensor) -> Tensor:
+    def leaves(self, x: Tensor) -> Tensor:
+        """features (B, F) -> each tree's leaf value (B, n_trees)."""
         node = self.roots.unsqueeze(0).expand(x.shape[0], -1)  # (B, n_trees)
         for _ in range(self.n_steps):
             go_left = x.gather(1, self.feature[node]) <= self.threshold[node]
             node = torch.where(go_left, self.left[node], self.right[node])
-        return (self.value[node].sum(1) + self.bias).unsqueeze(1)
+        return self.value[node]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return (self.leaves(x).sum(1) + self.bias).unsqueeze(1)

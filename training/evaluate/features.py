@@ -13,19 +13,30 @@ STATS = ("mean", "std", "min", "max", "last", "slope")
 
 
 def channel_stats(x: np.ndarray) -> np.ndarray:
-    """(N, T, V) windows -> (N, 6, V): per-channel mean, std, min, max, last value, slope."""
+    """(N, T, V) windows -> (N, 6, V) float64: per-channel mean, std, min, max, last
+    value, slope.
+
+    Computed in float64, as model/stats.py computes them in the served graph: in
+    float32, numpy, PyTorch and onnxruntime sum in different orders and land a few
+    ulps apart, and a tree probe's split can fall between them (tests/training/test_export.py).
+    """
     t = np.arange(x.shape[1], dtype=np.float64)
     tc = (t - t.mean()) / ((t - t.mean()) ** 2).sum()  # least-squares slope weights
-    slope = np.einsum("t,ntv->nv", tc, x)  # (N, V)
-    return np.stack(
-        [x.mean(1), x.std(1), x.min(1), x.max(1), x[:, -1], slope], axis=1
-    ).astype(np.float32)  # (N, 6, V)
+    out = np.empty((len(x), 6, x.shape[2]))
+    for i in range(0, len(x), 1024):  # a float64 copy of 1,024 windows at a time
+        c = np.asarray(x[i : i + 1024], dtype=np.float64)
+        slope = np.einsum("t,ntv->nv", tc, c)  # (n, V)
+        out[i : i + 1024] = np.stack(
+            [c.mean(1), c.std(1), c.min(1), c.max(1), c[:, -1], slope], axis=1
+        )
+    return out
 
 
 def pooled_stats(
     x: np.ndarray, pools: tuple[str, ...] = ("mean", "max", "min")
 ) -> np.ndarray:
-    """(N, T, V) -> (N, 6 * len(pools)): each channel statistic pooled over channels.
+    """(N, T, V) -> (N, 6 * len(pools)) float64: each channel statistic pooled over
+    channels.
 
     Channel-count independent, like the SC-JEPA probe's variable-wise max.
     """
@@ -39,15 +50,19 @@ def pooled_stats(
 
 
 class Standardizer:
-    """Per-feature z-score fitted on one split (always the official train windows)."""
+    """Per-feature z-score fitted on one split (always the official train windows);
+    computed in float64, returned as float32."""
 
     def fit(self, f: np.ndarray) -> Standardizer:
+        f = np.asarray(f, dtype=np.float64)
         self.mean = f.mean(0)
         self.std = f.std(0) + 1e-6
         return self
 
     def __call__(self, f: np.ndarray) -> np.ndarray:
-        return ((f - self.mean) / self.std).astype(np.float32)
+        return ((np.asarray(f, dtype=np.float64) - self.mean) / self.std).astype(
+            np.float32
+        )
 
 
 class PerArrayCache(Generic[T]):

@@ -124,26 +124,89 @@ class Platt:
         return sigmoid(self.a * logits + self.b)
 
 
-def trees_state(clf: Any, n_trees: int) -> dict[str, torch.Tensor]:
+# Feature values this close are one value computed twice: the encoder's float32
+# outputs for one window differ by up to 1e-4 relative (6e-6 absolute) between
+# PyTorch batches and onnxruntime (MSL code probabilities, 2026-11-29).
+SAME_RTOL, SAME_ATOL = 1e-3, 1e-6
+
+
+class _Gaps:
+    """One feature's training values, grouped where they are one value up to float
+    noise; :meth:`split` moves a threshold into the middle of a gap between groups."""
+
+    def __init__(self, col: np.ndarray) -> None:
+        u, n = np.unique(col[~np.isnan(col)].astype(np.float64), return_counts=True)
+        new = np.diff(u) > SAME_RTOL * np.abs(u[1:]) + SAME_ATOL
+        self.u, self.n = u, n
+        self.group = np.concatenate([[0], np.cumsum(new)])  # group id of each value
+
+    def split(self, t: float) -> float:
+        u, g = self.u, self.group
+        i = int(np.searchsorted(u, t, side="right"))  # u[i - 1] <= t < u[i]
+        if i == 0 or i == len(u):
+            return t  # no training value on one side: nothing to move between
+        if g[i - 1] == g[i]:  # inside a group: send all of it the majority's way
+            members = g == g[i]
+            left = int(self.n[members & (np.arange(len(u)) < i)].sum())
+            if 2 * left >= int(self.n[members].sum()):
+                i = int(np.flatnonzero(members)[-1]) + 1  # the group goes left
+            else:
+                i = int(np.flatnonzero(members)[0])  # the group goes right
+            if i == len(u):
+                return np.inf
+            if i == 0:
+                return -np.inf
+        return (u[i - 1] + u[i]) / 2
+
+
+def trees_state(
+    clf: Any, n_trees: int, x_train: np.ndarray
+) -> dict[str, torch.Tensor]:
     """A fitted scikit-learn HistGradientBoostingClassifier's first ``n_trees``
     stages as model/trees.py's TreeEnsemble state. Reads its tree predictors
     (``_predictors``, ``_baseline_prediction``: not public API; the parity tests of
-    tests/training/evaluate/test_trees.py fail if a release changes them)."""
+    tests/training/evaluate/test_trees.py fail if a release changes them).
+
+    Each split moves to the midpoint of the gap between the training values
+    (``x_train``, the features the trees were fitted on) on either side of it.
+    scikit-learn's own threshold can equal a training value (a percentile among
+    repeated values, common in discrete sensors), or fall between two values that
+    are one value computed twice with float noise (:data:`SAME_RTOL`): windows there
+    would change sides with the last digits, which differ between the evaluation's
+    PyTorch and the served onnxruntime. A split inside such a group sends the whole
+    group the way most of its training rows went. Every other training value goes
+    where scikit-learn sends it, and a value must be half a gap away to change sides.
+    """
     import torch
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("f", "t", "l", "r", "v")}
+    gaps: dict[int, _Gaps] = {}
+
+    def midpoint(feature: int, t: float) -> np.float32:
+        if feature not in gaps:
+            gaps[feature] = _Gaps(x_train[:, feature])
+        t = gaps[feature].split(t)
+        # scikit-learn compares features as float64 with float64 thresholds; for
+        # float32 features the largest float32 <= the threshold splits the same
+        th = np.float32(t)
+        return np.nextafter(th, np.float32(-np.inf)) if th > t else th
+
     roots, offset, depth = [], 0, 0
     for (tree,) in clf._predictors[:n_trees]:
         nodes = tree.nodes
         leaf = nodes["is_leaf"].astype(bool)
         ids = np.arange(len(nodes)) + offset
-        # scikit-learn compares features as float64 with float64 thresholds; for
-        # float32 features the largest float32 <= the threshold splits the same
-        t64 = nodes["num_threshold"]
-        th = t64.astype(np.float32)
-        th = np.where(th > t64, np.nextafter(th, np.float32(-np.inf)), th)
+        th = np.array(
+            [
+                0.0 if is_leaf else midpoint(int(f), float(t))
+                for is_leaf, f, t in zip(
+                    leaf, nodes["feature_idx"], nodes["num_threshold"], strict=True
+                )
+            ],
+            dtype=np.float32,
+        )
         parts["f"].append(np.where(leaf, 0, nodes["feature_idx"]))
-        parts["t"].append(np.where(leaf, 0, th).astype(np.float32))
+        parts["t"].append(th)
         parts["l"].append(np.where(leaf, ids, nodes["left"] + offset))
         parts["r"].append(np.where(leaf, ids, nodes["right"] + offset))
         parts["v"].append(np.where(leaf, nodes["value"], 0.0))  # shrinkage included
@@ -263,6 +326,7 @@ class Probe:
         y_va: np.ndarray,
         pos_weight: float,
     ) -> None:
+        import torch
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         from model.trees import TreeEnsemble
@@ -281,9 +345,14 @@ class Probe:
         # percentile, 16x faster on the 320 code features
         weight = np.where(y_tr == 1, pos_weight, 1.0) if pos_weight != 1.0 else None
         clf.fit(f_tr, y_tr, sample_weight=weight)
+        # the validation scores after each stage, from the trees as served (their
+        # splits at trees_state's midpoints)
+        every = TreeEnsemble.from_state(trees_state(clf, clf.n_iter_, f_tr))
+        with torch.no_grad():
+            leaves = every.leaves(torch.from_numpy(f_va)).numpy().astype(np.float64)
+        staged = float(every.bias) + np.cumsum(leaves, axis=1)  # (N, n_trees)
         best = -np.inf
-        for n, raw in enumerate(clf.staged_decision_function(f_va)):
-            z = raw.ravel()  # (N, 1) -> (N,)
+        for n, z in enumerate(staged.T):
             # validation BCE (with the class weight, if the trees use one)
             loss = float(
                 np.mean(
@@ -300,7 +369,9 @@ class Probe:
                 score = roc_auc(y_va, z)
             if score > best:
                 best, self.best_epoch = score, n
-        self.net = TreeEnsemble.from_state(trees_state(clf, self.best_epoch + 1))
+        self.net = TreeEnsemble.from_state(
+            trees_state(clf, self.best_epoch + 1, f_tr)
+        )
 
     def predict(self, f: np.ndarray) -> np.ndarray:
         """Calibrated P(next window anomalous)."""

@@ -12,7 +12,13 @@ import torch
 from sklearn.ensemble import HistGradientBoostingClassifier
 
 from model.trees import TreeEnsemble
-from training.evaluate.probe import Probe, ProbeConfig, SavedProbe, trees_state
+from training.evaluate.probe import (
+    Probe,
+    ProbeConfig,
+    SavedProbe,
+    _Gaps,
+    trees_state,
+)
 
 
 def data(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +37,7 @@ def test_tensor_trees_equal_scikit_learn(stages: int) -> None:
         max_iter=60, max_leaf_nodes=9, early_stopping=False, random_state=1
     ).fit(x[:400], y[:400], sample_weight=np.where(y[:400] == 1, 2.5, 1.0))
     want = list(clf.staged_decision_function(x[400:]))[stages - 1].ravel()
-    trees = TreeEnsemble.from_state(trees_state(clf, stages))
+    trees = TreeEnsemble.from_state(trees_state(clf, stages, x[:400]))
     with torch.no_grad():
         got = trees(torch.from_numpy(x[400:])).squeeze(1).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
@@ -146,6 +152,56 @@ def test_unweighted_tree_probe_is_the_unit_weight_fit() -> None:
     clf = HistGradientBoostingClassifier(
         max_iter=40, learning_rate=0.05, max_leaf_nodes=15, early_stopping=False
     ).fit(x[:1000], y[:1000], sample_weight=np.ones(1000))
-    np.testing.assert_allclose(
-        probe.logits(x[1200:]), clf.decision_function(x[1200:]), atol=1e-5
-    )
+    trees = TreeEnsemble.from_state(trees_state(clf, 40, x[:1000]))
+    with torch.no_grad():
+        want = trees(torch.from_numpy(x[1200:])).squeeze(1).numpy()
+    np.testing.assert_allclose(probe.logits(x[1200:]), want, atol=1e-5)
+
+
+def test_splits_sit_midway_between_training_values() -> None:
+    """A discrete sensor repeats its values, and scikit-learn's percentile split can
+    equal one of them: rows at that value then change sides with a few ulps of float
+    rounding (PyTorch and onnxruntime differ by that much), and the export's parity
+    fails. The served splits sit midway between neighbouring training values: every
+    training row scores as under scikit-learn, and ulp noise moves none of them."""
+    rng = np.random.default_rng(5)
+    # more distinct values than bins (percentile splits), each repeated
+    x = (np.round(rng.normal(size=(3000, 3)) * 150) / 100).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] * x[:, 2] + rng.normal(size=3000) > 1).astype(np.int8)
+    clf = HistGradientBoostingClassifier(
+        max_iter=30, max_leaf_nodes=15, early_stopping=False, random_state=0
+    ).fit(x, y)
+    on_value = [
+        n["num_threshold"] in set(x[:, n["feature_idx"]].astype(np.float64))
+        for (tree,) in clf._predictors
+        for n in tree.nodes
+        if not n["is_leaf"]
+    ]
+    assert any(on_value)  # the case: scikit-learn splits at a training value
+    trees = TreeEnsemble.from_state(trees_state(clf, 30, x))
+    internal = trees.left != torch.arange(len(trees.left))
+    for f, t in zip(trees.feature[internal], trees.threshold[internal], strict=True):
+        assert not (x[:, int(f)] == t.item()).any()
+    noisy = x * (1 + rng.choice([-1, 1], size=x.shape) * 3e-7).astype(np.float32)
+    assert (noisy != x).mean() > 0.9
+    with torch.no_grad():
+        got = trees(torch.from_numpy(x)).squeeze(1).numpy()
+        got_noisy = trees(torch.from_numpy(noisy)).squeeze(1).numpy()
+    np.testing.assert_allclose(got, clf.decision_function(x), atol=1e-5)
+    np.testing.assert_array_equal(got_noisy, got)
+    # scikit-learn's own splits move rows under that noise
+    assert (clf.decision_function(noisy) != clf.decision_function(x)).any()
+
+
+def test_a_split_inside_a_noise_group_moves_to_its_edge() -> None:
+    """Values within float noise of each other (one window encoded in two batches) are
+    one value: a split between them moves out of the group, the way most of its
+    training rows went, to the middle of the gap beside it."""
+    col = np.float32([1.0, 1.0, 1.00001, 2.0, 2.00002, 2.00002, 2.00002, 3.0, 3.0])
+    g = _Gaps(col)
+    u1, u2 = float(np.float32(1.00001)), float(np.float32(2.00002))
+    assert g.split(1.000005) == pytest.approx((u1 + 2.0) / 2)  # 2 of 3 went left
+    assert g.split(2.00001) == pytest.approx((u1 + 2.0) / 2)  # 3 of 4 went right
+    assert g.split(2.5) == pytest.approx((u2 + 3.0) / 2)  # between groups: the middle
+    assert g.split(0.5) == 0.5 and g.split(3.5) == 3.5  # nothing on one side
+    assert _Gaps(np.float32([4.0, 4.000001])).split(4.0000005) == np.inf
