@@ -159,9 +159,7 @@ class _Gaps:
         return (u[i - 1] + u[i]) / 2
 
 
-def trees_state(
-    clf: Any, n_trees: int, x_train: np.ndarray
-) -> dict[str, torch.Tensor]:
+def trees_state(clf: Any, n_trees: int, x_train: np.ndarray) -> dict[str, torch.Tensor]:
     """A fitted scikit-learn HistGradientBoostingClassifier's first ``n_trees``
     stages as model/trees.py's TreeEnsemble state. Reads its tree predictors
     (``_predictors``, ``_baseline_prediction``: not public API; the parity tests of
@@ -369,9 +367,7 @@ class Probe:
                 score = roc_auc(y_va, z)
             if score > best:
                 best, self.best_epoch = score, n
-        self.net = TreeEnsemble.from_state(
-            trees_state(clf, self.best_epoch + 1, f_tr)
-        )
+        self.net = TreeEnsemble.from_state(trees_state(clf, self.best_epoch + 1, f_tr))
 
     def predict(self, f: np.ndarray) -> np.ndarray:
         """Calibrated P(next window anomalous)."""
