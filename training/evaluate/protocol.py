@@ -784,6 +784,7 @@ def run(args: argparse.Namespace) -> int:
     from training.evaluate.encode import CodeFeatures, ReconstructionError
     from training.evaluate.finetune import TunedCandidate
 
+    started = time.time()
     if args.threads:
         torch.set_num_threads(args.threads)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
@@ -912,6 +913,7 @@ def run(args: argparse.Namespace) -> int:
     board = leaderboard(ev.rows, choice)
     if board["rows"]:
         ev.extra["leaderboard"] = board
+    ev.wall_time_s = time.time() - started  # the whole run, cross-validation included
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
         "checkpoint_sha256": [_sha256(c) for c in checkpoints],
