@@ -61,19 +61,3 @@ class TreeEnsemble(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return (self.leaves(x).sum(1) + self.bias).unsqueeze(1)
-
-    def near_split(self, x: Tensor, rtol: float, atol: float) -> Tensor:
-        """(B,) bool: a row meets, on its way to a leaf, a split within
-        ``rtol * |threshold| + atol`` of its feature value (float noise can send it
-        either way there)."""
-        node = self.roots.unsqueeze(0).expand(x.shape[0], -1)
-        near = torch.zeros(x.shape[0], dtype=torch.bool)
-        for _ in range(self.n_steps):
-            t = self.threshold[node]
-            gap = (x.gather(1, self.feature[node]) - t).abs()
-            # leaves point to themselves; a split at +-inf sends every row one way
-            split = (self.left[node] != node) & t.isfinite()
-            near |= (split & (gap <= rtol * t.abs() + atol)).any(1)
-            go_left = x.gather(1, self.feature[node]) <= t
-            node = torch.where(go_left, self.left[node], self.right[node])
-        return near

@@ -149,45 +149,16 @@ def onnx_scores(path: Path, x: np.ndarray, batch: int = 256) -> np.ndarray:
 
 def parity(
     served: ServedModel, path: Path, windows: dict[str, np.ndarray]
-) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """max |risk_onnx - risk_torch| per named window set, and for a tree probe the
-    windows at a split, left out of that maximum: those whose features meet, on
-    their way through the trees, a split within float noise of their value
-    (training/evaluate/probe.py's SAME_RTOL), where PyTorch's and onnxruntime's last
-    digits may each send them a different way. Their count and largest difference
-    are the second dict."""
+) -> dict[str, float]:
+    """max |risk_onnx - risk_torch| per named window set."""
     import torch
 
-    from model.trees import TreeEnsemble
-    from training.evaluate.probe import SAME_RTOL
-
-    trees = served.probe if isinstance(served.probe, TreeEnsemble) else None
-    seen: list[torch.Tensor] = []
-    hook = (
-        trees.register_forward_pre_hook(lambda _, args: seen.append(args[0]))
-        if trees is not None
-        else None
-    )
-    out, at_split = {}, {}
-    try:
-        for name, x in windows.items():
-            seen.clear()
-            with torch.no_grad():
-                ref = served(torch.from_numpy(x))[0].numpy()
-            diff = np.abs(onnx_scores(path, x) - ref)
-            if trees is not None:
-                with torch.no_grad():
-                    near = trees.near_split(seen[0], SAME_RTOL, 0.0).numpy()
-                at_split[name] = {
-                    "windows": int(near.sum()),
-                    "max_abs": float(diff[near].max()) if near.any() else 0.0,
-                }
-                diff = diff[~near]
-            out[name] = float(diff.max()) if len(diff) else 0.0
-    finally:
-        if hook is not None:
-            hook.remove()
-    return out, at_split
+    out = {}
+    for name, x in windows.items():
+        with torch.no_grad():
+            ref = served(torch.from_numpy(x))[0].numpy()
+        out[name] = float(np.abs(onnx_scores(path, x) - ref).max())
+    return out
 
 
 def block_matmuls(model: onnx.ModelProto, served: ServedModel) -> list[str]:
@@ -393,7 +364,7 @@ def export_artifact(
         windows["real_test"] = full["test"].x
     n = sum(len(w) for w in windows.values())
     step(f"parity with PyTorch on {n} windows ({', '.join(windows)})")
-    par, at_split = parity(served, path, windows)
+    par = parity(served, path, windows)
     if max(par.values()) > 1e-4:
         raise UserError(
             f"ONNX parity failed: max |risk difference| {max(par.values()):.2e} > "
@@ -402,8 +373,6 @@ def export_artifact(
 
     quant = Quantization(dtype="fp32")
     metrics = probe.metrics | {"onnx_parity_max_abs": par, "threshold": threshold_info}
-    if at_split:
-        metrics["onnx_parity_at_split"] = at_split
     for flag, file, key in ((int8, INT8_FILE, "int8"), (fp16, FP16_FILE, "fp16")):
         v_path = out / file
         if not flag:
@@ -455,8 +424,6 @@ def export_artifact(
     size = path.stat().st_size / 1e6
     print(f"wrote {out}/model.onnx ({size:.1f} MB) and manifest.json")
     print(f"parity max |risk diff|: {par}; variants: {written.quantization or 'none'}")
-    if at_split:
-        print(f"windows at a tree split (left out of the parity maximum): {at_split}")
     return written
 
 

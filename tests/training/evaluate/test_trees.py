@@ -193,23 +193,6 @@ def test_splits_sit_midway_between_training_values() -> None:
     assert (clf.decision_function(noisy) != clf.decision_function(x)).any()
 
 
-def test_near_split_flags_rows_that_meet_a_split_within_noise() -> None:
-    """near_split: rows whose value lies within rtol * |threshold| + atol of a split
-    they pass; rows clear of every split on their way are not flagged."""
-    x, y = data(400)
-    clf = HistGradientBoostingClassifier(
-        max_iter=5, max_leaf_nodes=4, early_stopping=False, random_state=0
-    ).fit(x, y)
-    trees = TreeEnsemble.from_state(trees_state(clf, 5, x))
-    root = int(trees.roots[0])
-    f, t = int(trees.feature[root]), float(trees.threshold[root])
-    row = torch.from_numpy(x[:1].copy())
-    row[0, f] = t * (1 + 1e-5) + 1e-7  # within noise of the root split
-    assert bool(trees.near_split(row, rtol=1e-3, atol=1e-6)[0])
-    assert not trees.near_split(torch.from_numpy(x), 1e-9, 0.0).any()
-    assert trees.near_split(torch.from_numpy(x), 0.0, 10.0).all()
-
-
 def test_a_split_inside_a_noise_group_moves_to_its_edge() -> None:
     """Values within float noise of each other (one window encoded in two batches) are
     one value: a split between them moves out of the group, the way most of its
