@@ -125,8 +125,8 @@ class Platt:
 
 
 # Feature values this close are one value computed twice: the encoder's float32
-# outputs for one window differ by up to 1e-4 relative (6e-6 absolute) between
-# PyTorch batches and onnxruntime (MSL code probabilities, 2026-11-29).
+# outputs for one window differ by up to 4e-4 relative between PyTorch batches and
+# onnxruntime (MSL's and SMD-19's code probabilities, 2026-11-29).
 SAME_RTOL, SAME_ATOL = 1e-3, 1e-6
 
 
@@ -159,15 +159,35 @@ class _Gaps:
         return (u[i - 1] + u[i]) / 2
 
 
-def trees_state(clf: Any, n_trees: int, x_train: np.ndarray) -> dict[str, torch.Tensor]:
+class Splits:
+    """Where the served trees split, given the features they were fitted on
+    (``x_train``): each scikit-learn threshold moved to the middle of the gap between
+    the training values on either side of it (see :func:`trees_state`). One
+    :class:`_Gaps` per feature, built when first asked for."""
+
+    def __init__(self, x_train: np.ndarray) -> None:
+        self.x_train = x_train
+        self._gaps: dict[int, _Gaps] = {}
+
+    def threshold(self, feature: int, t: float) -> np.float32:
+        if feature not in self._gaps:
+            self._gaps[feature] = _Gaps(self.x_train[:, feature])
+        t = self._gaps[feature].split(t)
+        # scikit-learn compares features as float64 with float64 thresholds; for
+        # float32 features the largest float32 <= the threshold splits the same
+        th = np.float32(t)
+        return np.nextafter(th, np.float32(-np.inf)) if th > t else th
+
+
+def trees_state(clf: Any, n_trees: int, splits: Splits) -> dict[str, torch.Tensor]:
     """A fitted scikit-learn HistGradientBoostingClassifier's first ``n_trees``
     stages as model/trees.py's TreeEnsemble state. Reads its tree predictors
     (``_predictors``, ``_baseline_prediction``: not public API; the parity tests of
     tests/training/evaluate/test_trees.py fail if a release changes them).
 
     Each split moves to the midpoint of the gap between the training values
-    (``x_train``, the features the trees were fitted on) on either side of it.
-    scikit-learn's own threshold can equal a training value (a percentile among
+    (``splits``, built on the features the trees were fitted on) on either side of
+    it. scikit-learn's own threshold can equal a training value (a percentile among
     repeated values, common in discrete sensors), or fall between two values that
     are one value computed twice with float noise (:data:`SAME_RTOL`): windows there
     would change sides with the last digits, which differ between the evaluation's
@@ -178,17 +198,6 @@ def trees_state(clf: Any, n_trees: int, x_train: np.ndarray) -> dict[str, torch.
     import torch
 
     parts: dict[str, list[np.ndarray]] = {k: [] for k in ("f", "t", "l", "r", "v")}
-    gaps: dict[int, _Gaps] = {}
-
-    def midpoint(feature: int, t: float) -> np.float32:
-        if feature not in gaps:
-            gaps[feature] = _Gaps(x_train[:, feature])
-        t = gaps[feature].split(t)
-        # scikit-learn compares features as float64 with float64 thresholds; for
-        # float32 features the largest float32 <= the threshold splits the same
-        th = np.float32(t)
-        return np.nextafter(th, np.float32(-np.inf)) if th > t else th
-
     roots, offset, depth = [], 0, 0
     for (tree,) in clf._predictors[:n_trees]:
         nodes = tree.nodes
@@ -196,7 +205,7 @@ def trees_state(clf: Any, n_trees: int, x_train: np.ndarray) -> dict[str, torch.
         ids = np.arange(len(nodes)) + offset
         th = np.array(
             [
-                0.0 if is_leaf else midpoint(int(f), float(t))
+                0.0 if is_leaf else splits.threshold(int(f), float(t))
                 for is_leaf, f, t in zip(
                     leaf, nodes["feature_idx"], nodes["num_threshold"], strict=True
                 )
@@ -345,7 +354,8 @@ class Probe:
         clf.fit(f_tr, y_tr, sample_weight=weight)
         # the validation scores after each stage, from the trees as served (their
         # splits at trees_state's midpoints)
-        every = TreeEnsemble.from_state(trees_state(clf, clf.n_iter_, f_tr))
+        splits = Splits(f_tr)  # shared by both states below
+        every = TreeEnsemble.from_state(trees_state(clf, clf.n_iter_, splits))
         with torch.no_grad():
             leaves = every.leaves(torch.from_numpy(f_va)).numpy().astype(np.float64)
         staged = float(every.bias) + np.cumsum(leaves, axis=1)  # (N, n_trees)
@@ -367,7 +377,9 @@ class Probe:
                 score = roc_auc(y_va, z)
             if score > best:
                 best, self.best_epoch = score, n
-        self.net = TreeEnsemble.from_state(trees_state(clf, self.best_epoch + 1, f_tr))
+        self.net = TreeEnsemble.from_state(
+            trees_state(clf, self.best_epoch + 1, splits)
+        )
 
     def predict(self, f: np.ndarray) -> np.ndarray:
         """Calibrated P(next window anomalous)."""

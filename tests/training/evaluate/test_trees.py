@@ -16,6 +16,7 @@ from training.evaluate.probe import (
     Probe,
     ProbeConfig,
     SavedProbe,
+    Splits,
     _Gaps,
     trees_state,
 )
@@ -37,7 +38,7 @@ def test_tensor_trees_equal_scikit_learn(stages: int) -> None:
         max_iter=60, max_leaf_nodes=9, early_stopping=False, random_state=1
     ).fit(x[:400], y[:400], sample_weight=np.where(y[:400] == 1, 2.5, 1.0))
     want = list(clf.staged_decision_function(x[400:]))[stages - 1].ravel()
-    trees = TreeEnsemble.from_state(trees_state(clf, stages, x[:400]))
+    trees = TreeEnsemble.from_state(trees_state(clf, stages, Splits(x[:400])))
     with torch.no_grad():
         got = trees(torch.from_numpy(x[400:])).squeeze(1).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
@@ -152,7 +153,7 @@ def test_unweighted_tree_probe_is_the_unit_weight_fit() -> None:
     clf = HistGradientBoostingClassifier(
         max_iter=40, learning_rate=0.05, max_leaf_nodes=15, early_stopping=False
     ).fit(x[:1000], y[:1000], sample_weight=np.ones(1000))
-    trees = TreeEnsemble.from_state(trees_state(clf, 40, x[:1000]))
+    trees = TreeEnsemble.from_state(trees_state(clf, 40, Splits(x[:1000])))
     with torch.no_grad():
         want = trees(torch.from_numpy(x[1200:])).squeeze(1).numpy()
     np.testing.assert_allclose(probe.logits(x[1200:]), want, atol=1e-5)
@@ -178,7 +179,7 @@ def test_splits_sit_midway_between_training_values() -> None:
         if not n["is_leaf"]
     ]
     assert any(on_value)  # the case: scikit-learn splits at a training value
-    trees = TreeEnsemble.from_state(trees_state(clf, 30, x))
+    trees = TreeEnsemble.from_state(trees_state(clf, 30, Splits(x)))
     internal = trees.left != torch.arange(len(trees.left))
     for f, t in zip(trees.feature[internal], trees.threshold[internal], strict=True):
         assert not (x[:, int(f)] == t.item()).any()
