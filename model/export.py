@@ -4,6 +4,9 @@
                                      channel_contrib (B, V_in)  share of the variable-wise
                                                           max won by each input channel
                                      codes (B, P) int64   dominant code per patch
+                                     features (B, F)      what the probe reads: the
+                                                          export's parity check compares
+                                                          them (the service ignores them)
 
 The zero-variance channel mask and RevIN are inside the graph, so training and serving
 share one definition. Only this inference-only wrapper is exported (no loss branches).
@@ -26,6 +29,8 @@ from torch import Tensor, nn
 from model.detectors import SCJEPA_DETECTORS, Detectors
 from model.scjepa import SCJEPA
 from model.stats import WindowStats
+
+OUTPUTS = ["risk", "channel_contrib", "codes", "features"]
 
 
 class ServedModel(nn.Module):
@@ -57,8 +62,9 @@ class ServedModel(nn.Module):
             "platt", torch.tensor(platt, dtype=torch.float32), persistent=False
         )
 
-    def forward(self, window: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """window: (B, T, V_in) -> risk (B,), channel_contrib (B, V_in), codes (B, P).
+    def forward(self, window: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """window: (B, T, V_in) -> risk (B,), channel_contrib (B, V_in), codes (B, P),
+        features (B, F).
 
         With the stats token the probe reads P + 1 tokens; ``codes`` stays the dominant
         code of each of the P patches (the service's contract).
@@ -76,8 +82,6 @@ class ServedModel(nn.Module):
                 own = self.model.window_scores(x, p)
             parts.append(self.detectors(x, own))  # (B, n_detectors)
         feats = torch.cat(parts, dim=1)
-        logit = self.probe(feats).squeeze(1)  # (B,)
-        risk = torch.sigmoid(self.platt[0] * logit + self.platt[1])  # calibrated
         V = x.shape[2]
         # (B, n, K, V): each max, credited to the channel that won it
         won = nn.functional.one_hot(winner, V).to(pooled.dtype) * pooled.unsqueeze(-1)
@@ -86,7 +90,12 @@ class ServedModel(nn.Module):
         contrib = window.new_zeros(window.shape[0], self.n_in)
         contrib = contrib.index_copy(1, self.kept, share)
         codes = pooled[:, : self.model.cfg.n_patches].argmax(dim=-1)  # (B, P)
-        return risk, contrib, codes
+        return self.head(feats), contrib, codes, feats
+
+    def head(self, feats: Tensor) -> Tensor:
+        """The probe's features (B, F) -> calibrated risk (B,)."""
+        logit = self.probe(feats).squeeze(1)  # (B,)
+        return torch.sigmoid(self.platt[0] * logit + self.platt[1])
 
 
 def export_onnx(served: ServedModel, path: Path, opset: int = 18) -> Path:
@@ -100,7 +109,7 @@ def export_onnx(served: ServedModel, path: Path, opset: int = 18) -> Path:
             (example,),
             str(path),
             input_names=["window"],
-            output_names=["risk", "channel_contrib", "codes"],
+            output_names=OUTPUTS,
             dynamic_shapes={"window": {0: batch}},
             opset_version=opset,
             dynamo=True,

@@ -9,9 +9,10 @@ its leaderboard, train and validation figures only, goes into the manifest's
 eval_metrics); a probe file serves that probe, `scjepa calibrate`'s label-free one
 included (training/calibrate.py).
 
-Writes ARTIFACT/model.onnx (window (B, T, V_in) -> risk, channel_contrib, codes; T =
-the model's seq_len) and ARTIFACT/manifest.json (schema: service/manifest.py). Parity
-with PyTorch is measured and recorded. Two optional variants, each kept only if its
+Writes ARTIFACT/model.onnx (window (B, T, V_in) -> risk, channel_contrib, codes, and
+features, the probe's input; T = the model's seq_len) and ARTIFACT/manifest.json
+(schema: service/manifest.py). Parity with PyTorch is checked and recorded
+(:func:`parity`). Two optional variants, each kept only if its
 metrics on the validation and test splits stay within 0.5 points of fp32 (the deltas
 are recorded in the manifest):
 
@@ -135,30 +136,88 @@ def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
     ).eval()
 
 
-def onnx_scores(path: Path, x: np.ndarray, batch: int = 256) -> np.ndarray:
+def onnx_outputs(
+    path: Path, x: np.ndarray, outputs: tuple[str, ...], batch: int = 256
+) -> list[np.ndarray]:
+    """The graph's ``outputs`` on windows ``x``, run ``batch`` windows at a time."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return np.concatenate(
-        [
-            sess.run(["risk"], {"window": x[i : i + batch]})[0]
-            for i in range(0, len(x), batch)
-        ]
-    )
+    runs = [
+        sess.run(list(outputs), {"window": x[i : i + batch]})
+        for i in range(0, len(x), batch)
+    ]
+    return [np.concatenate([r[k] for r in runs]) for k in range(len(outputs))]
+
+
+def onnx_scores(path: Path, x: np.ndarray) -> np.ndarray:
+    return onnx_outputs(path, x, ("risk",))[0]
+
+
+# The parity check (:func:`parity`). The probe's features are float32 outputs of a deep
+# graph: PyTorch and onnxruntime order their sums differently, so they agree to about
+# 4e-4 relative on the code probabilities and 3e-4 absolute on the detector scores
+# (z-scored logs), measured on MSL's and SMD-19's real test windows; a wrong input,
+# constant or op moves them by 1e-2 and more.
+RISK_ATOL = 1e-4
+FEATURES_RTOL = 1e-3
+FEATURES_ATOL = 1e-3
 
 
 def parity(
     served: ServedModel, path: Path, windows: dict[str, np.ndarray]
-) -> dict[str, float]:
-    """max |risk_onnx - risk_torch| per named window set."""
+) -> dict[str, dict[str, float | int]]:
+    """The ONNX graph against PyTorch, per named window set:
+
+    - ``features_excess``: the largest |features_onnx - features_torch| as a multiple of
+      its tolerance (FEATURES_ATOL + FEATURES_RTOL * |features_torch|): at most 1 passes;
+    - ``head_max_abs``: max |risk_onnx - the PyTorch probe's risk on onnxruntime's
+      features|, held to RISK_ATOL: the probe part, exactly;
+    - ``risk_max_abs`` and ``risk_windows_off``: end to end, max |risk_onnx -
+      risk_torch| and the windows beyond RISK_ATOL. Held to RISK_ATOL for a smooth
+      probe; a tree probe's risk jumps where a feature crosses a split, so a window whose
+      feature lies within its float noise of a split may take the other branch
+      (results-notes.md, 2026-11-29, nineteenth and twentieth sessions): for trees the
+      two checks above carry the bar, and these are recorded.
+    """
     import torch
 
-    out = {}
+    out: dict[str, dict[str, float | int]] = {}
     for name, x in windows.items():
+        risk, feats = onnx_outputs(path, x, ("risk", "features"))
         with torch.no_grad():
-            ref = served(torch.from_numpy(x))[0].numpy()
-        out[name] = float(np.abs(onnx_scores(path, x) - ref).max())
+            ref, _, _, ref_feats = served(torch.from_numpy(x))
+            head = served.head(torch.from_numpy(feats)).numpy()
+        ref, ref_feats = ref.numpy(), ref_feats.numpy()
+        off = np.abs(risk - ref)
+        tol = FEATURES_ATOL + FEATURES_RTOL * np.abs(ref_feats)
+        out[name] = {
+            "features_excess": float((np.abs(feats - ref_feats) / tol).max()),
+            "head_max_abs": float(np.abs(risk - head).max()),
+            "risk_max_abs": float(off.max()),
+            "risk_windows_off": int((off > RISK_ATOL).sum()),
+        }
     return out
+
+
+def parity_failure(par: dict[str, dict[str, float | int]], trees: bool) -> str | None:
+    """Why :func:`parity`'s figures fail the bar (None: they pass)."""
+    for name, p in par.items():
+        if p["features_excess"] > 1:
+            return (
+                f"{name}: the probe's features differ by {p['features_excess']:.2g} "
+                f"times their tolerance ({FEATURES_ATOL:g} + {FEATURES_RTOL:g} * |x|)"
+            )
+        if p["head_max_abs"] > RISK_ATOL:
+            return (
+                f"{name}: on the same features the probe's risk differs by "
+                f"{p['head_max_abs']:.2e} > {RISK_ATOL:g}"
+            )
+        if not trees and p["risk_max_abs"] > RISK_ATOL:
+            return (
+                f"{name}: max |risk difference| {p['risk_max_abs']:.2e} > {RISK_ATOL:g}"
+            )
+    return None
 
 
 def block_matmuls(model: onnx.ModelProto, served: ServedModel) -> list[str]:
@@ -365,14 +424,12 @@ def export_artifact(
     n = sum(len(w) for w in windows.values())
     step(f"parity with PyTorch on {n} windows ({', '.join(windows)})")
     par = parity(served, path, windows)
-    if max(par.values()) > 1e-4:
-        raise UserError(
-            f"ONNX parity failed: max |risk difference| {max(par.values()):.2e} > "
-            f"1e-4 ({par})"
-        )
+    failed = parity_failure(par, probe.kind == "trees")
+    if failed is not None:
+        raise UserError(f"ONNX parity with PyTorch failed: {failed}")
 
     quant = Quantization(dtype="fp32")
-    metrics = probe.metrics | {"onnx_parity_max_abs": par, "threshold": threshold_info}
+    metrics = probe.metrics | {"onnx_parity": par, "threshold": threshold_info}
     for flag, file, key in ((int8, INT8_FILE, "int8"), (fp16, FP16_FILE, "fp16")):
         v_path = out / file
         if not flag:
@@ -423,7 +480,18 @@ def export_artifact(
     written = write_manifest(out, manifest)
     size = path.stat().st_size / 1e6
     print(f"wrote {out}/model.onnx ({size:.1f} MB) and manifest.json")
-    print(f"parity max |risk diff|: {par}; variants: {written.quantization or 'none'}")
+    worst = {
+        k: f"{p['risk_max_abs']:.1e}"
+        + (
+            f" ({p['risk_windows_off']} windows at a split)"
+            if p["risk_windows_off"]
+            else ""
+        )
+        for k, p in par.items()
+    }
+    print(
+        f"parity max |risk diff|: {worst}; variants: {written.quantization or 'none'}"
+    )
     return written
 
 

@@ -52,7 +52,7 @@ def test_exported_model_matches_pytorch(exported: tuple[Path, ServedModel]) -> N
     x = (np.random.default_rng(0).normal(size=(6, 100, 5)) * 2 + 1).astype(np.float32)
     out = model.score(x)
     with torch.no_grad():
-        risk, contrib, codes = served(torch.from_numpy(x))
+        risk, contrib, codes, _ = served(torch.from_numpy(x))
     np.testing.assert_allclose(out.risk, risk.numpy(), atol=1e-4)
     np.testing.assert_allclose(out.contrib, contrib.numpy(), atol=1e-4)
     np.testing.assert_array_equal(out.codes, codes.numpy())

@@ -74,7 +74,7 @@ def test_label_free_artifact_holds_its_budget_on_normal_data(
     was not calibrated on, and on windows unlike them; ONNX matches PyTorch."""
     m = load_manifest(calibrated["art"])
     assert m.probe_features == "knn+pca" and m.channel_mask == [True, True, False]
-    assert m.eval_metrics["onnx_parity_max_abs"]["real_calibration"] < 1e-4
+    assert m.eval_metrics["onnx_parity"]["real_calibration"]["risk_max_abs"] < 1e-4
     rec = m.eval_metrics["threshold"]
     assert rec["rule"] == "budget" and rec["false_alarms_per_1000"] == 1.0
     assert m.hop == 5 and m.eval_metrics["label_free"]["calibration_windows"] > 200

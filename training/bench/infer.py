@@ -227,7 +227,10 @@ def in_calls_of(
 
 
 def ort_fn(sess: Any) -> Callable[[np.ndarray], Any]:
-    return lambda x: sess.run(None, {"window": x})
+    """The graph run as the service runs it (its outputs, not the probe's features)."""
+    from service.inference import OUTPUTS
+
+    return lambda x: sess.run(list(OUTPUTS), {"window": x})
 
 
 def torch_fn(
