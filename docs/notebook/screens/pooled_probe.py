@@ -81,13 +81,18 @@ def pooled_candidates(name: str, results: Path) -> dict[str, list[OutOfFold]]:
                     feats["hop"][v],
                     blocks[v].hop.y,
                 )
-                return lambda i, kind: p.predict(feats[kind][i])
+                return lambda i, part: p.predict(feats[part][i])
 
             return fit
 
         # the trees are deterministic (every feature at each split): one seed
         for label, own in (("pooled", True), ("others only", False)):
             o = cross_fit(blocks, fitter(own), [0], 18)
+            three = [
+                [np.repeat(a, 3, axis=0) for a in arrays]
+                for arrays in (o.hop, o.dense, o.cal)
+            ]
+            o = OutOfFold(three[0], three[1], 18, three[2])  # as the run's 3 seeds
             out.setdefault(f"stats (trees, {label})", []).append(o)
         print(f"{name} fold {f}: fitted", flush=True)
     return out
