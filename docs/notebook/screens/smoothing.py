@@ -52,7 +52,7 @@ def smoothed(name: str, results: Path) -> dict[str, list[OutOfFold]]:
     for f in range(n_folds):
         blocks = cv_blocks(ds, f, 4, ev.stride)
         k = len(blocks)
-        for label, share in SHARES.items():
+        for share in SHARES.values():
             m = max(2, round(share * ev.lookback / ev.stride))
             for cand, per_fold in oof.items():
                 o = per_fold[f]
