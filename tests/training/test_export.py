@@ -768,6 +768,10 @@ def test_parity_catches_a_graph_unlike_pytorch(tmp_path: Path) -> None:
         embed.copy_(embed.roll(1, dims=0))
     bad = parity(served, path, {"x": x})
     assert "the probe's features differ" in str(parity_failure(bad, trees=True))
+    with torch.no_grad():  # 1 % noise on the codebook: a risk change of ~1e-4 only
+        embed.copy_(embed.roll(-1, dims=0) + torch.randn_like(embed) * 0.01)
+    noisy = parity(served, path, {"x": x})
+    assert "the probe's features differ" in str(parity_failure(noisy, trees=False))
 
 
 def test_served_codes_plus_stats_probe(
