@@ -484,7 +484,7 @@ def export_artifact(
     worst = {
         k: f"{p['risk_max_abs']:.1e}"
         + (
-            f" ({p['risk_windows_off']} windows at a split)"
+            f" (windows at a split: {p['risk_windows_off']})"
             if p["risk_windows_off"]
             else ""
         )
