@@ -11,7 +11,12 @@ import pytest
 
 from training.cli import main
 from training.data import Samples, load_dataset
-from training.evaluate.baselines import TS2VecConfig, TS2VecFeatures
+from training.evaluate.baselines import (
+    FitContext,
+    TS2VecConfig,
+    TS2VecFeatures,
+    fit_pca,
+)
 from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import (
     baseline_methods,
@@ -94,6 +99,21 @@ def test_baseline_rows_and_floors(ds) -> None:
     assert onset["n"] == int((test.cur == 0).sum())
     assert onset["positives"] == int(((test.cur == 0) & (test.y == 1)).sum())
     assert res.rows["random"]["all"]["roc_auc"]["std"] > 0  # seeds differ
+
+
+def test_pca_row_fits_once_for_every_seed(ds) -> None:
+    """The PCA row's full SVD is the same for every seed, so the seeds share one fit
+    per context; it scores as a fresh fit does, and another variance fits anew."""
+    normal = normal_windows(ds)
+    ctx = FitContext(None, None, normal, FAST_PROBE)  # type: ignore[arg-type]
+    a, b = fit_pca(ctx, 0), fit_pca(ctx, 1)
+    assert list(ctx.shared) == ["pca 0.9"]
+    fresh = fit_pca(FitContext(None, None, normal, FAST_PROBE), 1)  # type: ignore[arg-type]
+    x = normal[:40] + np.random.default_rng(0).normal(size=normal[:40].shape)
+    np.testing.assert_array_equal(a(x), b(x))
+    np.testing.assert_allclose(b(x), fresh(x), rtol=1e-10)
+    fit_pca(ctx, 0, variance=0.5)
+    assert sorted(ctx.shared) == ["pca 0.5", "pca 0.9"]
 
 
 def test_ts2vec_features_are_seeded_and_leave_global_rng_alone(ds) -> None:
