@@ -629,7 +629,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-tree-probes fits the MLP probes only (on Daphnet about half the wall time)",
     )
     p.add_argument(
-        "--threads", type=int, default=0, help="torch threads (0 = torch default)"
+        "--threads",
+        type=int,
+        default=0,
+        help="threads of every pool: torch's, and the BLAS and OpenMP pools of "
+        "numpy, scipy and scikit-learn (0 = each library's default: all cores)",
     )
     p.add_argument(
         "--fine-tune",
@@ -772,11 +776,25 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def limit_threads(n: int) -> Any:
+    """Hold the process to ``n`` threads in torch and in the BLAS and OpenMP pools of
+    numpy, scipy and scikit-learn (the PCA's SVD, the trees); returns the
+    threadpoolctl limiter (``restore_original_limits()`` undoes it). With torch's
+    alone, two runs side by side on two cores each ran two BLAS threads: the PCA
+    row's SVD took 81-93 s against 23 s at one thread (results-notes.md, 2026-11-29,
+    twenty-first session)."""
+    import scipy.linalg  # noqa: F401  load the pools first: only loaded ones are limited
+    import sklearn.ensemble  # noqa: F401
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(n)
+    return threadpool_limits(n)
+
+
 def run(args: argparse.Namespace) -> int:
     import shlex
     from dataclasses import asdict
-
-    import torch
 
     from training.data import load_dataset
     from training.data.cli import table_options
@@ -786,7 +804,7 @@ def run(args: argparse.Namespace) -> int:
 
     started = time.time()
     if args.threads:
-        torch.set_num_threads(args.threads)
+        limit_threads(args.threads)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
     probe_cfg = _probe_config(args.probe)
     if args.ts2vec_iters < 0:

@@ -21,6 +21,7 @@ from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import (
     baseline_methods,
     evaluate,
+    limit_threads,
     normal_windows,
     prepare_folds,
 )
@@ -114,6 +115,25 @@ def test_pca_row_fits_once_for_every_seed(ds) -> None:
     np.testing.assert_allclose(b(x), fresh(x), rtol=1e-10)
     fit_pca(ctx, 0, variance=0.5)
     assert sorted(ctx.shared) == ["pca 0.5", "pca 0.9"]
+
+
+def test_threads_hold_every_pool_not_torch_alone() -> None:
+    """`evaluate --threads N` holds torch and every BLAS and OpenMP pool numpy, scipy
+    and scikit-learn load (the SVDs, the trees' histograms) to N threads."""
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    before = torch.get_num_threads()
+    with threadpool_limits(2):  # two threads first, whatever the machine's cores
+        limiter = limit_threads(1)
+        try:
+            pools = threadpool_info()
+            assert {p["internal_api"] for p in pools} >= {"openblas", "openmp"}
+            assert [p["num_threads"] for p in pools] == [1] * len(pools), pools
+            assert torch.get_num_threads() == 1
+        finally:
+            limiter.restore_original_limits()
+            torch.set_num_threads(before)
 
 
 def test_ts2vec_features_are_seeded_and_leave_global_rng_alone(ds) -> None:
