@@ -781,8 +781,8 @@ def limit_threads(n: int) -> Any:
     numpy, scipy and scikit-learn (the PCA's SVD, the trees); returns the
     threadpoolctl limiter (``restore_original_limits()`` undoes it). With torch's
     alone, two runs side by side on two cores each ran two BLAS threads: the PCA
-    row's SVD took 81-93 s against 23 s at one thread (results-notes.md, 2026-11-29,
-    twenty-first session)."""
+    row's SVD took 81-93 s against 23 s at one thread (docs/notebook/benchmarks.md,
+    2026-11-29)."""
     import scipy.linalg  # noqa: F401  load the pools first: only loaded ones are limited
     import sklearn.ensemble  # noqa: F401
     import torch
