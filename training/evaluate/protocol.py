@@ -645,7 +645,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "next window's label, then read by the trees; beside it its floor, the same "
         "from the untrained model; needs --tree-probes): "
         "docs/notebook/results-notes.md, 2026-11-29, seventeenth session. "
-        "--no-fine-tune leaves both out (on SMD-19 about 40 min less on 2 CPUs)",
+        "--no-fine-tune leaves both out: most of the wall time on large tables (SMD-19: "
+        "about 40 min less on 2 CPUs; a SWaT-sized table: about 70 of 105 min)",
     )
     p.add_argument(
         "--cv-blocks",
