@@ -33,6 +33,7 @@ class DetectorScores:
         codes: CodeFeatures | None = None,
         seed: int = 0,
         batch_size: int = 256,
+        params: dict[str, Any] | None = None,
     ) -> None:
         own = codes is not None and codes.has_codes
         self.names = (
@@ -42,7 +43,9 @@ class DetectorScores:
         )
         self.codes = codes
         self.batch_size = batch_size
-        self.params = fit_detector_params(normal, self.names, seed)
+        # ``params``: another instance's constants fitted on the same ``normal``
+        # (the kNN bank and PCA basis do not depend on the model)
+        self.params = params or fit_detector_params(normal, self.names, seed)
         self.module = Detectors(self.names, self.params).eval()  # identity scaling
         self._lookup = PerArrayCache(self._raw)
         raw = self._lookup(train)  # cached: the probes featurize the same array

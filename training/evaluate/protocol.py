@@ -882,7 +882,9 @@ def run(args: argparse.Namespace) -> int:
             if codes.has_codes:  # the detector probe's floor: the untrained model's
                 # surprise and reconstruction error (kNN and PCA are the same)
                 codes0 = enc["SC-JEPA probe, untrained encoder"]
-                dets0 = DetectorScores(normal, folds[fold].train.x, codes0)
+                dets0 = DetectorScores(
+                    normal, folds[fold].train.x, codes0, params=dets.params
+                )
                 f0 = ProbeInputs(CANDIDATES[DET_ONLY_ROW], codes0, None, dets0)
                 methods[DET_ONLY_UNTRAINED_ROW] = fit_feature_probe(f0)
             if codes.has_codes and args.tree_probes and args.fine_tune:
