@@ -714,10 +714,19 @@ def _cross_validate(
             return f.out_of_fold(b, probe, range(cv.seeds))
         return out_of_fold(b, f, replace(probe, kind=probe_kind(n)), range(cv.seeds))
 
-    oof = {
-        n: [cross_fit(n, fd.fold, b) for fd, b in zip(folds, blocks, strict=True)]
-        for n in names
-    }
+    _say(
+        f"choosing the served model: {cv.blocks}-block cross-validation of "
+        f"{len(names)} candidates on train + validation ...",
+        True,
+    )
+    oof = {}
+    for j, n in enumerate(names):
+        t1 = time.time()
+        oof[n] = [cross_fit(n, fd.fold, b) for fd, b in zip(folds, blocks, strict=True)]
+        _say(
+            f"cross-validation: [{j + 1}/{len(names)}] {n} ({time.time() - t1:.1f} s)",
+            True,
+        )
     choice = choose(blocks, oof, events.lookback, cv)
     # per candidate: its thresholds at each budget on the out-of-fold risks, per fold,
     # in risks and as a quantile within each block (select.operating_points): the

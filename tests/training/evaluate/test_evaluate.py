@@ -346,6 +346,9 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert main([*ev, "--checkpoint", str(tmp_path / "r{fold}" / "best.pt")]) == 0
     err = capsys.readouterr().err
     assert "fold 5/5 [" in err and "SC-JEPA probe: fitted 2 seed(s)" in err
+    # the cross-validation choosing the served model reports each candidate
+    n_cv = err.count("evaluate: cross-validation: [")
+    assert n_cv >= 11 and f"cross-validation: [{n_cv}/{n_cv}]" in err
     res = json.loads((out / "results.json").read_text())
     assert res["folds"] == 5
     # the tree probes are candidates by default, each beside its MLP twin
