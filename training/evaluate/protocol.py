@@ -992,6 +992,11 @@ def run(args: argparse.Namespace) -> int:
                 served_probe(ev, name, ckpt, ds, inputs=got[name]).save(
                     args.out / "candidates" / candidate_file(name, got[name].features)
                 )
+    elif len(folds) > 1:
+        sys.stderr.write(
+            f"evaluate: {ds.name} is split by entity into {len(folds)} folds: one "
+            "model per fold was fitted and tested, none is written to serve\n"
+        )
     _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")

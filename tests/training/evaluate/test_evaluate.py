@@ -349,6 +349,15 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     # the cross-validation choosing the served model reports each candidate
     n_cv = err.count("evaluate: cross-validation: [")
     assert n_cv >= 11 and f"cross-validation: [{n_cv}/{n_cv}]" in err
+    # one model per fold, none to serve: evaluate says so, and export refuses the
+    # folder naming why (not "probe file not found")
+    assert "split by entity into 5 folds" in err and "none is written to serve" in err
+    assert not (out / "probe-served.pt").exists()
+    exp = ["export", "--checkpoint", str(tmp_path / "r0" / "best.pt")]
+    assert main([*exp, "--probe", str(out), "--out", str(tmp_path / "art")]) == 2
+    refused = capsys.readouterr().err
+    assert "skab is split by entity into 5 folds" in refused
+    assert "--dataset csv" in refused and not (tmp_path / "art").exists()
     res = json.loads((out / "results.json").read_text())
     assert res["folds"] == 5
     # the tree probes are candidates by default, each beside its MLP twin
