@@ -82,6 +82,17 @@ class SCJEPA(nn.Module):
         p = h if self.codebook is None else self.codebook.probs(h)  # (B*V, P, K|D)
         return p.view(B, V, *p.shape[1:])
 
+    def code_surprise(self, p: Tensor, source: Tensor | None = None) -> Tensor:
+        """(B, V) KL(p || the fine predictor's forecast from ``source``), summed over
+        tokens: code probabilities p and source (B, V, n, K); source defaults to p
+        itself (the served graph's within-window surprise), else e.g. the previous
+        window's probabilities."""
+        q = p.flatten(0, 1)  # (B*V, n, K)
+        src = q if source is None else source.flatten(0, 1)
+        logf = self.fine_predictor(src).log_softmax(-1)
+        kl = (q * (torch.log(q + 1e-8) - logf)).sum((-1, -2))
+        return kl.view(p.shape[0], p.shape[1])
+
     @torch.no_grad()
     def window_scores(self, x: Tensor, p: Tensor) -> dict[str, Tensor]:
         """Label-free scores of raw windows x (B, T, V) with their code probabilities
@@ -95,15 +106,13 @@ class SCJEPA(nn.Module):
         assert self.codebook is not None, "window_scores needs the codebook module"
         B, _, V = x.shape
         q = p.flatten(0, 1)  # (B*V, n, K)
-        logq = self.fine_predictor(q).log_softmax(-1)
-        kl = (q * (torch.log(q + 1e-8) - logq)).sum((-1, -2))  # (B*V,)
         xc = fold_channels(x)  # (B*V, T)
         xn, _, _ = revin(xc, self.cfg.revin_eps)
         P = self.cfg.n_patches
         x_hat = self.decoder(self.codebook.probs_to_codes(q[:, :P]))  # (B*V, P, L)
         err = ((x_hat - patchify(xn, self.cfg.patch_len)) ** 2).mean((-1, -2))
         return {
-            "surprise": kl.view(B, V).mean(1),
+            "surprise": self.code_surprise(p).mean(1),
             "recon": torch.log(err + 1e-6).view(B, V).mean(1),
         }
 

@@ -45,7 +45,11 @@ class DetectorScores:
         self.batch_size = batch_size
         # ``params``: another instance's constants fitted on the same ``normal``
         # (the kNN bank and PCA basis do not depend on the model)
-        self.params = params or fit_detector_params(normal, self.names, seed)
+        self.params = (
+            params
+            if params is not None
+            else fit_detector_params(normal, self.names, seed)
+        )
         self.module = Detectors(self.names, self.params).eval()  # identity scaling
         self._lookup = PerArrayCache(self._raw)
         raw = self._lookup(train)  # cached: the probes featurize the same array

@@ -257,6 +257,17 @@ def beside_statistics(name: str, label: str, per_channel) -> None:
     )
 
 
+def preceding(ds: Dataset, s: Samples, k: int = 1, window: int = 100) -> np.ndarray:
+    """(N, window, V) the window k windows before each of ``s``'s in its entity's
+    series; one too close to the series' start stands in for its own predecessor."""
+    x = s.x.copy()
+    for n, (e, end) in enumerate(zip(s.entity, s.end, strict=True)):
+        lo = int(end) - window * (k + 1)
+        if lo >= 0:
+            x[n] = ds.entities[e].test[lo : lo + window][:, ds.mask]
+    return x
+
+
 _loaded: dict = {}
 
 

@@ -30,14 +30,7 @@ LAGS, W = 3, 100
 def with_context(ds, stats: WindowStatsFeatures):
     def featurize(s: Samples) -> np.ndarray:
         cur = stats(s.x)
-        prev = []
-        for k in range(1, LAGS + 1):
-            x = s.x.copy()
-            for n, (e, end) in enumerate(zip(s.entity, s.end, strict=True)):
-                lo = int(end) - W * (k + 1)
-                if lo >= 0:
-                    x[n] = ds.entities[e].test[lo : lo + W][:, ds.mask]
-            prev.append(stats(x))
+        prev = [stats(screen.preceding(ds, s, k)) for k in range(1, LAGS + 1)]
         return np.concatenate([cur, *prev, cur - np.mean(prev, 0)], axis=1)
 
     return featurize

@@ -40,16 +40,6 @@ torch.set_num_threads(1)
 W, BATCH = 100, 128
 
 
-def previous_windows(ds, s: Samples) -> np.ndarray:
-    """(N, W, V) the W steps before each window in its entity's series."""
-    x = s.x.copy()
-    for n, (e, end) in enumerate(zip(s.entity, s.end, strict=True)):
-        lo = int(end) - 2 * W
-        if lo >= 0:
-            x[n] = ds.entities[e].test[lo : lo + W][:, ds.mask]
-    return np.nan_to_num(x)
-
-
 class Surprise:
     """Samples -> {"across", "within"}: (N, V) per-channel KL of one model, cached
     per sample set (cv_table asks for each block's windows once per input)."""
@@ -63,19 +53,16 @@ class Surprise:
         for i in range(0, len(cur), BATCH):
             xc = torch.from_numpy(np.ascontiguousarray(cur[i : i + BATCH]))
             xp = torch.from_numpy(np.ascontiguousarray(prev[i : i + BATCH]))
-            B, _, V = xc.shape
-            q = self.model.probe_inputs(xc).flatten(0, 1)  # (B*V, n, K)
-            q_prev = self.model.probe_inputs(xp).flatten(0, 1)
-            logq = torch.log(q + 1e-8)
-            for src, out in ((q_prev, out_a), (q, out_w)):
-                f = self.model.fine_predictor(src).log_softmax(-1)
-                out.append((q * (logq - f)).sum((-1, -2)).view(B, V).numpy())
+            p = self.model.probe_inputs(xc)  # (B, V, n, K)
+            p_prev = self.model.probe_inputs(xp)
+            out_a.append(self.model.code_surprise(p, p_prev).numpy())
+            out_w.append(self.model.code_surprise(p).numpy())
         return np.concatenate(out_a), np.concatenate(out_w)
 
     def __call__(self, s: Samples) -> dict[str, np.ndarray]:
         key = hash(s.entity.tobytes() + s.end.tobytes())  # the same windows
         if key not in self._cache:
-            a, w = self.kl(s.x, previous_windows(self.ds, s))
+            a, w = self.kl(s.x, np.nan_to_num(screen.preceding(self.ds, s)))
             self._cache[key] = {"across": a, "within": w}
         return self._cache[key]
 
