@@ -273,7 +273,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from training.data import load_dataset
     from training.data.cli import table_options
-    from training.pretrain.checkpoint import load_model
+    from training.pretrain.checkpoint import file_sha256, load_model
 
     model = load_model(args.checkpoint)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
@@ -285,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
         args.stride,
         checkpoint=str(args.checkpoint),
     )
+    probe.checkpoint_sha256 = file_sha256(args.checkpoint)
     probe.save(args.out)
     lf = probe.metrics["label_free"]
     print(

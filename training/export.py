@@ -729,39 +729,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_table_arguments(p)
 
 
-def refuse_per_fold_results(results: Path) -> None:
-    """A results folder of a data set split by entity holds one model per fold and
-    none to serve (`scjepa evaluate` writes no probe file there): say so, rather than
-    that the probe file is missing."""
-    import json
-
-    try:
-        res = json.loads((results / "results.json").read_text())
-        n, name = int(res["folds"]), res["dataset"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return
-    if n > 1:
-        winner = (res.get("leaderboard") or {}).get("winner")
-        raise UserError(
-            f"{results}: {name} is split by entity into {n} folds, so `scjepa "
-            "evaluate` fitted and tested one model per fold and wrote none to serve"
-            + (f" (the folds' cross-validation chose {winner!r})" if winner else "")
-            + ". To serve a model, evaluate streams split in time, e.g. your own "
-            "table with `--dataset csv --entity-col COLUMN`, and export that folder"
-        )
-
-
 def run(args: argparse.Namespace) -> int:
     from training.data import load_dataset
     from training.data.cli import table_options
     from training.evaluate.protocol import SERVED_PROBE
-    from training.pretrain.checkpoint import load_model
+    from training.pretrain.checkpoint import file_sha256, load_model
 
     path = args.probe / SERVED_PROBE if args.probe.is_dir() else args.probe
-    if args.probe.is_dir() and not path.is_file():
-        refuse_per_fold_results(args.probe)
     probe = SavedProbe.load(path)
     model = load_model(args.checkpoint)
+    if probe.checkpoint_sha256 not in (None, file_sha256(args.checkpoint)):
+        raise UserError(
+            f"--checkpoint {args.checkpoint}: not the checkpoint {path} was fitted on "
+            f"({probe.checkpoint}, sha256 {probe.checkpoint_sha256[:12]}...): the "
+            "probe reads that model's features; export with that checkpoint"
+        )
     ds = (
         load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
         if args.dataset

@@ -455,6 +455,7 @@ class SavedProbe:
     mask: list[bool]  # train-only zero-variance mask over ``channels`` (True = kept)
     metrics: dict[str, Any]  # "val", "test" (this seed), "test_mean_over_seeds"
     checkpoint: str | None = None  # the pre-training checkpoint the features came from
+    checkpoint_sha256: str | None = None  # its content (None in older files)
     data_fingerprint: str = "unknown"  # training.data.Dataset.fingerprint()
     # what the probe reads (:func:`feature_parts`): "codes" is the spec's probe; with
     # "stats" the pooled window statistics z-scored with ``stats_scale``

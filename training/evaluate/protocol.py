@@ -21,7 +21,6 @@ scores (cv_scores.npz) and figures.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import time
 from collections.abc import Callable
@@ -166,6 +165,7 @@ class Evaluation:
     extra: dict[str, Any] = field(default_factory=dict)  # results.json's event keys
     dense_scores: dict[str, np.ndarray] = field(default_factory=dict)
     dense_test: Samples | None = None
+    test_sizes: list[int] = field(default_factory=list)  # test windows, fold by fold
 
     def results(self, run: RunInfo | None = None) -> Results:
         """results.json's content; ``run`` (checkpoint, config, ...) follows the rows."""
@@ -508,6 +508,7 @@ def evaluate(
         extra=extra,
         dense_scores=dense_scores,
         dense_test=dense_test,
+        test_sizes=[len(fd.splits["test"]) for fd in folds],
     )
 
 
@@ -781,11 +782,6 @@ def _checkpoint(spec: str, fold: int, ds: Dataset) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def limit_threads(n: int) -> Any:
     """Hold the process to ``n`` threads in torch and in the BLAS and OpenMP pools of
     numpy, scipy and scikit-learn (the PCA's SVD, the trees); returns the
@@ -811,6 +807,7 @@ def run(args: argparse.Namespace) -> int:
     from training.evaluate.detectors import DetectorScores, ProbeInputs
     from training.evaluate.encode import CodeFeatures, ReconstructionError
     from training.evaluate.finetune import TunedCandidate
+    from training.pretrain.checkpoint import file_sha256
 
     started = time.time()
     if args.threads:
@@ -946,7 +943,7 @@ def run(args: argparse.Namespace) -> int:
     ev.wall_time_s = time.time() - started  # the whole run, cross-validation included
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
-        "checkpoint_sha256": [_sha256(c) for c in checkpoints],
+        "checkpoint_sha256": [file_sha256(c) for c in checkpoints],
         "config": {
             "probe": asdict(probe_cfg),
             "model": model_config,
@@ -966,15 +963,15 @@ def run(args: argparse.Namespace) -> int:
         ev.dense_scores,
         ev.dense_test,
     )
-    single = len(folds) == 1 and 0 in encoders
+    single = len(folds) == 1
     if (
-        single
+        0 in encoders
         and "SC-JEPA probe" in ev.fitted
         and encoders[0]["SC-JEPA probe"].has_codes
     ):
         # (the served graph reads code probabilities: a codebook-free ablation model
-        # is evaluated, not exported; a data set split into folds has one model per
-        # fold, none of them the served one)
+        # is evaluated, not exported; a data set split by entity serves fold 0's
+        # model, pre-trained on its checkpoint and fitted on its train entities)
         ckpt = checkpoints[0]
         got = inputs[0]
         served_probe(ev, "SC-JEPA probe", ckpt, ds).save(args.out / "probe.pt")
@@ -987,16 +984,18 @@ def run(args: argparse.Namespace) -> int:
             args.out / SERVED_PROBE
         )
         sys.stderr.write(f"evaluate: served model: {winner} ({board['chosen_on']})\n")
+        if not single:
+            sys.stderr.write(
+                f"evaluate: {ds.name} is split by entity into {len(folds)} folds: the "
+                f"files to serve hold fold 0's model (export it with --checkpoint "
+                f"{ckpt}); the figures pool every fold's model on its own test "
+                "entities\n"
+            )
         for name in CANDIDATES:  # each candidate, to serve or compare explicitly
             if name in got and name in ev.fitted:
                 served_probe(ev, name, ckpt, ds, inputs=got[name]).save(
                     args.out / "candidates" / candidate_file(name, got[name].features)
                 )
-    elif len(folds) > 1:
-        sys.stderr.write(
-            f"evaluate: {ds.name} is split by entity into {len(folds)} folds: one "
-            "model per fold was fitted and tested, none is written to serve\n"
-        )
     _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
@@ -1199,10 +1198,13 @@ def served_probe(
     carries the fine-tuned model's weights (``encoder_state``).
     """
     from training.evaluate.finetune import TunedScorer
+    from training.pretrain.checkpoint import file_sha256
 
-    runs = ev.fitted[name]
-    if any(f.fold != 0 for f in runs):
-        raise ValueError(f"{ev.dataset}: a data set split into folds serves no probe")
+    # fold 0's fits (seeds in order): on a data set split by entity the served model
+    # is fold 0's, pre-trained and fitted on its train entities, its test figures
+    # those of its own test entities (the first windows of the pooled test split)
+    runs = [f for f in ev.fitted[name] if f.fold == 0]
+    n_test = ev.test_sizes[0] if ev.test_sizes else len(ev.test)
 
     # on validation only; by PR AUC, not by the warned count (a fraction of one event)
     i = max(range(len(runs)), key=lambda j: runs[j].val["pr_auc"])
@@ -1231,6 +1233,7 @@ def served_probe(
         probe=probe.state(),
         threshold=chosen.threshold,
         checkpoint=str(checkpoint) if checkpoint else None,
+        checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None,
         dataset=ev.dataset,
         channels=ds.channels,
         mask=ds.mask.tolist(),
@@ -1243,11 +1246,15 @@ def served_probe(
         detectors=detectors,
         metrics={
             "val": chosen.val,
-            "test": metrics(ev.test.y, ev.scores[name][i], chosen.threshold),
+            "test": metrics(
+                ev.test.y[:n_test], ev.scores[name][i][:n_test], chosen.threshold
+            ),
+            # (several folds: every fold's model on its own test entities, pooled)
             "test_mean_over_seeds": {
                 k: ev.rows[name]["all"][k]["mean"] for k in METRICS
             },
         }
+        | ({"fold": _served_fold(ds)} if ds.folds else {})
         | ({"row": name, "leaderboard": board} if board is not None else {}),
         budget_threshold=float(chosen.budget_threshold),
         cv_budget_threshold=_cv_value(cv_board, name, "cv_budget_thresholds"),
@@ -1301,6 +1308,23 @@ def _operating_points(
         fig = point_figures(t) if t else None
         out.append(p | ({"test": fig} if fig else {}))
     return out
+
+
+def _served_fold(ds: Dataset) -> dict[str, Any]:
+    """What a served model of a data set split by entity was fitted and tested on:
+    fold 0's entities (names), of how many folds."""
+
+    def names(split: str) -> list[str]:
+        return [ds.entities[i].name for i in sorted(ds.folds[0][split])]
+
+    return {
+        "fold": 0,
+        "of": len(ds.folds),
+        "pretrained_on": [ds.entities[i].name for i in fit_entities(ds, 0)],
+        "fitted_on": names("train"),
+        "validated_on": names("val"),
+        "tested_on": names("test"),
+    }
 
 
 def point_figures(t: dict[str, Any]) -> dict[str, Any] | None:

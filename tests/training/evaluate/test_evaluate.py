@@ -17,7 +17,8 @@ from training.evaluate.baselines import (
     TS2VecFeatures,
     fit_pca,
 )
-from training.evaluate.probe import Probe, ProbeConfig
+from training.evaluate.metrics import metrics
+from training.evaluate.probe import Probe, ProbeConfig, SavedProbe
 from training.evaluate.protocol import (
     baseline_methods,
     evaluate,
@@ -349,15 +350,35 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     # the cross-validation choosing the served model reports each candidate
     n_cv = err.count("evaluate: cross-validation: [")
     assert n_cv >= 11 and f"cross-validation: [{n_cv}/{n_cv}]" in err
-    # one model per fold, none to serve: evaluate says so, and export refuses the
-    # folder naming why (not "probe file not found")
-    assert "split by entity into 5 folds" in err and "none is written to serve" in err
-    assert not (out / "probe-served.pt").exists()
-    exp = ["export", "--checkpoint", str(tmp_path / "r0" / "best.pt")]
-    assert main([*exp, "--probe", str(out), "--out", str(tmp_path / "art")]) == 2
+    # one model per fold; the files to serve hold fold 0's, and export serves it with
+    # fold 0's checkpoint (another fold's is refused: the probe reads other features)
+    assert "split by entity into 5 folds" in err and "fold 0's model" in err
+    # (the tiny runs' out-of-fold risks hold no threshold at the budget)
+    exp = [
+        "export",
+        "--probe",
+        str(out),
+        "--dataset",
+        "skab",
+        *root,
+        "--threshold",
+        "f1",
+    ]
+    art = tmp_path / "art"
+    r1 = tmp_path / "r1" / "best.pt"
+    assert main([*exp, "--checkpoint", str(r1), "--out", str(art)]) == 2
     refused = capsys.readouterr().err
-    assert "skab is split by entity into 5 folds" in refused
-    assert "--dataset csv" in refused and not (tmp_path / "art").exists()
+    assert f"--checkpoint {r1}: not the checkpoint" in refused and not art.exists()
+    r0 = tmp_path / "r0" / "best.pt"
+    assert main([*exp, "--checkpoint", str(r0), "--out", str(art)]) == 0
+    m = json.loads((art / "manifest.json").read_text())
+    fold = m["eval_metrics"]["fold"]
+    assert fold["fold"] == 0 and fold["of"] == 5
+    assert fold["tested_on"] == [
+        ds.entities[i].name for i in sorted(ds.folds[0]["test"])
+    ]
+    assert set(fold["tested_on"]).isdisjoint(fold["fitted_on"] + fold["pretrained_on"])
+    assert "real_test" in m["eval_metrics"]["onnx_parity"]
     res = json.loads((out / "results.json").read_text())
     assert res["folds"] == 5
     # the tree probes are candidates by default, each beside its MLP twin
@@ -439,7 +460,15 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert best["window"] and not best["window"].startswith("SC-JEPA")
     assert res["rows"]["SC-JEPA probe"]["paired"]["window"]["vs"] == best["window"]
     assert (out / "warning_curve.png").stat().st_size > 10_000
-    assert not (out / "probe.pt").exists()  # a model per fold: none is served
+    # the served files hold fold 0's model, its test figures fold 0's test entities'
+    # (the first windows of the pooled test split)
+    served = SavedProbe.load(out / "probe-served.pt")
+    z = np.load(out / "scores.npz")
+    n0 = int(np.isin(z["entity"], sorted(ds.folds[0]["test"])).sum())
+    assert 0 < n0 < len(z["y"]) and set(z["entity"][:n0]) <= set(ds.folds[0]["test"])
+    s0 = z[f"score/{served.metrics['row']}"][served.probe["seed"], :n0]
+    want = metrics(z["y"][:n0], s0, served.threshold)
+    assert served.metrics["test"] == pytest.approx(want, nan_ok=True)
     doc = tmp_path / "results.md"
     assert main(["report", str(out), "--out", str(doc)]) == 0
     text = doc.read_text()
