@@ -955,6 +955,17 @@ def run(args: argparse.Namespace) -> int:
         "command": "scjepa evaluate " + shlex.join(sys.argv[2:]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    single = len(folds) == 1
+    # (the served graph reads code probabilities: a codebook-free ablation model
+    # is evaluated, not exported; a data set split by entity serves fold 0's
+    # model, pre-trained on its checkpoint and fitted on its train entities)
+    serve = (
+        0 in encoders
+        and "SC-JEPA probe" in ev.fitted
+        and encoders[0]["SC-JEPA probe"].has_codes
+    )
+    if serve and not single:
+        ev.extra["served_fold"] = 0
     path = write_results(
         args.out,
         ev.results(run_info),
@@ -963,15 +974,7 @@ def run(args: argparse.Namespace) -> int:
         ev.dense_scores,
         ev.dense_test,
     )
-    single = len(folds) == 1
-    if (
-        0 in encoders
-        and "SC-JEPA probe" in ev.fitted
-        and encoders[0]["SC-JEPA probe"].has_codes
-    ):
-        # (the served graph reads code probabilities: a codebook-free ablation model
-        # is evaluated, not exported; a data set split by entity serves fold 0's
-        # model, pre-trained on its checkpoint and fitted on its train entities)
+    if serve:
         ckpt = checkpoints[0]
         got = inputs[0]
         served_probe(ev, "SC-JEPA probe", ckpt, ds).save(args.out / "probe.pt")

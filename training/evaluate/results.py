@@ -102,6 +102,9 @@ class Results(TypedDict):
     created: NotRequired[str]
     # evaluation.md items 9-11 (absent from older files)
     folds: NotRequired[int]
+    # several folds: the fold whose model the served files hold (since 2026-11-30;
+    # before, such a run wrote none)
+    served_fold: NotRequired[int]
     events: NotRequired[dict[str, Any]]  # stride, look-back, budget, event counts
     bootstrap: NotRequired[dict[str, Any]]
     best_baseline: NotRequired[dict[str, Any]]
@@ -456,6 +459,9 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
     how = (
         "`scjepa export --probe RESULTS_DIR`"
         if res.get("folds", 1) == 1
+        else f"`scjepa export --probe RESULTS_DIR` serves fold {res['served_fold']}'s "
+        "model, with that fold's checkpoint; the figures pool every fold's model"
+        if "served_fold" in res
         else "one model per fold, none exported: the candidate that would be served"
     )
     cv = board.get("cv")

@@ -380,7 +380,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert set(fold["tested_on"]).isdisjoint(fold["fitted_on"] + fold["pretrained_on"])
     assert "real_test" in m["eval_metrics"]["onnx_parity"]
     res = json.loads((out / "results.json").read_text())
-    assert res["folds"] == 5
+    assert res["folds"] == 5 and res["served_fold"] == 0
     # the tree probes are candidates by default, each beside its MLP twin
     # and so is the fine-tuned SC-JEPA read by the trees (its floor a row beside it)
     for name in (
@@ -473,6 +473,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert main(["report", str(out), "--out", str(doc)]) == 0
     text = doc.read_text()
     assert "### SKAB: 5 folds by entity" in text
+    assert "`scjepa export --probe RESULTS_DIR` serves fold 0's model" in text
     assert "**What an operator gets**" in text and "n too small" in text
     assert "at the threshold it is served at" in text
     assert "false pages a day: alerts that start with a false alarm" in text
