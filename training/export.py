@@ -762,6 +762,13 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.threshold,
         fa_budget=args.fa_budget,
     )
+    if fold := probe.metrics.get("fold"):  # a data set split by entity
+        print(
+            f"note: {probe.dataset} is split by entity into {fold['of']} folds; this is "
+            f"fold {fold['fold']}'s model, fitted on {len(fold['fitted_on'])} entities "
+            f"and tested on {', '.join(fold['tested_on'])} (eval_metrics.fold)",
+            file=sys.stderr,
+        )
     own = served_hop(m.eval_metrics["threshold"], m.window)
     if m.hop != own:
         print(

@@ -720,10 +720,19 @@ def _cross_validate(
         f"{len(names)} candidates on train + validation ...",
         True,
     )
-    oof = {}
+    oof: dict[str, list[OutOfFold]] = {}
     for j, n in enumerate(names):
         t1 = time.time()
-        oof[n] = [cross_fit(n, fd.fold, b) for fd, b in zip(folds, blocks, strict=True)]
+        oof[n] = []
+        for fd, b in zip(folds, blocks, strict=True):
+            t2 = time.time()
+            oof[n].append(cross_fit(n, fd.fold, b))
+            if len(folds) > 1:  # (a candidate can take many minutes on every fold)
+                _say(
+                    f"cross-validation: fold {fd.fold + 1}/{len(folds)} of "
+                    f"[{j + 1}/{len(names)}] {n} ({time.time() - t2:.1f} s)",
+                    True,
+                )
         _say(
             f"cross-validation: [{j + 1}/{len(names)}] {n} ({time.time() - t1:.1f} s)",
             True,

@@ -350,6 +350,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     # the cross-validation choosing the served model reports each candidate
     n_cv = err.count("evaluate: cross-validation: [")
     assert n_cv >= 11 and f"cross-validation: [{n_cv}/{n_cv}]" in err
+    assert err.count("evaluate: cross-validation: fold 5/5 of [") == n_cv  # and folds
     # one model per fold; the files to serve hold fold 0's, and export serves it with
     # fold 0's checkpoint (another fold's is refused: the probe reads other features)
     assert "split by entity into 5 folds" in err and "fold 0's model" in err
@@ -371,6 +372,7 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert f"--checkpoint {r1}: not the checkpoint" in refused and not art.exists()
     r0 = tmp_path / "r0" / "best.pt"
     assert main([*exp, "--checkpoint", str(r0), "--out", str(art)]) == 0
+    assert "this is fold 0's model, fitted on" in capsys.readouterr().err
     m = json.loads((art / "manifest.json").read_text())
     fold = m["eval_metrics"]["fold"]
     assert fold["fold"] == 0 and fold["of"] == 5
