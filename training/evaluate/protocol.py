@@ -442,6 +442,7 @@ def evaluate(
     else:
         test = Samples.concat([fd.splits["test"] for fd in folds])
         dense_test = Samples.concat([fd.dense["test"] for fd in folds])
+    test_sizes = [len(fd.splits["test"]) for fd in folds]
     scores: dict[str, np.ndarray] = {}
     dense_scores: dict[str, np.ndarray] = {}
     for j, name in enumerate(names):
@@ -493,7 +494,7 @@ def evaluate(
         val_dense=[fd.dense["val"] for fd in folds],
         events=events,
         n_boot=n_boot,
-        test_sizes=[len(fd.splits["test"]) for fd in folds],
+        test_sizes=test_sizes,
     )
     summary = _pooled_summary(folds)
     return Evaluation(
@@ -508,7 +509,7 @@ def evaluate(
         extra=extra,
         dense_scores=dense_scores,
         dense_test=dense_test,
-        test_sizes=[len(fd.splits["test"]) for fd in folds],
+        test_sizes=test_sizes,
     )
 
 
@@ -811,12 +812,12 @@ def run(args: argparse.Namespace) -> int:
     import shlex
     from dataclasses import asdict
 
+    from service.manifest import sha256_file
     from training.data import load_dataset
     from training.data.cli import table_options
     from training.evaluate.detectors import DetectorScores, ProbeInputs
     from training.evaluate.encode import CodeFeatures, ReconstructionError
     from training.evaluate.finetune import TunedCandidate
-    from training.pretrain.checkpoint import file_sha256
 
     started = time.time()
     if args.threads:
@@ -944,7 +945,7 @@ def run(args: argparse.Namespace) -> int:
             test_stretches=test_stretches(folds),
             events=events,
             n_boot=args.n_boot,
-            test_sizes=[len(fd.splits["test"]) for fd in folds],
+            test_sizes=ev.test_sizes,
         )
     board = leaderboard(ev.rows, choice)
     if board["rows"]:
@@ -952,7 +953,7 @@ def run(args: argparse.Namespace) -> int:
     ev.wall_time_s = time.time() - started  # the whole run, cross-validation included
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
-        "checkpoint_sha256": [file_sha256(c) for c in checkpoints],
+        "checkpoint_sha256": [sha256_file(c) for c in checkpoints],
         "config": {
             "probe": asdict(probe_cfg),
             "model": model_config,
@@ -986,15 +987,16 @@ def run(args: argparse.Namespace) -> int:
     if serve:
         ckpt = checkpoints[0]
         got = inputs[0]
-        served_probe(ev, "SC-JEPA probe", ckpt, ds).save(args.out / "probe.pt")
-        served_probe(ev, STATS_ROW, ckpt, ds, got[STATS_ROW].stats).save(
+        sha = run_info["checkpoint_sha256"][0]
+        served_probe(ev, "SC-JEPA probe", ckpt, ds, sha=sha).save(args.out / "probe.pt")
+        served_probe(ev, STATS_ROW, ckpt, ds, got[STATS_ROW].stats, sha=sha).save(
             args.out / "probe-stats.pt"
         )
         # the winner on validation: what `scjepa export --probe RESULTS_DIR` serves
         winner = board["winner"]
-        served_probe(ev, winner, ckpt, ds, inputs=got[winner], board=board).save(
-            args.out / SERVED_PROBE
-        )
+        served_probe(
+            ev, winner, ckpt, ds, inputs=got[winner], board=board, sha=sha
+        ).save(args.out / SERVED_PROBE)
         sys.stderr.write(f"evaluate: served model: {winner} ({board['chosen_on']})\n")
         if not single:
             sys.stderr.write(
@@ -1005,7 +1007,7 @@ def run(args: argparse.Namespace) -> int:
             )
         for name in CANDIDATES:  # each candidate, to serve or compare explicitly
             if name in got and name in ev.fitted:
-                served_probe(ev, name, ckpt, ds, inputs=got[name]).save(
+                served_probe(ev, name, ckpt, ds, inputs=got[name], sha=sha).save(
                     args.out / "candidates" / candidate_file(name, got[name].features)
                 )
     _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
@@ -1199,6 +1201,7 @@ def served_probe(
     stats: WindowStatsFeatures | None = None,
     inputs: ProbeInputs | TunedCandidate | None = None,
     board: dict[str, Any] | None = None,
+    sha: str | None = None,
 ) -> SavedProbe:
     """The probe `scjepa export` will serve from row ``name``: the seed with the best
     validation PR AUC (``board``: the leaderboard it won, recorded with it).
@@ -1207,16 +1210,17 @@ def served_probe(
     with ``stats``, "codes+stats" (also the 18 pooled window statistics, with their
     train-set scaling); with ``inputs`` whatever that featurizer reads (detector
     scores too, their constants stored in the probe); a fine-tuned row's probe
-    carries the fine-tuned model's weights (``encoder_state``).
+    carries the fine-tuned model's weights (``encoder_state``). ``sha``: the
+    checkpoint's SHA-256 where the caller has it (computed otherwise).
     """
+    from service.manifest import sha256_file
     from training.evaluate.finetune import TunedScorer
-    from training.pretrain.checkpoint import file_sha256
 
     # fold 0's fits (seeds in order): on a data set split by entity the served model
     # is fold 0's, pre-trained and fitted on its train entities, its test figures
     # those of its own test entities (the first windows of the pooled test split)
     runs = [f for f in ev.fitted[name] if f.fold == 0]
-    n_test = ev.test_sizes[0] if ev.test_sizes else len(ev.test)
+    n_test = ev.test_sizes[0]
 
     # on validation only; by PR AUC, not by the warned count (a fraction of one event)
     i = max(range(len(runs)), key=lambda j: runs[j].val["pr_auc"])
@@ -1245,7 +1249,7 @@ def served_probe(
         probe=probe.state(),
         threshold=chosen.threshold,
         checkpoint=str(checkpoint) if checkpoint else None,
-        checkpoint_sha256=file_sha256(checkpoint) if checkpoint else None,
+        checkpoint_sha256=(sha or sha256_file(checkpoint)) if checkpoint else None,
         dataset=ev.dataset,
         channels=ds.channels,
         mask=ds.mask.tolist(),
