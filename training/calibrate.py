@@ -271,10 +271,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.manifest import sha256_file
     from training.data import load_dataset
     from training.data.cli import table_options
-    from training.pretrain.checkpoint import load_model
+    from training.pretrain.checkpoint import file_sha256, load_model
 
     model = load_model(args.checkpoint)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
@@ -286,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         args.stride,
         checkpoint=str(args.checkpoint),
     )
-    probe.checkpoint_sha256 = sha256_file(args.checkpoint)
+    probe.checkpoint_sha256 = file_sha256(args.checkpoint)
     probe.save(args.out)
     lf = probe.metrics["label_free"]
     print(

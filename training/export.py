@@ -730,16 +730,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from service.manifest import sha256_file
     from training.data import load_dataset
     from training.data.cli import table_options
     from training.evaluate.protocol import SERVED_PROBE
-    from training.pretrain.checkpoint import load_model
+    from training.pretrain.checkpoint import file_sha256, load_model
 
     path = args.probe / SERVED_PROBE if args.probe.is_dir() else args.probe
     probe = SavedProbe.load(path)
     model = load_model(args.checkpoint)
-    if probe.checkpoint_sha256 not in (None, sha256_file(args.checkpoint)):
+    if probe.checkpoint_sha256 not in (None, file_sha256(args.checkpoint)):
         raise UserError(
             f"--checkpoint {args.checkpoint}: not the checkpoint {path} was fitted on "
             f"({probe.checkpoint}, sha256 {probe.checkpoint_sha256[:12]}...): the "

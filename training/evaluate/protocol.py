@@ -812,12 +812,12 @@ def run(args: argparse.Namespace) -> int:
     import shlex
     from dataclasses import asdict
 
-    from service.manifest import sha256_file
     from training.data import load_dataset
     from training.data.cli import table_options
     from training.evaluate.detectors import DetectorScores, ProbeInputs
     from training.evaluate.encode import CodeFeatures, ReconstructionError
     from training.evaluate.finetune import TunedCandidate
+    from training.pretrain.checkpoint import file_sha256
 
     started = time.time()
     if args.threads:
@@ -953,7 +953,7 @@ def run(args: argparse.Namespace) -> int:
     ev.wall_time_s = time.time() - started  # the whole run, cross-validation included
     run_info: RunInfo = {
         "checkpoint": str(args.checkpoint) if args.checkpoint else None,
-        "checkpoint_sha256": [sha256_file(c) for c in checkpoints],
+        "checkpoint_sha256": [file_sha256(c) for c in checkpoints],
         "config": {
             "probe": asdict(probe_cfg),
             "model": model_config,
@@ -1213,8 +1213,8 @@ def served_probe(
     carries the fine-tuned model's weights (``encoder_state``). ``sha``: the
     checkpoint's SHA-256 where the caller has it (computed otherwise).
     """
-    from service.manifest import sha256_file
     from training.evaluate.finetune import TunedScorer
+    from training.pretrain.checkpoint import file_sha256
 
     # fold 0's fits (seeds in order): on a data set split by entity the served model
     # is fold 0's, pre-trained and fitted on its train entities, its test figures
@@ -1249,7 +1249,7 @@ def served_probe(
         probe=probe.state(),
         threshold=chosen.threshold,
         checkpoint=str(checkpoint) if checkpoint else None,
-        checkpoint_sha256=(sha or sha256_file(checkpoint)) if checkpoint else None,
+        checkpoint_sha256=(sha or file_sha256(checkpoint)) if checkpoint else None,
         dataset=ev.dataset,
         channels=ds.channels,
         mask=ds.mask.tolist(),

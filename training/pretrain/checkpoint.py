@@ -10,6 +10,7 @@ Layout of a ``.pt`` file (a plain dict):
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,15 @@ def build_model(ckpt: dict[str, Any]) -> SCJEPA:
 def load_model(path: str | Path, map_location: str = "cpu") -> SCJEPA:
     """The online model of a checkpoint, in eval mode."""
     return build_model(load_checkpoint(path, map_location)).eval()
+
+
+def file_sha256(path: str | Path) -> str:
+    """A checkpoint's content hash: evaluate records it with the probe it fits, and
+    export refuses a probe with another checkpoint's features. (The service hashes its
+    artifacts with service.manifest.sha256_file; the evaluation may not import the
+    service, tests/test_layout.py.)"""
+    with Path(path).open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def load_target(ckpt: dict[str, Any], model: SCJEPA) -> TargetEncoder:
