@@ -228,7 +228,11 @@ class TunedCandidate:
         )
 
     def out_of_fold(
-        self, blocks: Sequence[HeldOut], probe: ProbeConfig, seeds: Sequence[int]
+        self,
+        blocks: Sequence[HeldOut],
+        probe: ProbeConfig,
+        seeds: Sequence[int],
+        jobs: int = 1,
     ) -> OutOfFold:
         """The served model's cross-validation (select.cross_fit): per held-out block
         and seed, fine-tuned and fitted on the fit blocks' windows, stopped on the
@@ -242,4 +246,4 @@ class TunedCandidate:
             )
             return lambda i, kind: scorer(getattr(blocks[i], kind).x)
 
-        return cross_fit(blocks, fit, seeds, self.n_inputs)
+        return cross_fit(blocks, fit, seeds, self.n_inputs, jobs)

@@ -69,6 +69,7 @@ from training.evaluate.metrics import (
     metrics,
     reliability,
 )
+from training.evaluate.parallel import jobs_for
 from training.evaluate.probe import (
     SCJEPA_PARTS,
     ProbeConfig,
@@ -634,8 +635,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=0,
-        help="threads of every pool: torch's, and the BLAS and OpenMP pools of "
-        "numpy, scipy and scikit-learn (0 = each library's default: all cores)",
+        help="cores to use: the threads of every pool (torch's, and the BLAS and "
+        "OpenMP pools of numpy, scipy and scikit-learn) and the worker processes, "
+        "of one thread each, of the cross-validation that chooses the served model "
+        "(0 = all cores; the out-of-fold risks are the same for any N)",
     )
     p.add_argument(
         "--fine-tune",
@@ -713,8 +716,9 @@ def _cross_validate(
     def cross_fit(n: str, fold: int, b: list[HeldOut]) -> OutOfFold:
         f = inputs[fold][n]
         if isinstance(f, TunedCandidate):  # fine-tuned anew for every fit
-            return f.out_of_fold(b, probe, range(cv.seeds))
-        return out_of_fold(b, f, replace(probe, kind=probe_kind(n)), range(cv.seeds))
+            return f.out_of_fold(b, probe, range(cv.seeds), cv.jobs)
+        kind = probe_kind(n)
+        return out_of_fold(b, f, replace(probe, kind=kind), range(cv.seeds), cv.jobs)
 
     _say(
         f"choosing the served model: {cv.blocks}-block cross-validation of "
@@ -834,7 +838,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--cv-blocks {args.cv_blocks}: 0 (off) or at least 3")
     if args.cv_seeds < 1:
         raise UserError(f"--cv-seeds {args.cv_seeds}: must be >= 1")
-    cv = CVConfig(blocks=args.cv_blocks, seeds=args.cv_seeds, n_boot=args.n_boot)
+    cv = CVConfig(
+        blocks=args.cv_blocks,
+        seeds=args.cv_seeds,
+        n_boot=args.n_boot,
+        jobs=jobs_for(args.threads),
+    )
     ts2vec = TS2VecConfig(iters=args.ts2vec_iters) if args.ts2vec_iters else None
     checkpoints = (
         [_checkpoint(args.checkpoint, k, ds) for k in range(n_folds(ds))]

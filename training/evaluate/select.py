@@ -46,6 +46,7 @@ from training.evaluate.events import (
     threshold_at_budget,
 )
 from training.evaluate.metrics import pr_auc
+from training.evaluate.parallel import fork_map
 from training.evaluate.power import (
     count_replicates,
     draw_blocks,
@@ -75,6 +76,7 @@ class CVConfig:
     seeds: int = 3  # probe seeds per held-out block (0..seeds-1)
     budgets: tuple[float, ...] = BUDGETS
     n_boot: int = 1000
+    jobs: int = 1  # worker processes for the fits (training/evaluate/parallel.py)
 
 
 @dataclass
@@ -159,21 +161,35 @@ CrossFit = Callable[[list[int], int, int], Callable[[int, str], np.ndarray]]
 
 
 def cross_fit(
-    blocks: Sequence[HeldOut], fit: CrossFit, seeds: Sequence[int], n_inputs: int
+    blocks: Sequence[HeldOut],
+    fit: CrossFit,
+    seeds: Sequence[int],
+    n_inputs: int,
+    jobs: int = 1,
 ) -> OutOfFold:
     """One candidate fitted K times per seed (held out j, stopped and calibrated on
     j + 1 mod K, fitted on the rest), scoring its held-out block (and, for the
-    operating points, its stopping block's dense windows)."""
+    operating points, its stopping block's dense windows); the K x seeds fits in
+    ``jobs`` worker processes (training/evaluate/parallel.py)."""
     k = len(blocks)
     if k < 3:
         raise ValueError(f"{k} blocks with windows: need 3")
+    fits = [(j, s) for j in range(k) for s in seeds]
+
+    def one(t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        j, seed = fits[t]
+        v = (j + 1) % k
+        risk = fit([i for i in range(k) if i not in (j, v)], v, seed)
+        return risk(j, "hop"), risk(j, "dense"), risk(v, "dense")
+
+    got = fork_map(one, len(fits), jobs)
+    per = len(seeds)
     hop, dense, cal = [], [], []
     for j in range(k):
-        v = (j + 1) % k
-        risks = [fit([i for i in range(k) if i not in (j, v)], v, s) for s in seeds]
-        hop.append(np.stack([r(j, "hop") for r in risks]))
-        dense.append(np.stack([r(j, "dense") for r in risks]))
-        cal.append(np.stack([r(v, "dense") for r in risks]))
+        runs = got[j * per : (j + 1) * per]
+        hop.append(np.stack([r[0] for r in runs]))
+        dense.append(np.stack([r[1] for r in runs]))
+        cal.append(np.stack([r[2] for r in runs]))
     return OutOfFold(hop, dense, n_inputs, cal)
 
 
@@ -182,9 +198,10 @@ def out_of_fold(
     featurize: Callable[[np.ndarray], np.ndarray],
     cfg: ProbeConfig,
     seeds: Sequence[int],
+    jobs: int = 1,
 ) -> OutOfFold:
     """:func:`cross_fit` of a probe reading ``featurize``'s features (each block's
-    computed once)."""
+    computed once, here, before the fits)."""
     f = {
         kind: [featurize(getattr(b, kind).x) for b in blocks]
         for kind in ("hop", "dense")
@@ -199,7 +216,7 @@ def out_of_fold(
         )
         return lambda i, kind: probe.predict(f[kind][i])
 
-    return cross_fit(blocks, fit, seeds, int(f["hop"][0].shape[1]))
+    return cross_fit(blocks, fit, seeds, int(f["hop"][0].shape[1]), jobs)
 
 
 def cv_threshold(
