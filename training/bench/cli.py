@@ -4,6 +4,7 @@
     scjepa bench infer ... / scjepa bench serve ...   (infer.py, serve.py)
     scjepa bench soak --minutes 30 / scjepa bench streams --streams 100000 (soak.py,
     streams.py)
+    scjepa bench cv --dataset daphnet --checkpoint CKPT --jobs 2 (cv.py)
 
 ``train`` times the full pre-training step (online forward, EMA target pass, losses,
 backward, clipping, Adam, EMA update) on random pairs, after a warm-up, and reports
@@ -99,6 +100,10 @@ TARGETS: dict[str, tuple[str, str]] = {
         "steady mixed load for N minutes: memory over time",
     ),
     "streams": ("training.bench.streams", "many streams: memory per stream, the TTL"),
+    "cv": (
+        "training.bench.cv",
+        "evaluate's cross-validation: one worker against N, same risks",
+    ),
 }
 
 
