@@ -638,7 +638,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="cores to use: the threads of every pool (torch's, and the BLAS and "
         "OpenMP pools of numpy, scipy and scikit-learn) and the worker processes, "
         "of one thread each, of the cross-validation that chooses the served model "
-        "(0 = all cores; the out-of-fold risks are the same for any N)",
+        "(0 = all cores)",
     )
     p.add_argument(
         "--fine-tune",
