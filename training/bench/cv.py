@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import sys
 import time
@@ -52,22 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", type=Path, help="write the results here")
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run(args: argparse.Namespace) -> int:
     import numpy as np
     import torch
     from threadpoolctl import threadpool_limits
 
     from model import SCJEPA
+    from training.bench import cpu_model
     from training.data import load_dataset
     from training.errors import UserError
     from training.evaluate.baselines import window_stats
@@ -142,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         },
         "jobs": n,
         "cores": usable_cores(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "torch": torch.__version__,
         "load_before": os.getloadavg(),
         "runs": "serial_1: one fit after another on 1 thread; serial_n: the same on "

@@ -46,6 +46,8 @@ import httpx
 import msgspec
 import numpy as np
 
+from training.bench import cpu_model
+
 JSON, MSGPACK = "application/json", "application/msgpack"  # POST /ingest bodies
 MEDIA = {"json": JSON, "msgpack": MSGPACK}
 
@@ -789,14 +791,6 @@ def _autogroup() -> int | None:
         return None
 
 
-def _cpu_model() -> str:
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def run(args: argparse.Namespace) -> int:
     from service.config import Settings
     from service.inference import CPU_CHUNK_TOKENS
@@ -807,7 +801,7 @@ def run(args: argparse.Namespace) -> int:
         "artifact": str(args.artifact),
         "channels": v,
         "cores": os.cpu_count(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "roles": args.roles,
         "load_before": os.getloadavg(),
         # 1: the kernel shares CPU between sessions first, so nice acts only between
