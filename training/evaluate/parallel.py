@@ -8,8 +8,10 @@ copying them, and each runs on **one thread**: a forked child that starts a seco
 OpenMP thread after its parent used OpenMP's pool hangs (seen here with torch and
 scikit-learn, both built on GNU OpenMP). One thread per fit is also what makes the
 results equal, to the bit, to the same fits run one after another on one thread
-(tests/training/evaluate/test_parallel.py); for these small models processes scale
-where intra-op threads did not (docs/notebook/benchmarks.md, 2026-11-30).
+(tests/training/evaluate/test_parallel.py). On two quiet cores the workers are as fast
+as two intra-op threads; beside another job the threads wait on each other and took
+longer than one thread, the workers did not (`scjepa bench cv`;
+docs/notebook/benchmarks.md, 2026-11-30).
 """
 
 from __future__ import annotations
