@@ -208,17 +208,26 @@ def prepare_folds(
     fit_stride: int | None = None,
 ) -> list[FoldData]:
     """Every fold's samples (evaluation.md items 2 and 10)."""
-    out = []
-    for k in range(n_folds(ds)):
-        splits = downstream_splits(ds, window, fold=k)
-        fit = fit_stride or window
-        train = (
-            splits["train"]
-            if fit == window
-            else downstream_splits(ds, window, fit, fold=k)["train"]
-        )
-        out.append(_fold(ds, k, splits, train, events, window))
-    return out
+    return [prepare_fold(ds, k, events, window, fit_stride) for k in range(n_folds(ds))]
+
+
+def prepare_fold(
+    ds: Dataset,
+    k: int,
+    events: EventConfig,
+    window: int = WINDOW,
+    fit_stride: int | None = None,
+) -> FoldData:
+    """Fold ``k``'s samples: its splits, the probe's train samples (a window every
+    ``fit_stride`` steps), the dense windows and stretches the events count."""
+    splits = downstream_splits(ds, window, fold=k)
+    fit = fit_stride or window
+    train = (
+        splits["train"]
+        if fit == window
+        else downstream_splits(ds, window, fit, fold=k)["train"]
+    )
+    return _fold(ds, k, splits, train, events, window)
 
 
 def test_stretches(folds: list[FoldData]) -> list[Stretch]:
