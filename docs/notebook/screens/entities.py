@@ -99,13 +99,18 @@ def run(name: str, ckpt: str) -> None:
     ds = screen.name_ds(name)
     served = SERVED[name]
     print(f"\n## {name}: validation ROC AUC / PR AUC, all train entities vs fewer")
-    print("| fold | candidate | train entities (all / fewer) | all | fewer (mean of arms) | all - fewer (PR AUC) |")
+    print(
+        "| fold | candidate | train entities (all / fewer) | all | fewer (mean of arms) | all - fewer (PR AUC) |"
+    )
     diffs: dict[str, list[float]] = {}
     for fold in range(len(ds.folds)):
         trained, _, _ = load_encoders(ckpt.format(fold=fold))
         codes = CodeFeatures(trained)
         full = scores(ds, fold, codes, served)
-        arms = [scores(without(ds, fold, d), fold, codes, served) for d in left_out(ds, fold)]
+        arms = [
+            scores(without(ds, fold, d), fold, codes, served)
+            for d in left_out(ds, fold)
+        ]
         n_all = len(ds.folds[fold]["train"])
         n_fewer = n_all - np.mean([len(d) for d in left_out(ds, fold)])
         for cand, (roc, pr) in full.items():
