@@ -301,13 +301,16 @@ def convert_fp16(fp32: Path, out: Path) -> None:
 def variant_check(
     fp32: Path, variant: Path, splits: dict[str, Samples], threshold: float
 ) -> dict[str, Any]:
-    """Metrics of both models on val and test; kept if no metric drops > 0.5 points."""
+    """Metrics of both models on val and test (the splits that have windows); kept if
+    no metric drops > 0.5 points."""
     from training.evaluate.metrics import metrics
 
     report: dict[str, Any] = {}
     worst = 0.0
     for split in ("val", "test"):
         s = splits[split]
+        if not len(s):  # the serving split of a data set split by entity: no test
+            continue
         ra, rb = (onnx_outputs(m, s.x, ("risk",))[0] for m in (fp32, variant))
         a, b = metrics(s.y, ra, threshold), metrics(s.y, rb, threshold)
         report[split] = {"fp32": a, "variant": b}
@@ -370,7 +373,7 @@ def export_artifact(
         now_utc,
         write_manifest,
     )
-    from training.data import downstream_splits
+    from training.data import SERVE, downstream_splits, serving_view
 
     if (int8 or fp16) and probe.kind == "rarity":
         raise UserError(
@@ -415,9 +418,13 @@ def export_artifact(
         pick = np.linspace(0, len(cal) - 1, min(256, len(cal))).astype(int)
         windows["real_calibration"] = _unmask(cal[pick].astype(np.float32), probe.mask)
     elif ds is not None:
-        splits = downstream_splits(ds, window)
+        # the model served for a data set split by entity may be fitted on every
+        # entity but fold 0's validation ones: it has no test windows of its own
+        serving = probe.metrics.get("fold", {}).get("fold") == SERVE
+        splits = downstream_splits(serving_view(ds) if serving else ds, window)
         full = {k: _with_all_channels(s, probe.mask) for k, s in splits.items()}
-        windows["real_test"] = full["test"].x
+        real = "val" if serving else "test"
+        windows[f"real_{real}"] = full[real].x
     n = sum(len(w) for w in windows.values())
     step(f"parity with PyTorch on {n} windows ({', '.join(windows)})")
     par = parity(served, path, windows)
@@ -445,7 +452,7 @@ def export_artifact(
         if not check["kept"]:
             v_path.unlink()
             continue
-        t = check["test"]
+        t = check["test" if "test" in check else "val"]
         deltas = {k: t["variant"][k] - t["fp32"][k] for k in t["fp32"]}
         if key == "int8":
             # dtype and sha256: write_manifest, from the file
@@ -763,10 +770,17 @@ def run(args: argparse.Namespace) -> int:
         fa_budget=args.fa_budget,
     )
     if fold := probe.metrics.get("fold"):  # a data set split by entity
-        print(
-            f"note: {probe.dataset} is split by entity into {fold['of']} folds; this is "
+        which = (
             f"fold {fold['fold']}'s model, fitted on {len(fold['fitted_on'])} entities "
-            f"and tested on {', '.join(fold['tested_on'])} (eval_metrics.fold)",
+            f"and tested on {', '.join(fold['tested_on'])}"
+            if fold["tested_on"]
+            else f"the model fitted on {len(fold['fitted_on'])} entities, every one "
+            f"but those it was validated on ({', '.join(fold['validated_on'])}); its "
+            "test figures are the folds' models'"
+        )
+        print(
+            f"note: {probe.dataset} is split by entity into {fold['of']} folds; this "
+            f"is {which} (eval_metrics.fold)",
             file=sys.stderr,
         )
     own = served_hop(m.eval_metrics["threshold"], m.window)

@@ -19,6 +19,7 @@ from training.data.tabular import load_psm, load_swat, load_table_dataset
 from training.data.telemanom import load_telemanom
 from training.data.types import Dataset, Entity
 from training.data.windows import (
+    SERVE,
     WINDOW,
     Pairs,
     Samples,
@@ -30,6 +31,7 @@ from training.data.windows import (
     fold_view,
     n_folds,
     pretrain_pairs,
+    serving_view,
     split_bounds,
     split_ranges,
     split_segments,
@@ -62,13 +64,17 @@ def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Da
     ``root`` is the data folder (defaults to :func:`default_root`); a loader also accepts
     the data set's own sub-folder. ``synthetic`` needs no root; kwargs go to the loader.
     ``NAME@K`` (a data set split by entity, e.g. ``skab@2``) is fold K's pre-training
-    view (:func:`fold_view`): only the train parts of fold K's train entities.
+    view (:func:`fold_view`): only the train parts of fold K's train entities;
+    ``NAME@serve`` the same view of the split the served model is fitted on
+    (:func:`serving_view`): every entity but fold 0's validation ones.
     """
     name, at, fold = name.lower().partition("@")
     if at:
         ds = load_dataset(name, root, **kwargs)
+        if fold == SERVE:
+            return fold_view(serving_view(ds), 0)
         if not fold.isdigit():
-            raise DataError(f"{name}@{fold}: the fold must be a number")
+            raise DataError(f"{name}@{fold}: the fold must be a number or {SERVE!r}")
         return fold_view(ds, int(fold))
     if name == "synthetic":
         ds = make_synthetic(**kwargs)
@@ -96,6 +102,7 @@ def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Da
 
 __all__ = [
     "DATASETS",
+    "SERVE",
     "WINDOW",
     "Dataset",
     "Entity",
@@ -111,6 +118,7 @@ __all__ = [
     "load_dataset",
     "n_folds",
     "pretrain_pairs",
+    "serving_view",
     "split_bounds",
     "split_ranges",
     "split_segments",

@@ -26,7 +26,9 @@ evaluation, export and serving:
 - downstream split by entity (SKAB runs, Daphnet subjects: ``Dataset.folds``): a fold
   puts whole entities into train / val / test; every labelled entity is tested in
   exactly one fold, and pre-training for fold k (``fold_view``, ``--dataset NAME@k``)
-  reads only the train parts of the entities in fold k's train group.
+  reads only the train parts of the entities in fold k's train group; the model
+  served for such a data set may be fitted on every entity but fold 0's validation
+  ones instead (``serving_view``, ``--dataset NAME@serve``).
 """
 
 from __future__ import annotations
@@ -315,6 +317,22 @@ def fold_view(ds: Dataset, fold: int) -> Dataset:
         for i, e in enumerate(ds.entities)
     ]
     return dataclasses.replace(ds, entities=entities, mask=ds.mask.copy(), fold=fold)
+
+
+SERVE = "serve"  # ``--dataset NAME@serve``: the serving split's pre-training view
+
+
+def serving_view(ds: Dataset) -> Dataset:
+    """The split that the model served for a data set split by entity is fitted on:
+    fold 0 with its test entities moved into train, as the only fold, with no test
+    split. Pre-training (``--dataset NAME@serve``), the probe and the label-free
+    reference read every entity but fold 0's validation ones, which stop, calibrate
+    and threshold it as they do fold 0's model; its test figures are the folds'."""
+    if not ds.folds:
+        raise DataError(f"{ds.name}: split in time per entity, it has no folds")
+    f = ds.folds[0]
+    split = {"train": sorted(f["train"] + f["test"]), "val": list(f["val"]), "test": []}
+    return dataclasses.replace(ds, folds=[split], mask=ds.mask.copy())
 
 
 @dataclass

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from training.data import (
+    SERVE,
     WINDOW,
     Dataset,
     Samples,
@@ -38,6 +39,7 @@ from training.data import (
     downstream_splits,
     fit_entities,
     n_folds,
+    serving_view,
     split_segments,
 )
 from training.errors import UserError
@@ -462,22 +464,7 @@ def evaluate(
             runs = got.get(name, [])
             hop.append(np.stack([f.scorer(fd.splits["test"].x) for f in runs]))
             for f in runs:
-                val_scores = f.scorer(fd.dense["val"].x)
-                # a served-model candidate at every operating point (the run's
-                # budget among them); every row at the run's budget
-                budgets = (
-                    operating_budgets(events) if name in CANDIDATES else [events.budget]
-                )
-                f.budget_thresholds = {
-                    b: _budget(fd.stretches["val"], val_scores, events.lookback, b)
-                    for b in budgets
-                }
-                f.budget_threshold = f.budget_thresholds[events.budget]
-                if name in CANDIDATES:  # the served threshold's quantile reads them
-                    f.val_risk = val_scores
-                f.val_counts = val_counts(
-                    fd.stretches["val"], val_scores, f.budget_threshold, events.lookback
-                )
+                budget_on_val(f, name, fd, events)
             dense.append(np.stack([f.scorer(fd.dense["test"].x) for f in runs]))
         scores[name] = np.concatenate(hop, axis=1)  # (seeds, N)
         dense_scores[name] = np.concatenate(dense, axis=1)
@@ -520,6 +507,24 @@ def evaluate(
         dense_scores=dense_scores,
         dense_test=dense_test,
         test_sizes=test_sizes,
+    )
+
+
+def budget_on_val(f: Fitted, name: str, fd: FoldData, events: EventConfig) -> None:
+    """``f``'s thresholds keeping the false-alarm budget on the fold's dense
+    validation windows: a served-model candidate's at every operating point (the
+    run's budget among them), with its validation risks (the served threshold's
+    quantile reads them); any other row's at the run's budget."""
+    val_scores = f.scorer(fd.dense["val"].x)
+    budgets = operating_budgets(events) if name in CANDIDATES else [events.budget]
+    f.budget_thresholds = {
+        b: _budget(fd.stretches["val"], val_scores, events.lookback, b) for b in budgets
+    }
+    f.budget_threshold = f.budget_thresholds[events.budget]
+    if name in CANDIDATES:
+        f.val_risk = val_scores
+    f.val_counts = val_counts(
+        fd.stretches["val"], val_scores, f.budget_threshold, events.lookback
     )
 
 
@@ -581,6 +586,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="pre-trained SC-JEPA checkpoint; without it only baselines run. For a "
         "data set split by entity, one per fold: a path with {fold} in it, e.g. "
         "'runs/skab@{fold}/best.pt' (pre-trained with --dataset skab@K)",
+    )
+    p.add_argument(
+        "--serve-checkpoint",
+        type=Path,
+        help="a data set split by entity: the files to serve hold the model fitted on "
+        "every entity but fold 0's validation ones, reading this checkpoint (pre-trained "
+        "with --dataset NAME@serve), instead of fold 0's model; the figures stay the "
+        "folds'",
     )
     p.add_argument("--seeds", type=int, default=5, help="number of seeds (0..N-1)")
     p.add_argument("--out", type=Path, required=True, help="results folder")
@@ -861,6 +874,16 @@ def run(args: argparse.Namespace) -> int:
     )
     if not checkpoints and args.baselines == "none":
         raise UserError("nothing to evaluate: give --checkpoint or keep the baselines")
+    if args.serve_checkpoint is not None:
+        if not ds.folds:
+            raise UserError(
+                f"--serve-checkpoint: {ds.name} is split in time per entity; its "
+                "served model is already fitted on every entity (give --checkpoint only)"
+            )
+        if not checkpoints:
+            raise UserError("--serve-checkpoint needs --checkpoint (the folds' models)")
+        if not args.serve_checkpoint.is_file():
+            raise UserError(f"{args.serve_checkpoint}: checkpoint not found")
     folds = prepare_folds(ds, events, fit_stride=args.fit_stride)
     encoders: dict[int, dict[str, CodeFeatures]] = {}
     # fold -> row -> what it reads
@@ -992,8 +1015,14 @@ def run(args: argparse.Namespace) -> int:
         and "SC-JEPA probe" in ev.fitted
         and encoders[0]["SC-JEPA probe"].has_codes
     )
+    serving = serve and args.serve_checkpoint is not None
     if serve and not single:
-        ev.extra["served_fold"] = 0
+        ev.extra["served_fold"] = SERVE if serving else 0
+    if serving:
+        ev.extra["serve_checkpoint"] = {
+            "path": str(args.serve_checkpoint),
+            "sha256": file_sha256(args.serve_checkpoint),
+        }
     path = write_results(
         args.out,
         ev.results(run_info),
@@ -1006,28 +1035,63 @@ def run(args: argparse.Namespace) -> int:
         ckpt = checkpoints[0]
         got = inputs[0]
         sha = run_info["checkpoint_sha256"][0]
-        served_probe(ev, "SC-JEPA probe", ckpt, ds, sha=sha).save(args.out / "probe.pt")
-        served_probe(ev, STATS_ROW, ckpt, ds, got[STATS_ROW].stats, sha=sha).save(
-            args.out / "probe-stats.pt"
-        )
+        fits: dict[str, list[Fitted]] | None = None  # (None: fold 0's, in ev)
+        if serving:  # the served files' candidates fitted on the serving split
+            ckpt = args.serve_checkpoint
+            sha = ev.extra["serve_checkpoint"]["sha256"]
+            sfd = prepare_fold(serving_view(ds), 0, events, fit_stride=args.fit_stride)
+            sfd.fold = len(folds)  # methods_for's index of it
+            folds.append(sfd)
+            checkpoints.append(ckpt)
+            rows = methods_for(sfd.fold)
+            keep = {"SC-JEPA probe", STATS_ROW, *CANDIDATES}
+            fits = fit_methods(
+                FitContext(sfd.train, sfd.splits["val"], sfd.normal, probe_cfg),
+                {n: fit for n, fit in rows.items() if n in keep and n in ev.fitted},
+                list(range(args.seeds)),
+                sfd.fold,
+                progress=True,
+                prefix="serving split: ",
+            )
+            for name, runs in fits.items():
+                for f in runs:
+                    budget_on_val(f, name, sfd, events)
+            got = inputs[sfd.fold]
+
+        def save(name: str, file: Path, **kw: Any) -> None:
+            served_probe(
+                ev,
+                name,
+                ckpt,
+                ds,
+                sha=sha,
+                fits=None if fits is None else fits[name],
+                **kw,
+            ).save(file)
+
+        save("SC-JEPA probe", args.out / "probe.pt")
+        save(STATS_ROW, args.out / "probe-stats.pt", stats=got[STATS_ROW].stats)
         # the winner on validation: what `scjepa export --probe RESULTS_DIR` serves
         winner = board["winner"]
-        served_probe(
-            ev, winner, ckpt, ds, inputs=got[winner], board=board, sha=sha
-        ).save(args.out / SERVED_PROBE)
+        save(winner, args.out / SERVED_PROBE, inputs=got[winner], board=board)
         sys.stderr.write(f"evaluate: served model: {winner} ({board['chosen_on']})\n")
         if not single:
+            which = (
+                "the model fitted on every entity but fold 0's validation ones"
+                if serving
+                else "fold 0's model (--serve-checkpoint: one fitted on every entity "
+                "but fold 0's validation ones)"
+            )
             sys.stderr.write(
-                f"evaluate: {ds.name} is split by entity into {len(folds)} folds: the "
-                f"files to serve hold fold 0's model (export it with --checkpoint "
+                f"evaluate: {ds.name} is split by entity into {len(ds.folds)} folds: "
+                f"the files to serve hold {which} (export it with --checkpoint "
                 f"{ckpt}); the figures pool every fold's model on its own test "
                 "entities\n"
             )
         for name in CANDIDATES:  # each candidate, to serve or compare explicitly
             if name in got and name in ev.fitted:
-                served_probe(ev, name, ckpt, ds, inputs=got[name], sha=sha).save(
-                    args.out / "candidates" / candidate_file(name, got[name].features)
-                )
+                file = candidate_file(name, got[name].features)
+                save(name, args.out / "candidates" / file, inputs=got[name])
     _figures(args.out, ds, ev, encoders.get(0, {}) if single else {})
     sys.stdout.write((args.out / "results.md").read_text())
     sys.stdout.write(f"\nwrote {path} and figures in {args.out}\n")
@@ -1220,9 +1284,12 @@ def served_probe(
     inputs: ProbeInputs | TunedCandidate | None = None,
     board: dict[str, Any] | None = None,
     sha: str | None = None,
+    fits: list[Fitted] | None = None,
 ) -> SavedProbe:
     """The probe `scjepa export` will serve from row ``name``: the seed with the best
-    validation PR AUC (``board``: the leaderboard it won, recorded with it).
+    validation PR AUC (``board``: the leaderboard it won, recorded with it), among
+    ``fits`` (a data set split by entity: the row's fits on the serving split,
+    which has no test split of its own) or else fold 0's fits.
 
     Its ``features`` say what it reads: "codes" (the spec's probe, P * K inputs) or,
     with ``stats``, "codes+stats" (also the 18 pooled window statistics, with their
@@ -1237,8 +1304,8 @@ def served_probe(
     # fold 0's fits (seeds in order): on a data set split by entity the served model
     # is fold 0's, pre-trained and fitted on its train entities, its test figures
     # those of its own test entities (the first windows of the pooled test split)
-    runs = [f for f in ev.fitted[name] if f.fold == 0]
-    n_test = ev.test_sizes[0]
+    runs = fits or [f for f in ev.fitted[name] if f.fold == 0]
+    n_test = 0 if fits else ev.test_sizes[0]
 
     # on validation only; by PR AUC, not by the warned count (a fraction of one event)
     i = max(range(len(runs)), key=lambda j: runs[j].val["pr_auc"])
@@ -1280,15 +1347,23 @@ def served_probe(
         detectors=detectors,
         metrics={
             "val": chosen.val,
-            "test": metrics(
-                ev.test.y[:n_test], ev.scores[name][i][:n_test], chosen.threshold
+            **(
+                {
+                    "test": metrics(
+                        ev.test.y[:n_test],
+                        ev.scores[name][i][:n_test],
+                        chosen.threshold,
+                    )
+                }
+                if n_test
+                else {}
             ),
             # (several folds: every fold's model on its own test entities, pooled)
             "test_mean_over_seeds": {
                 k: ev.rows[name]["all"][k]["mean"] for k in METRICS
             },
         }
-        | ({"fold": _served_fold(ds)} if ds.folds else {})
+        | ({"fold": _served_fold(ds, serving=bool(fits))} if ds.folds else {})
         | ({"row": name, "leaderboard": board} if board is not None else {}),
         budget_threshold=float(chosen.budget_threshold),
         cv_budget_threshold=_cv_value(cv_board, name, "cv_budget_thresholds"),
@@ -1344,17 +1419,19 @@ def _operating_points(
     return out
 
 
-def _served_fold(ds: Dataset) -> dict[str, Any]:
-    """What a served model of a data set split by entity was fitted and tested on:
-    fold 0's entities (names), of how many folds."""
+def _served_fold(ds: Dataset, serving: bool = False) -> dict[str, Any]:
+    """What a served model of a data set split by entity was fitted and tested on
+    (entity names): fold 0's entities, or (``serving``) the serving split's, every
+    entity but fold 0's validation ones, tested on none; of how many folds."""
+    view = serving_view(ds) if serving else ds
 
     def names(split: str) -> list[str]:
-        return [ds.entities[i].name for i in sorted(ds.folds[0][split])]
+        return [view.entities[i].name for i in sorted(view.folds[0][split])]
 
     return {
-        "fold": 0,
+        "fold": SERVE if serving else 0,
         "of": len(ds.folds),
-        "pretrained_on": [ds.entities[i].name for i in fit_entities(ds, 0)],
+        "pretrained_on": [view.entities[i].name for i in fit_entities(view, 0)],
         "fitted_on": names("train"),
         "validated_on": names("val"),
         "tested_on": names("test"),

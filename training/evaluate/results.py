@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
+from training.data.windows import SERVE
 from training.evaluate.power import MIN_POSITIVES
 
 if TYPE_CHECKING:  # `scjepa report` reads results without PyTorch or the loaders
@@ -103,8 +104,10 @@ class Results(TypedDict):
     # evaluation.md items 9-11 (absent from older files)
     folds: NotRequired[int]
     # several folds: the fold whose model the served files hold (since 2026-11-30;
-    # before, such a run wrote none)
-    served_fold: NotRequired[int]
+    # before, such a run wrote none), or "serve": every entity but fold 0's
+    # validation ones (`--serve-checkpoint`, whose path and SHA-256 follow)
+    served_fold: NotRequired[int | str]
+    serve_checkpoint: NotRequired[dict[str, str]]
     events: NotRequired[dict[str, Any]]  # stride, look-back, budget, event counts
     bootstrap: NotRequired[dict[str, Any]]
     best_baseline: NotRequired[dict[str, Any]]
@@ -459,6 +462,10 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
     how = (
         "`scjepa export --probe RESULTS_DIR`"
         if res.get("folds", 1) == 1
+        else "`scjepa export --probe RESULTS_DIR` serves the model fitted on every "
+        "entity but fold 0's validation ones, with the checkpoint pre-trained on them "
+        "(`--dataset NAME@serve`); the figures pool every fold's model"
+        if res.get("served_fold") == SERVE
         else f"`scjepa export --probe RESULTS_DIR` serves fold {res['served_fold']}'s "
         "model, with that fold's checkpoint; the figures pool every fold's model"
         if "served_fold" in res

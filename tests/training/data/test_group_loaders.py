@@ -14,6 +14,7 @@ from training.data import (
     fit_entities,
     load_dataset,
     pretrain_pairs,
+    serving_view,
 )
 from training.data.windows import cut_windows
 from training.errors import DataError
@@ -124,6 +125,36 @@ def test_fold_pretraining_reads_only_its_train_entities(
             assert set(np.unique(sp[s].entity)) <= set(f[s])
     with pytest.raises(DataError, match="no such fold"):
         load_dataset(f"{name}@9", root)
+    with pytest.raises(DataError, match="a number or 'serve'"):
+        load_dataset(f"{name}@all", root)
+
+
+@pytest.mark.parametrize("name", ["skab", "daphnet"])
+def test_the_serving_split_holds_every_entity_but_fold_0s_validation_ones(
+    name: str, skab_root: Path, daphnet_root: Path
+) -> None:
+    """The model served for a data set split by entity may be fitted on every entity
+    but fold 0's validation ones (``serving_view``): one fold, no test split; its
+    pre-training view (``NAME@serve``) reads the train parts of the same entities."""
+    root = skab_root if name == "skab" else daphnet_root
+    ds = load_dataset(name, root)
+    view = serving_view(ds)
+    val = set(ds.folds[0]["val"])
+    labelled = {i for i, e in enumerate(ds.entities) if e.test is not None}
+    assert view.folds == [
+        {"train": sorted(labelled - val), "val": sorted(val), "test": []}
+    ]
+    assert ds.folds[0]["test"] and len(ds.folds) > 1  # the data set is unchanged
+    sp = downstream_splits(view)
+    assert len(sp["test"]) == 0 and len(sp["val"]) and len(sp["train"])
+    assert set(np.unique(sp["train"].entity)) == labelled - val
+    assert set(fit_entities(view, 0)) == set(range(len(ds.entities))) - val
+    pre = load_dataset(f"{name}@serve", root)
+    assert pre.fold == 0 and (pre.mask == ds.mask).all()
+    for i, e in enumerate(pre.entities):
+        assert (len(e.train) == 0) == (i in val or len(ds.entities[i].train) == 0)
+    with pytest.raises(DataError, match="no folds"):
+        serving_view(load_dataset("synthetic"))
 
 
 def test_skab_refuses_a_run_without_a_fault(skab_root: Path) -> None:

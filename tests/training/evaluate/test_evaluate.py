@@ -487,6 +487,65 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     )
     assert "| k-means distance |" in text
 
+    # --serve-checkpoint: the files to serve hold the model fitted on every entity
+    # but fold 0's validation ones, pre-trained on them (--dataset skab@serve); the
+    # rows, the choice and the figures are the folds' as before
+    rs = tmp_path / "rs" / "best.pt"
+    args = ["pretrain", "--dataset", "skab@serve", *root, "--config"]
+    assert main([*args, "configs/fast.yaml", *TINY, "--out", str(rs.parent)]) == 0
+    out_s = tmp_path / "skab-serve"
+    ev_s = [*ev[:-1], str(out_s), "--checkpoint", str(tmp_path / "r{fold}" / "best.pt")]
+    assert main([*ev_s, "--serve-checkpoint", str(tmp_path / "nothing.pt")]) == 2
+    assert "nothing.pt: checkpoint not found" in capsys.readouterr().err
+    assert main([*ev_s, "--serve-checkpoint", str(rs)]) == 0
+    err = capsys.readouterr().err
+    assert "serving split: [" in err
+    assert "hold the model fitted on every entity but fold 0's validation" in err
+    res_s = json.loads((out_s / "results.json").read_text())
+    assert res_s["served_fold"] == "serve" and res_s["serve_checkpoint"]["path"] == str(
+        rs
+    )
+    assert res_s["leaderboard"]["winner"] == res["leaderboard"]["winner"]
+    for name in res["rows"]:  # the same rows, from the same fits
+        assert res_s["rows"][name]["all"] == res["rows"][name]["all"]
+    val0 = sorted(ds.folds[0]["val"])
+    names = [e.name for e in ds.entities]
+    every = sorted(i for i, e in enumerate(ds.entities) if e.test is not None)
+    for file in ("probe-served.pt", "probe.pt", "probe-stats.pt"):
+        p = SavedProbe.load(out_s / file)
+        fold = p.metrics["fold"]
+        assert fold["fold"] == "serve" and fold["tested_on"] == []
+        assert fold["validated_on"] == [names[i] for i in val0]
+        assert fold["fitted_on"] == [names[i] for i in every if i not in val0]
+        assert set(fold["pretrained_on"]) >= set(fold["fitted_on"])
+        assert not set(fold["pretrained_on"]) & set(fold["validated_on"])
+        assert "test" not in p.metrics and "test_mean_over_seeds" in p.metrics
+        assert p.checkpoint == str(rs)
+    assert (
+        served.metrics["row"]
+        == SavedProbe.load(out_s / "probe-served.pt").metrics["row"]
+    )
+    art_s = tmp_path / "art-serve"
+    assert (
+        main(
+            [*exp, "--probe", str(out_s), "--checkpoint", str(r0), "--out", str(art_s)]
+        )
+        == 2
+    )
+    assert f"--checkpoint {r0}: not the checkpoint" in capsys.readouterr().err
+    assert (
+        main(
+            [*exp, "--probe", str(out_s), "--checkpoint", str(rs), "--out", str(art_s)]
+        )
+        == 0
+    )
+    assert "this is the model fitted on" in capsys.readouterr().err
+    m = json.loads((art_s / "manifest.json").read_text())
+    assert m["eval_metrics"]["fold"]["fold"] == "serve"
+    assert "real_val" in m["eval_metrics"]["onnx_parity"]
+    assert main(["report", str(out_s), "--out", str(doc)]) == 0
+    assert "serves the model fitted on every entity but fold 0's" in doc.read_text()
+
 
 def test_an_older_results_file_still_reports_unchanged(tmp_path: Path) -> None:
     """results.json written before event metrics: the same one table as always."""
