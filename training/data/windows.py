@@ -370,7 +370,8 @@ def pretrain_pairs(
             raise DataError(
                 f"{ds.name}: split by entity into {len(ds.folds)} folds; pre-train for "
                 f"one fold on its train entities only: --dataset {ds.name}@K, "
-                f"K = 0..{len(ds.folds) - 1}"
+                f"K = 0..{len(ds.folds) - 1}, or for the served model on every entity "
+                f"but fold 0's validation ones: --dataset {ds.name}@{SERVE}"
             )
         for e in ds.entities:
             # (n, window, V)

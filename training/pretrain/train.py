@@ -49,7 +49,12 @@ def __getattr__(name: str) -> Any:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dataset", required=True, help="name, or several: msl,smap,smd")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="name, or several: msl,smap,smd; a data set split by entity, one fold's "
+        "train entities (skab@K) or the served model's (skab@serve)",
+    )
     p.add_argument("--root", help="data folder (default $SCJEPA_DATA)")
     p.add_argument("--config", default="configs/paper.yaml", help="YAML preset")
     p.add_argument(
