@@ -1301,9 +1301,10 @@ def served_probe(
     from training.evaluate.finetune import TunedScorer
     from training.pretrain.checkpoint import file_sha256
 
-    # fold 0's fits (seeds in order): on a data set split by entity the served model
-    # is fold 0's, pre-trained and fitted on its train entities, its test figures
-    # those of its own test entities (the first windows of the pooled test split)
+    # fold 0's fits (seeds in order) unless ``fits``: on a data set split by entity
+    # fold 0's model is pre-trained and fitted on its train entities, its test figures
+    # those of its own test entities (the first windows of the pooled test split);
+    # the serving split's has no test figures of its own
     runs = fits or [f for f in ev.fitted[name] if f.fold == 0]
     n_test = 0 if fits else ev.test_sizes[0]
 
