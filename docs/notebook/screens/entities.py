@@ -2,6 +2,7 @@
 entities? (results-notes.md, 2026-11-30, twenty-fifth session; criterion there.)
 
     python docs/notebook/screens/entities.py skab 'RUNS/skab@{fold}/best.pt' daphnet 'RUNS/daphnet@{fold}/best.pt'
+    python docs/notebook/screens/entities.py --serving daphnet 'RUNS/daphnet@{fold}/best.pt' RUNS/daphnet@serve/best.pt
     # from the repository root; $SCJEPA_DATA
 
 On a data set split by entity the served model is fold 0's, fitted on its train
@@ -27,7 +28,7 @@ import _screen as screen
 import numpy as np
 import torch
 
-from training.data import downstream_splits
+from training.data import downstream_splits, serving_view
 from training.evaluate.baselines import FitContext, fit_feature_probe
 from training.evaluate.detectors import DetectorScores, ProbeInputs
 from training.evaluate.encode import CodeFeatures
@@ -129,6 +130,25 @@ def run(name: str, ckpt: str) -> None:
         )
 
 
+def serving(name: str, ckpt: str, serve_ckpt: str) -> None:
+    """The step forward, after the build: fold 0's model against the one fitted on
+    the serving split (fold 0's test entities added to its train ones, its own
+    pre-training), both scored the same way on fold 0's validation entities."""
+    ds = screen.name_ds(name)
+    served = SERVED[name]
+    view = serving_view(ds)
+    print(
+        f"\n## {name}: fold 0's validation ROC AUC / PR AUC, fold 0's model vs the serving split's"
+    )
+    for label, d, path in ((f"fold 0 ({len(ds.folds[0]['train'])} train entities)", ds, ckpt.format(fold=0)),
+                           (f"serving split ({len(view.folds[0]['train'])})", view, serve_ckpt)):  # fmt: skip
+        got = scores(d, 0, CodeFeatures(load_encoders(path)[0]), served)
+        print(label, {c: f"{r:.3f} / {p:.3f}" for c, (r, p) in got.items()}, flush=True)
+
+
 args = sys.argv[1:]
+if args and args[0] == "--serving":  # NAME 'RUNS/NAME@{fold}/best.pt' SERVE_CKPT
+    serving(*args[1:])
+    sys.exit(0)
 for name, ckpt in zip(args[::2], args[1::2], strict=True):
     run(name, ckpt)
