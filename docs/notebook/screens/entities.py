@@ -108,12 +108,10 @@ def run(name: str, ckpt: str) -> None:
         trained, _, _ = load_encoders(ckpt.format(fold=fold))
         codes = CodeFeatures(trained)
         full = scores(ds, fold, codes, served)
-        arms = [
-            scores(without(ds, fold, d), fold, codes, served)
-            for d in left_out(ds, fold)
-        ]
+        drops = left_out(ds, fold)
+        arms = [scores(without(ds, fold, d), fold, codes, served) for d in drops]
         n_all = len(ds.folds[fold]["train"])
-        n_fewer = n_all - np.mean([len(d) for d in left_out(ds, fold)])
+        n_fewer = n_all - np.mean([len(d) for d in drops])
         for cand, (roc, pr) in full.items():
             f_roc = np.mean([a[cand][0] for a in arms])
             f_pr = np.mean([a[cand][1] for a in arms])
