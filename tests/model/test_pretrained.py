@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import torch
 
-from training.pretrain.checkpoint import load_checkpoint, load_model
+from training.pretrain.checkpoint import file_sha256, load_checkpoint, load_model
 
-HERE = Path(__file__).resolve().parents[2] / "model" / "pretrained"
-CARD = json.loads((HERE / "scjepa-pooled.json").read_text())
+PRETRAINED = Path(__file__).resolve().parents[2] / "model" / "pretrained"
+CARD = json.loads((PRETRAINED / "scjepa-pooled.json").read_text())
 
 
 def test_the_shipped_encoder_is_the_file_its_card_describes() -> None:
-    path = HERE / CARD["file"]
-    assert hashlib.sha256(path.read_bytes()).hexdigest() == CARD["sha256"]
+    path = PRETRAINED / CARD["file"]
+    assert file_sha256(path) == CARD["sha256"]
     ckpt = load_checkpoint(path)
     assert ckpt["epoch"] == CARD["epoch"]
     assert ckpt["train_config"]["loss"]["rec_scale"] == "window"
@@ -24,7 +23,7 @@ def test_the_shipped_encoder_is_the_file_its_card_describes() -> None:
 
 
 def test_the_shipped_encoder_reads_any_channel_count_one_channel_at_a_time() -> None:
-    model = load_model(HERE / CARD["file"])
+    model = load_model(PRETRAINED / CARD["file"])
     cfg = model.cfg
     x = torch.randn(4, cfg.seq_len, 3)
     with torch.no_grad():
