@@ -20,6 +20,8 @@ def test_the_shipped_encoder_is_the_file_its_card_describes() -> None:
     assert ckpt["epoch"] == CARD["epoch"]
     assert ckpt["train_config"]["loss"]["rec_scale"] == "window"
     assert "optimizer" not in ckpt  # weights and config only
+    # the entities it saw: evaluate refuses it for a fold holding one out
+    assert sorted(ckpt["corpus"]) == sorted(d.split("@")[0] for d in CARD["trained_on"])
 
 
 def test_the_shipped_encoder_reads_any_channel_count_one_channel_at_a_time() -> None:

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 
+from training.data import Pairs
 from training.pretrain.config import TrainConfig, from_dict
 
 TINY_MODEL = {
@@ -32,9 +31,9 @@ def tiny_train_config(**sections: dict) -> TrainConfig:
     return from_dict(d)
 
 
-def random_pairs(n_train: int = 160, n_val: int = 40, seed: int = 0) -> SimpleNamespace:
-    """Random-walk (W_t, W_{t+1}) pairs shaped like training.data.Pairs."""
+def random_pairs(n_train: int = 160, n_val: int = 40, seed: int = 0) -> Pairs:
+    """Random-walk (W_t, W_{t+1}) pairs, from no data set."""
     rng = np.random.default_rng(seed)
     walk = rng.standard_normal((n_train + n_val, 200)).cumsum(1).astype(np.float32)
     pairs = walk.reshape(-1, 2, 100)  # (N, 2, T): consecutive windows of one channel
-    return SimpleNamespace(train=pairs[:n_train], val=pairs[n_train:])
+    return Pairs(pairs[:n_train], pairs[n_train:])

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -341,6 +341,9 @@ class Pairs:
 
     train: np.ndarray  # (N, 2, window) float32
     val: np.ndarray  # (M, 2, window) float32
+    # data set name -> the entities whose train series they come from (a checkpoint
+    # records it: evaluate refuses one pre-trained on a fold's held-out entities)
+    corpus: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _pairs(w: np.ndarray) -> np.ndarray:
@@ -365,6 +368,7 @@ def pretrain_pairs(
         datasets = [datasets]
     check_window(window)
     train, val = [], []
+    corpus: dict[str, list[str]] = {}
     for ds in datasets:
         if ds.folds and ds.fold is None:
             raise DataError(
@@ -379,7 +383,10 @@ def pretrain_pairs(
             n_val = round(len(w) * val_frac)
             train.append(_pairs(w[: len(w) - n_val]))
             val.append(_pairs(w[len(w) - n_val :]))
-    pairs = Pairs(np.concatenate(train), np.concatenate(val))
+            seen = corpus.setdefault(ds.name, [])
+            if len(e.train) and e.name not in seen:
+                seen.append(e.name)
+    pairs = Pairs(np.concatenate(train), np.concatenate(val), corpus)
     if min_train and (len(pairs.train) < min_train or len(pairs.val) == 0):
         longest = max(len(e.train) for ds in datasets for e in ds.entities)
         names = ", ".join(ds.name for ds in datasets)

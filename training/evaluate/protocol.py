@@ -11,8 +11,9 @@ once and scores all of them: window metrics at hop = window (items 5-6; the figu
 earlier results files reproduce unchanged), event metrics on the dense windows (items
 9-10), block-bootstrap intervals and paired differences with the best baseline (item
 11). Data sets split by entity (SKAB, Daphnet) run every fold, each with its own fits,
-thresholds and pre-training checkpoint (``{fold}`` in ``--checkpoint``), and pool the
-folds' test splits: every labelled entity is tested exactly once. Writes results.json
+thresholds and pre-training checkpoint (``{fold}`` in ``--checkpoint``, or one
+pre-trained on none of its entities for all), and pool the folds' test splits: every
+labelled entity is tested exactly once. Writes results.json
 (everything a table needs, with split sizes, seeds, config, git commit, wall time),
 results.md, test scores (scores.npz), the served-model cross-validation's out-of-fold
 scores (cv_scores.npz) and figures.
@@ -585,7 +586,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--checkpoint",
         help="pre-trained SC-JEPA checkpoint; without it only baselines run. For a "
         "data set split by entity, one per fold: a path with {fold} in it, e.g. "
-        "'runs/skab@{fold}/best.pt' (pre-trained with --dataset skab@K)",
+        "'runs/skab@{fold}/best.pt' (pre-trained with --dataset skab@K), or one "
+        "pre-trained without any of its entities (e.g. on other data sets), which "
+        "serves every fold; a checkpoint pre-trained on an entity that a fold "
+        "validates or tests on is refused",
     )
     p.add_argument(
         "--serve-checkpoint",
@@ -805,16 +809,36 @@ def _probe_config(pairs: list[str]) -> ProbeConfig:
 
 
 def _checkpoint(spec: str, fold: int, ds: Dataset) -> Path:
-    """The checkpoint of ``fold``: ``spec`` with {fold} filled in."""
-    if ds.folds and "{fold}" not in spec:
-        raise UserError(
-            f"--checkpoint {spec}: {ds.name} is split by entity into {len(ds.folds)} "
-            f"folds, each pre-trained on its own train entities (--dataset "
-            f"{ds.name}@K); give a path with {{fold}}, e.g. 'runs/{ds.name}@{{fold}}/best.pt'"
-        )
+    """The checkpoint of ``fold``: ``spec`` with {fold} filled in. For a data set split
+    by entity it may not have been pre-trained on an entity that the fold validates or
+    tests on: one recording its corpus is checked (so one pre-trained on other data
+    sets alone serves every fold, with no {fold}); one that does not (written before
+    checkpoints did) must be the fold's own, a path with {fold}."""
+    from training.pretrain.checkpoint import corpus_overlap
+
     path = Path(spec.replace("{fold}", str(fold)))
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
+    if not ds.folds:
+        return path
+    f = ds.folds[fold]
+    held = [ds.entities[i].name for i in sorted([*f["val"], *f["test"]])]
+    seen = corpus_overlap(path, ds.name, held)
+    per_fold = (
+        f"pre-train each fold on its own train entities (--dataset {ds.name}@K) and "
+        f"give a path with {{fold}}, e.g. 'runs/{ds.name}@{{fold}}/best.pt'"
+    )
+    if seen is None and "{fold}" not in spec:
+        raise UserError(
+            f"--checkpoint {spec}: {ds.name} is split by entity into {len(ds.folds)} "
+            f"folds, and this checkpoint does not record what it was pre-trained on; "
+            + per_fold
+        )
+    if seen:
+        raise UserError(
+            f"--checkpoint {path}: pre-trained on {ds.name} entities that fold {fold} "
+            f"validates or tests on ({', '.join(seen)}); " + per_fold
+        )
     return path
 
 
@@ -843,7 +867,7 @@ def run(args: argparse.Namespace) -> int:
     from training.evaluate.detectors import DetectorScores, ProbeInputs
     from training.evaluate.encode import CodeFeatures, ReconstructionError
     from training.evaluate.finetune import TunedCandidate
-    from training.pretrain.checkpoint import file_sha256
+    from training.pretrain.checkpoint import corpus_overlap, file_sha256
 
     started = time.time()
     if args.threads:
@@ -884,6 +908,15 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--serve-checkpoint needs --checkpoint (the folds' models)")
         if not args.serve_checkpoint.is_file():
             raise UserError(f"{args.serve_checkpoint}: checkpoint not found")
+        view = serving_view(ds)
+        held = [view.entities[i].name for i in sorted(view.folds[0]["val"])]
+        seen = corpus_overlap(args.serve_checkpoint, ds.name, held)
+        if seen:
+            raise UserError(
+                f"--serve-checkpoint {args.serve_checkpoint}: pre-trained on "
+                f"{ds.name} entities that stop and threshold the served model "
+                f"({', '.join(seen)}); pre-train it with --dataset {ds.name}@{SERVE}"
+            )
     folds = prepare_folds(ds, events, fit_stride=args.fit_stride)
     encoders: dict[int, dict[str, CodeFeatures]] = {}
     # fold -> row -> what it reads
@@ -1364,7 +1397,11 @@ def served_probe(
                 k: ev.rows[name]["all"][k]["mean"] for k in METRICS
             },
         }
-        | ({"fold": _served_fold(ds, serving=bool(fits))} if ds.folds else {})
+        | (
+            {"fold": _served_fold(ds, serving=bool(fits), checkpoint=checkpoint)}
+            if ds.folds
+            else {}
+        )
         | ({"row": name, "leaderboard": board} if board is not None else {}),
         budget_threshold=float(chosen.budget_threshold),
         cv_budget_threshold=_cv_value(cv_board, name, "cv_budget_thresholds"),
@@ -1420,19 +1457,35 @@ def _operating_points(
     return out
 
 
-def _served_fold(ds: Dataset, serving: bool = False) -> dict[str, Any]:
+def _served_fold(
+    ds: Dataset, serving: bool = False, checkpoint: Path | None = None
+) -> dict[str, Any]:
     """What a served model of a data set split by entity was fitted and tested on
     (entity names): fold 0's entities, or (``serving``) the serving split's, every
-    entity but fold 0's validation ones, tested on none; of how many folds."""
+    entity but fold 0's validation ones, tested on none; of how many folds. Its
+    encoder was pre-trained on the fit entities, or, where ``checkpoint`` records its
+    corpus, on that corpus's entities of this data set and on the other data sets
+    it names (``pretrained_also_on``)."""
+    from training.pretrain.checkpoint import load_checkpoint
+
     view = serving_view(ds) if serving else ds
 
     def names(split: str) -> list[str]:
         return [view.entities[i].name for i in sorted(view.folds[0][split])]
 
+    corpus = load_checkpoint(checkpoint).get("corpus") if checkpoint else None
+    pretrained = (
+        {"pretrained_on": [view.entities[i].name for i in fit_entities(view, 0)]}
+        if corpus is None
+        else {
+            "pretrained_on": corpus.get(ds.name, []),
+            "pretrained_also_on": sorted(n for n in corpus if n != ds.name),
+        }
+    )
     return {
         "fold": SERVE if serving else 0,
         "of": len(ds.folds),
-        "pretrained_on": [view.entities[i].name for i in fit_entities(view, 0)],
+        **pretrained,
         "fitted_on": names("train"),
         "validated_on": names("val"),
         "tested_on": names("test"),

@@ -6,6 +6,8 @@ Layout of a ``.pt`` file (a plain dict):
     target        EMA target state_dict (encoder, codebook)
     train_config  the resolved TrainConfig as a dict
     optimizer, step, epoch, best, rng     what --resume needs
+    corpus        data set name -> the entities pre-trained on (absent before
+                  2026-11-30; see :func:`corpus_overlap`)
 """
 
 from __future__ import annotations
@@ -69,3 +71,16 @@ def load_target(ckpt: dict[str, Any], model: SCJEPA) -> TargetEncoder:
     target = TargetEncoder(model)
     target.load_state_dict(ckpt["target"])
     return target
+
+
+def corpus_overlap(
+    path: str | Path, dataset: str, held_out: list[str]
+) -> list[str] | None:
+    """Which of ``held_out`` (entities of ``dataset`` that a fold validates or tests
+    on) the checkpoint at ``path`` was pre-trained on: [] if none, None if the
+    checkpoint does not record its corpus (one written before it did)."""
+    corpus = load_checkpoint(path).get("corpus")
+    if corpus is None:
+        return None
+    seen = set(corpus.get(dataset, []))
+    return [e for e in held_out if e in seen]

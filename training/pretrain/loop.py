@@ -259,6 +259,7 @@ def pretrain(
             row["replica_spread"] = distributed.replica_spread(tensors)
         if dd.main:
             state = _state(model, target, opt, cfg, epoch + 1, step, best, bad, device)
+            state["corpus"] = pairs.corpus
             save_checkpoint(out / "last.pt", **state)
             if improved:
                 save_checkpoint(out / "best.pt", **state)

@@ -320,6 +320,55 @@ TINY = [
 ]  # fmt: skip
 
 
+def test_a_fold_reads_no_checkpoint_pre_trained_on_its_held_out_entities(
+    tmp_path: Path, skab_root: Path, capsys
+) -> None:
+    """A checkpoint records the entities it was pre-trained on; evaluate refuses it
+    for a fold that validates or tests on any of them, and takes one pre-trained on
+    other data sets alone for every fold (no {fold}); one recording nothing must be
+    the fold's own. The same for --serve-checkpoint and the serving split."""
+    from training.data.windows import fit_entities
+    from training.errors import UserError
+    from training.evaluate.protocol import _checkpoint, _served_fold
+    from training.pretrain.checkpoint import load_checkpoint, save_checkpoint
+
+    ds = load_dataset("skab", skab_root)
+    names = [e.name for e in ds.entities]
+    pre = ["pretrain", "--root", str(skab_root), "--config", "configs/fast.yaml", *TINY]
+    for spec, out in (("skab@0", "r0"), ("synthetic", "other")):
+        assert main([*pre, "--dataset", spec, "--out", str(tmp_path / out)]) == 0
+    r0, other = tmp_path / "r0" / "best.pt", tmp_path / "other" / "best.pt"
+    fit0 = [names[i] for i in fit_entities(ds, 0)]
+    assert load_checkpoint(r0)["corpus"] == {"skab": fit0}
+    assert list(load_checkpoint(other)["corpus"]) == ["synthetic"]
+    for k in range(len(ds.folds)):  # another data set's encoder serves every fold
+        assert _checkpoint(str(other), k, ds) == other
+    assert _checkpoint(str(r0), 0, ds) == r0  # fold 0's own
+    # the manifest names what the served encoder saw
+    assert _served_fold(ds, checkpoint=r0)["pretrained_on"] == fit0
+    seen = _served_fold(ds, checkpoint=other)
+    assert seen["pretrained_on"] == [] and seen["pretrained_also_on"] == ["synthetic"]
+    refused = [k for k in range(1, len(ds.folds)) if set(fit0) & {
+        names[i] for i in ds.folds[k]["val"] + ds.folds[k]["test"]}]  # fmt: skip
+    assert refused  # fold 0's train runs are other folds' held-out ones
+    for k in refused:
+        with pytest.raises(UserError, match=f"fold {k} validates or tests on"):
+            _checkpoint(str(r0), k, ds)
+    legacy = tmp_path / "legacy.pt"  # written before checkpoints recorded a corpus
+    save_checkpoint(legacy, **{k: v for k, v in load_checkpoint(r0).items()
+                               if k != "corpus"})  # fmt: skip
+    with pytest.raises(UserError, match="does not record"):
+        _checkpoint(str(legacy), 0, ds)
+    seen_all = tmp_path / "all.pt"  # pre-trained on every run, fold 0's val ones too
+    save_checkpoint(seen_all, **(load_checkpoint(r0) | {"corpus": {"skab": names}}))
+    ev = ["evaluate", "--dataset", "skab", "--root", str(skab_root), "--seeds", "1"]
+    ev += ["--ts2vec-iters", "0", "--out", str(tmp_path / "ev"), "--checkpoint"]
+    assert main([*ev, str(other), "--serve-checkpoint", str(seen_all)]) == 2
+    err = capsys.readouterr().err
+    assert "stop and threshold the served model" in err and "Traceback" not in err
+    assert not (tmp_path / "ev").exists()
+
+
 def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> None:
     """SKAB (split by run): one pre-training per fold (--dataset skab@K), evaluate
     reads each fold's checkpoint, pools the folds' test splits (every run tested

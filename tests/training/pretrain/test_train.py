@@ -88,6 +88,7 @@ def test_pretrain_writes_artifacts_and_round_trips(tmp_path: Path) -> None:
     ckpt = load_checkpoint(tmp_path / "last.pt")
     model = load_model(tmp_path / "last.pt")
     assert model.config == cfg.model and ckpt["epoch"] == 2
+    assert ckpt["corpus"] == {}  # random pairs: no data set's entities
     x = torch.randn(3, 100, 2)
     fresh = SCJEPA(cfg.model).eval()
     fresh.load_state_dict(ckpt["model"])
@@ -273,6 +274,7 @@ def test_cross_domain_pools_datasets_channel_independently() -> None:
     two = load_pairs(["synthetic", "synthetic"], None, cfg)
     assert two.train.shape == (2 * len(one.train), 2, 100)
     assert two.val.shape == (2 * len(one.val), 2, 100)
+    assert two.corpus == one.corpus == {"synthetic": one.corpus["synthetic"]}
 
 
 def test_bench_train_reports_throughput_and_memory(tmp_path: Path) -> None:
