@@ -1466,14 +1466,14 @@ def _served_fold(
     encoder was pre-trained on the fit entities, or, where ``checkpoint`` records its
     corpus, on that corpus's entities of this data set and on the other data sets
     it names (``pretrained_also_on``)."""
-    from training.pretrain.checkpoint import load_checkpoint
+    from training.pretrain.checkpoint import checkpoint_corpus
 
     view = serving_view(ds) if serving else ds
 
     def names(split: str) -> list[str]:
         return [view.entities[i].name for i in sorted(view.folds[0][split])]
 
-    corpus = load_checkpoint(checkpoint).get("corpus") if checkpoint else None
+    corpus = checkpoint_corpus(checkpoint) if checkpoint else None
     pretrained = (
         {"pretrained_on": [view.entities[i].name for i in fit_entities(view, 0)]}
         if corpus is None

@@ -12,6 +12,7 @@ Layout of a ``.pt`` file (a plain dict):
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from pathlib import Path
@@ -73,13 +74,26 @@ def load_target(ckpt: dict[str, Any], model: SCJEPA) -> TargetEncoder:
     return target
 
 
+def checkpoint_corpus(path: str | Path) -> dict[str, list[str]] | None:
+    """The checkpoint's corpus (data set -> entities pre-trained on), None where it
+    records none; read once per file version (evaluate asks per fold and per probe)."""
+    p = Path(path).resolve()
+    return _corpus(p, p.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _corpus(path: Path, mtime_ns: int) -> dict[str, list[str]] | None:
+    corpus: dict[str, list[str]] | None = load_checkpoint(path).get("corpus")
+    return corpus
+
+
 def corpus_overlap(
     path: str | Path, dataset: str, held_out: list[str]
 ) -> list[str] | None:
     """Which of ``held_out`` (entities of ``dataset`` that a fold validates or tests
     on) the checkpoint at ``path`` was pre-trained on: [] if none, None if the
     checkpoint does not record its corpus (one written before it did)."""
-    corpus = load_checkpoint(path).get("corpus")
+    corpus = checkpoint_corpus(path)
     if corpus is None:
         return None
     seen = set(corpus.get(dataset, []))
