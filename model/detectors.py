@@ -129,7 +129,8 @@ def fit_detector_params(
 ) -> dict[str, Any]:
     """The stored constants of ``knn`` / ``pca`` fitted on official-train windows
     ``normal`` (N, T, V) (at most ``max_bank`` of them, drawn with ``seed``, in the kNN
-    bank); the z-scaling is the identity until :func:`fit_scale` sets it."""
+    bank); the z-scaling is the identity (the caller sets ``scale_mean`` / ``scale_std``
+    from the probe's train windows: the official train windows sit in the kNN bank)."""
     params: dict[str, Any] = {"knn_k": KNN_K}
     if "knn" in names:
         with torch.no_grad():
@@ -150,9 +151,3 @@ def fit_detector_params(
     n = sum(1 for d in DETECTORS if d in names)
     params |= {"scale_mean": np.zeros(n), "scale_std": np.ones(n)}
     return params
-
-
-def fit_scale(params: dict[str, Any], raw: np.ndarray) -> dict[str, Any]:
-    """``params`` with the z-scaling of the raw scores ``raw`` (N, n) (the probe's
-    train windows: the official train windows would sit in the kNN bank themselves)."""
-    return params | {"scale_mean": raw.mean(0), "scale_std": raw.std(0) + 1e-6}

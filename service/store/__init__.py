@@ -227,8 +227,9 @@ class Store(ABC):
         risk of the stream's newest record for :meth:`summary`. Returns, per item and
         record, whether it was written now. Then, once the records are written (so
         that a failure leaves the items pending), acknowledge the work items ``ack``
-        (:meth:`ack_work`) and, with ``publish``, announce the windows
-        (:meth:`publish_scored`, at most once): the scorer's whole write."""
+        (:meth:`ack_work`) and, with ``publish``, tell every process that these
+        windows were just scored (their waiting ingest calls wake; at most once; a
+        store of one process has no one to tell): the scorer's whole write."""
 
     @abstractmethod
     async def scored(
@@ -260,18 +261,13 @@ class Store(ABC):
     async def ack_work(self, ids: list[str]) -> None:
         """Done with these items: they leave the queue."""
 
-    async def publish_scored(  # noqa: B027 - optional hook
-        self, scored: list[tuple[str, str, list[int]]]
-    ) -> None:
-        """Tell every process that these windows (tenant, stream, numbers) were just
-        scored (their waiting ingest calls wake); a store of one process has none."""
-
     async def listen_scored(
         self, deliver: Callable[[list[tuple[str, str, list[int]]]], None]
     ) -> None:
-        """Hand news of :meth:`publish_scored` to ``deliver`` until cancelled (at
-        most once: a waiter also re-reads the records). Returns at once where there
-        is none (one process, or a Redis Cluster: waiters poll)."""
+        """Hand news of windows scored (:meth:`put_scored` with ``publish``) to
+        ``deliver`` until cancelled (at most once: a waiter also re-reads the records).
+        Returns at once where there is none (one process, or a Redis Cluster: waiters
+        poll)."""
         return None
 
     @abstractmethod

@@ -983,9 +983,6 @@ class RedisStore(Store):
         else:
             await self._call("work", self._run(commands))
 
-    async def publish_scored(self, scored: list[tuple[str, str, list[int]]]) -> None:
-        await self._call("publish", self.client.publish(self._channel, _news(scored)))
-
     async def listen_scored(
         self, deliver: Callable[[list[tuple[str, str, list[int]]]], None]
     ) -> None:

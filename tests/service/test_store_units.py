@@ -114,7 +114,7 @@ def test_batcher_respects_max_batch_and_reports_errors() -> None:
 
 def test_service_never_imports_torch() -> None:
     code = (
-        "import sys, service.main, service.cli, training.demo.replay, training.bench.loadtest,"
+        "import sys, service.main, service.cli, training.demo.replay,"
         " service.store.redis_store, training.cli;"
         "print('torch' in sys.modules)"
     )

@@ -72,10 +72,6 @@ class Dataset:
             )
 
     @property
-    def kept_channels(self) -> list[str]:
-        return [c for c, keep in zip(self.channels, self.mask, strict=True) if keep]
-
-    @property
     def n_channels(self) -> int:
         return int(self.mask.sum())
 

@@ -45,8 +45,6 @@ SKAB_PUBLISHED = {
     "outlier": "Conv-AE F1 0.78 / FAR 13.55 % / MAR 28.02 %",
     "changepoint": "MSCRED NAB (standard) 32.42",
 }
-# quoted by the evaluation issue (2 s windows), not recomputed
-DAPHNET_PUBLISHED = "pre-freeze sensitivity 66.5 % / specificity 73.9 % (2 s windows)"
 
 
 def point_predictions(n_steps: int, ends: np.ndarray, alerts: np.ndarray) -> np.ndarray:

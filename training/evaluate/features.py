@@ -9,8 +9,6 @@ import numpy as np
 
 T = TypeVar("T")
 
-STATS = ("mean", "std", "min", "max", "last", "slope")
-
 
 def channel_stats(x: np.ndarray) -> np.ndarray:
     """(N, T, V) windows -> (N, 6, V) float64: per-channel mean, std, min, max, last

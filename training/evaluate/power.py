@@ -84,7 +84,3 @@ def count_replicates(
     for r in range(n_boot):
         weights[r] = np.bincount(draws[r], minlength=n_blocks)
     return np.einsum("rb,rbf->rf", weights, block_counts[seed_draw])
-
-
-def too_small(positives: int) -> bool:
-    return positives < MIN_POSITIVES

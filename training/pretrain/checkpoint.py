@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from model import SCJEPA, ModelConfig, TargetEncoder
+from model import SCJEPA, ModelConfig
 from training.errors import UserError
 
 
@@ -66,12 +66,6 @@ def file_sha256(path: str | Path) -> str:
     service, tests/test_layout.py.)"""
     with Path(path).open("rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
-
-
-def load_target(ckpt: dict[str, Any], model: SCJEPA) -> TargetEncoder:
-    target = TargetEncoder(model)
-    target.load_state_dict(ckpt["target"])
-    return target
 
 
 def checkpoint_corpus(path: str | Path) -> dict[str, list[str]] | None:

@@ -1,8 +1,7 @@
-"""`scjepa replay` and the load generator: in process, and the CLI against a live service."""
+"""`scjepa replay`: in process, and the CLI against a live service."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,8 +11,6 @@ import pytest
 from fastapi.testclient import TestClient
 from support.service_helpers import free_port
 
-from service.config import Settings
-from training.bench.loadtest import run_load_in_process
 from training.cli import main as scjepa
 from training.demo import demo
 from training.demo.replay import match_channels, read_csv, read_dataset, replay
@@ -81,23 +78,6 @@ def test_cli_errors_are_one_line(
     assert "manifest.json: file not found" in capsys.readouterr().err
     assert scjepa(["replay", "--file", str(tmp_path / "none.csv")]) == 2
     assert "none.csv" in capsys.readouterr().err
-
-
-def test_load_generator_in_process(artifact_dir: Path) -> None:
-    report = asyncio.run(
-        run_load_in_process(
-            Settings(artifact=artifact_dir, max_wait_ms=1.0),
-            n_streams=4,
-            readings_per_request=50,
-            concurrency=2,
-            duration_s=0.5,
-        )
-    )
-    assert report.requests > 0 and report.errors == 0
-    assert report.readings == report.requests * 50
-    # each stream got a multiple of 50 readings: floor(r / 100) >= (r - 50) / 100
-    assert report.windows_scored >= (report.readings - 4 * 50) // 100 > 0
-    assert report.p50_ms <= report.p99_ms <= report.max_ms
 
 
 def test_read_dataset_entity() -> None:
