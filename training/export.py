@@ -55,7 +55,10 @@ one (2026-11-27, eighth session).
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -362,19 +365,9 @@ def export_artifact(
     ``threshold``: "cv-budget", "budget" or "f1" (:func:`served_threshold`; None:
     :func:`default_rule`), at the false-alarm budget ``fa_budget`` (one of the probe's
     operating points; None: the evaluation's). Returns the manifest
-    as written.
+    as written. The files are written and checked in a folder inside ``out`` and
+    moved over the served ones only once every check passed.
     """
-    from model.export import export_onnx
-    from service.manifest import (
-        FP16_FILE,
-        INT8_FILE,
-        Manifest,
-        Quantization,
-        now_utc,
-        write_manifest,
-    )
-    from training.data import SERVE, downstream_splits, serving_view
-
     if (int8 or fp16) and probe.kind == "rarity":
         raise UserError(
             "--int8/--fp16: a variant is kept only where its metrics on labelled test "
@@ -389,6 +382,10 @@ def export_artifact(
         raise UserError(
             f"--dataset {ds.name}: channels differ from those the probe was trained on"
         )
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: a file, not a folder")
+    if hop is not None and hop < 1:
+        raise UserError(f"--hop {hop}: a window is scored every hop >= 1 readings")
     alert_at, threshold_info = served_threshold(probe, threshold, fa_budget)
     window = model.cfg.seq_len
     hop = served_hop(threshold_info, window) if hop is None else hop
@@ -396,8 +393,49 @@ def export_artifact(
     step(f"building the served graph (probe reads {probe.features})")
     served = build_served(model, probe)
     out.mkdir(parents=True, exist_ok=True)
+    # written and checked beside the served files, moved over them only at the end:
+    # a failed or interrupted export leaves the artifact being served as it was
+    stage = Path(tempfile.mkdtemp(prefix=".export-", dir=out))
+    try:
+        return _export_into(
+            stage, out, step, served, model, probe, name, version, ds, int8, fp16,
+            hop, alert_at, threshold_info,
+        )  # fmt: skip
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _export_into(
+    stage: Path,
+    out: Path,
+    step: _Steps,
+    served: ServedModel,
+    model: SCJEPA,
+    probe: SavedProbe,
+    name: str | None,
+    version: str | None,
+    ds: Dataset | None,
+    int8: bool,
+    fp16: bool,
+    hop: int,
+    alert_at: float,
+    threshold_info: dict[str, Any],
+) -> Manifest:
+    """:func:`export_artifact`'s work, written into ``stage`` and then published."""
+    from model.export import export_onnx
+    from service.manifest import (
+        FP16_FILE,
+        INT8_FILE,
+        Manifest,
+        Quantization,
+        now_utc,
+        write_manifest,
+    )
+    from training.data import SERVE, downstream_splits, serving_view
+
+    window = model.cfg.seq_len
     step("tracing it to ONNX")
-    path = export_onnx(served, out / "model.onnx")
+    path = export_onnx(served, stage / "model.onnx")
 
     rng = np.random.default_rng(0)
     v_in = len(probe.mask)
@@ -435,9 +473,8 @@ def export_artifact(
     quant = Quantization(dtype="fp32")
     metrics = probe.metrics | {"onnx_parity": par, "threshold": threshold_info}
     for flag, file, key in ((int8, INT8_FILE, "int8"), (fp16, FP16_FILE, "fp16")):
-        v_path = out / file
+        v_path = stage / file
         if not flag:
-            v_path.unlink(missing_ok=True)  # stale file from an earlier export
             continue
         step(f"{key} variant: converting and checking its metrics")
         if key == "int8":
@@ -481,8 +518,9 @@ def export_artifact(
         quantization=quant,
     )
     step("writing manifest.json")
-    written = write_manifest(out, manifest)
+    written = write_manifest(stage, manifest)
     size = path.stat().st_size / 1e6
+    _publish(stage, out, (path.name, INT8_FILE, FP16_FILE))
     print(f"wrote {out}/model.onnx ({size:.1f} MB) and manifest.json")
     worst = {k: f"{p['risk_max_abs']:.1e}" for k, p in par.items()}
     split = {k: p["risk_windows_off"] for k, p in par.items() if p["risk_windows_off"]}
@@ -492,6 +530,21 @@ def export_artifact(
         + f"; variants: {written.quantization or 'none'}"
     )
     return written
+
+
+def _publish(stage: Path, out: Path, graphs: tuple[str, ...]) -> None:
+    """Move the checked files from ``stage`` over ``out``'s, the manifest last (each
+    move atomic: a reader sees the old file or the new one); then remove a variant the
+    new manifest does not list. A service reloading within the moves finds a graph
+    its manifest does not hash, refuses it and keeps serving the old model."""
+    from service.manifest import MANIFEST_FILE
+
+    moved = [name for name in graphs if (stage / name).is_file()]
+    for name in moved:
+        os.replace(stage / name, out / name)
+    os.replace(stage / MANIFEST_FILE, out / MANIFEST_FILE)
+    for name in set(graphs) - set(moved):  # a variant of an earlier export
+        (out / name).unlink(missing_ok=True)
 
 
 THRESHOLDS = ("cv-budget", "budget", "f1")
@@ -558,7 +611,7 @@ def served_threshold(
         quantile = point["cv_quantile_threshold"]
         if rule == "budget":  # the out-of-fold thresholds are not served under it
             cv = quantile = None
-        own = fa_budget
+        own = point["false_alarms_per_1000"]  # as the file spells it (3 for 3.00001)
     info: dict[str, Any] = {
         "rule": rule,
         "f1_threshold": float(probe.threshold),

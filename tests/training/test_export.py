@@ -254,6 +254,40 @@ def test_export_errors_are_one_line(
     assert "probe file not found" in capsys.readouterr().err
     assert main([*args, "--probe", str(artifact["probe"]), "--int8"]) == 2
     assert "--int8/--fp16 need --dataset" in capsys.readouterr().err
+    assert main([*args, "--probe", str(artifact["probe"]), "--hop", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--hop 0: a window is scored every hop >= 1" in err
+    assert "Traceback" not in err
+    (tmp_path / "file").write_text("")
+    args[-1] = str(tmp_path / "file")
+    assert main([*args, "--probe", str(artifact["probe"])]) == 2
+    assert "file: a file, not a folder" in capsys.readouterr().err
+
+
+def test_a_failed_export_leaves_the_served_artifact_as_it_was(
+    artifact: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README exports into the folder being served: an export that fails after
+    tracing (here its parity check, made to fail) changes none of its files and
+    leaves no staging folder; one that succeeds replaces them all."""
+    import shutil
+
+    import training.export as export
+    from training.errors import UserError
+
+    served = tmp_path / "current"
+    shutil.copytree(artifact["dir"], served)
+    before = {f.name: f.read_bytes() for f in served.iterdir()}
+    model, probe = load_model(artifact["ckpt"]), SavedProbe.load(artifact["probe"])
+    with monkeypatch.context() as m:
+        m.setattr(export, "parity_failure", lambda *a, **k: "made to fail")
+        with pytest.raises(UserError, match="made to fail"):
+            export.export_artifact(model=model, probe=probe, out=served, version="v2")
+    assert {f.name: f.read_bytes() for f in served.iterdir()} == before
+    assert load_manifest(served).version != "v2"
+    m2 = export.export_artifact(model=model, probe=probe, out=served, version="v2")
+    assert load_manifest(served) == m2 and m2.version == "v2"
+    assert sorted(f.name for f in served.iterdir()) == sorted(before)
 
 
 def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
@@ -890,6 +924,10 @@ def test_operating_points(
     assert at[20.0]["cv_budget_threshold"] == probe.cv_budget_threshold
     assert at[20.0]["cv_quantile_threshold"] == probe.cv_quantile_threshold
     served = served_thresholds([(b, *_three(p)) for b, p in at.items()])
+    # a budget within rounding of a point (3.00001 for 3) is that point
+    near = served_threshold(probe, None, 3.00001)
+    assert near == served_threshold(probe, None, 3.0)
+    assert near[1]["false_alarms_per_1000"] == 3.0
     # every candidate's probe file carries its own
     other = SavedProbe.load(artifact["probe"])
     assert other.operating_points is not None and other.features == "codes"
