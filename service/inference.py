@@ -237,8 +237,22 @@ class OnnxModel(Model):
                 f"graph returned risk {risk.shape}, channel_contrib {contrib.shape} for "
                 f"{len(x)} windows of {self.n_channels} channels (contract broken)"
             )
+        risk = risk.astype(np.float32, copy=False).reshape(len(x))
+        if not np.isfinite(risk).all():
+            # readings the graph's float32 arithmetic overflows on (around 1e19 in
+            # the detectors, 1e38 anywhere): far beyond anything seen, as the risk of
+            # a slightly smaller reading (1.0) says; the channels get no credit
+            bad = ~np.isfinite(risk)
+            log.warning(
+                "%d of %d windows gave a non-finite risk (readings too large for "
+                "the model's float32 arithmetic): served as risk 1.0",
+                int(bad.sum()),
+                len(x),
+            )
+            risk = np.where(bad, np.float32(1.0), risk)
+            contrib = np.where(bad[:, None] | ~np.isfinite(contrib), 0.0, contrib)
         return Scores(
-            risk=risk.astype(np.float32, copy=False).reshape(len(x)),
+            risk=risk,
             contrib=contrib.astype(np.float32, copy=False),
             codes=codes.astype(np.int64, copy=False),
             by=self,

@@ -198,6 +198,26 @@ def test_batch_scoring_equals_one_by_one(artifact_dir: Path) -> None:
     assert np.all(batch.contrib[:, 3] == 0)  # the masked channel never contributes
 
 
+def test_readings_that_overflow_the_graph_are_served_risk_one(
+    artifact_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Finite float32 readings (3e38) overflow the graph's float32 arithmetic into a
+    NaN risk, which would read "no alert" on the most extreme window there is: the
+    window is served risk 1.0 with no channel credited, and logged; its neighbours in
+    the batch keep their scores."""
+    model = load_model(artifact_dir)
+    x = np.random.default_rng(0).normal(size=(3, 100, 4)).astype(np.float32)
+    normal = model.score(x[:1])
+    x[1, 10:12, :] = 3e38
+    x[2, :, 0] = -3e38
+    with caplog.at_level("WARNING"):
+        s = model.score(x)
+    assert s.risk[0] == normal.risk[0] < 1.0
+    np.testing.assert_array_equal(s.risk[1:], 1.0)
+    np.testing.assert_array_equal(s.contrib[1:], 0.0)
+    assert "2 of 3 windows gave a non-finite risk" in caplog.text
+
+
 class RunSizes:
     """Session proxy that records the batch of every onnxruntime run."""
 
