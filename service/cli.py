@@ -86,6 +86,15 @@ def run(args: argparse.Namespace) -> int:
     except (ArtifactError, KeyConfigError, OSError, ValidationError) as e:
         print(f"scjepa serve: error: {e}", file=sys.stderr)
         return 2
+    if settings.role != "api":  # a process that scores: the model it will run
+        from service.reload import load_checked
+
+        try:  # precision, provider and graph checks, and a warm-up run
+            load_checked(settings, None).close()
+        except Exception as e:  # onnxruntime raises its own types
+            why = str(e) if isinstance(e, ArtifactError) else repr(e)
+            print(f"scjepa serve: error: {why}", file=sys.stderr)
+            return 2
     if args.workers > 1 and not settings.redis_url:
         print("scjepa serve: error: --workers > 1 needs --redis-url", file=sys.stderr)
         return 2

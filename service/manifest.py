@@ -101,7 +101,37 @@ class Manifest(BaseModel):
             raise ValueError("channel names must be unique")
         if not any(self.channel_mask):
             raise ValueError("channel_mask keeps no channel")
+        record = self.eval_metrics.get("threshold")
+        if record is not None:  # read by the alerting and the metrics
+            try:
+                ThresholdRecord.model_validate(record)
+            except ValidationError as e:
+                first = e.errors()[0]
+                loc = ".".join(map(str, ("eval_metrics.threshold", *first["loc"])))
+                raise ValueError(f"{loc}: {first['msg']}") from None
         return self
+
+
+class OperatingPoint(BaseModel):
+    """One entry of ``eval_metrics.threshold.operating_points`` (what the service
+    reads of it; `scjepa export` records more)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    false_alarms_per_1000: float
+    threshold: float | None = None
+
+
+class ThresholdRecord(BaseModel):
+    """``eval_metrics.threshold``: how the served threshold was set (what the service
+    reads of it; `scjepa export` records more)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rule: str | None = None
+    false_alarms_per_1000: float | None = None
+    serving_at: OperatingPoint | None = None
+    operating_points: list[OperatingPoint] = []
 
 
 def sha256_file(path: Path) -> str:

@@ -210,8 +210,29 @@ class ModelSlot:
                 self.log.error("inference process could not be restarted: %s", e)
                 return
             metrics.RELOADS.labels(what="inference_process", outcome="ok").inc()
+            old, at = self.current.manifest, now_utc()
             self._swap(new.model, child=new)
             await dead.close(timeout=1.0)
+            m = new.model.manifest
+            if (m.name, m.version, m.onnx_sha256) != (
+                old.name,
+                old.version,
+                old.onnx_sha256,
+            ):  # the folder held a newer artifact, not yet reloaded: now it serves
+                metrics.set_model(new.model)
+                metrics.RELOADS.labels(what="model", outcome="ok").inc()
+                previous = ModelRef(name=old.name, version=old.version)
+                self.status = ReloadStatus(
+                    outcome="ok", serving=ref(new.model), previous=previous, at=at
+                )
+                self.log.warning(
+                    "the new inference process loaded the artifact folder's %s %s "
+                    "(was %s %s): it serves now, as after a reload",
+                    m.name,
+                    m.version,
+                    old.name,
+                    old.version,
+                )
 
     def _swap(
         self,

@@ -114,6 +114,42 @@ def test_a_killed_child_fails_its_batch_and_is_replaced(artifact_dir: Path) -> N
     asyncio.run(main())
 
 
+def test_a_child_revived_on_a_newer_artifact_reports_it(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """A child that dies after a new version was written to the folder (not yet
+    reloaded) comes back with the new version: the slot's status, the model metrics
+    and the log say so, as after a reload, instead of naming the old model."""
+    art = copy_artifact(artifact_dir, tmp_path / "art")
+
+    async def main() -> None:
+        slot = await ModelSlot.open(Settings(artifact=art), in_process=False)
+        try:
+            first = slot.child
+            assert first is not None and first.pid is not None
+            set_version(art, "v2", threshold=0.9)
+            os.kill(first.pid, signal.SIGKILL)
+            with pytest.raises(InferenceUnavailable):
+                await slot.score(windows(3))
+            assert slot.child is not first
+            assert slot.current.manifest.version == "v2"
+            assert slot.status.outcome == "ok"
+            assert slot.status.serving.version == "v2"
+            assert slot.status.previous is not None
+            assert slot.status.previous.version == "0.0.1"
+            info = {"model": "tiny", "version": "v2"}
+            got = REGISTRY.get_sample_value("scjepa_inference_info", info | {
+                "provider": slot.current.provider,
+                "precision": slot.current.precision,
+            })  # fmt: skip
+            assert got == 1.0
+            assert REGISTRY.get_sample_value("scjepa_alert_threshold") == 0.9
+        finally:
+            await slot.close()
+
+    asyncio.run(main())
+
+
 def test_windows_of_a_child_killed_mid_batch_are_scored_exactly_once(
     artifact_dir: Path, redis_server: RedisServer
 ) -> None:

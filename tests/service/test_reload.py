@@ -153,6 +153,12 @@ def test_a_bad_artifact_is_refused_and_the_old_model_serves(
             (lambda: (art / "manifest.json").write_text("{not json"), "not valid JSON"),
             (lambda: copy_artifact(other, art), "n_channels"),
             (lambda: (art / "model.onnx").unlink(), "not found"),
+            # a hand-written manifest the alerting cannot read: refused before the
+            # swap (it was swapped in, then the reload answered 500)
+            (
+                lambda: set_version(art, "v2", eval_metrics={"threshold": 0.3}),
+                "eval_metrics.threshold",
+            ),
         ]
         for i, (break_it, word) in enumerate(cases, 1):
             break_it()

@@ -3,6 +3,7 @@ says which model it loaded, on which provider, and which CPU slices it got."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -61,6 +62,34 @@ def test_serve_refuses_a_budget_the_artifact_has_no_threshold_for(
     assert done.returncode == 2
     assert done.stderr.startswith("scjepa serve: error: SCJEPA_FA_BUDGET=3: ")
     assert "choose one of them, or export the model with --fa-budget" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_refuses_a_model_it_cannot_run_in_one_line(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """Checks past the manifest (a precision the artifact has no file for, a graph
+    onnxruntime cannot load) stop `scjepa serve` before uvicorn starts: one line,
+    exit 2, no traceback (they failed inside the app's start-up, exit 3, 50 lines)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    art = tmp_path / "art"
+    shutil.copytree(artifact_dir, art)
+    (art / "model.int8.onnx").unlink()
+    # never listens: each run stops before uvicorn starts
+    args = [scjepa_exe(), "serve", "--artifact", str(art), "--port", str(free_port())]
+    done = subprocess.run([*args, "--precision", "int8"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("scjepa serve: error: ")
+    assert "model.int8.onnx" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1
+    # a graph that is not ONNX, its manifest hash updated to match
+    (art / "model.onnx").write_bytes(b"not a graph")
+    m = json.loads((art / "manifest.json").read_text())
+    m["onnx_sha256"] = hashlib.sha256(b"not a graph").hexdigest()
+    (art / "manifest.json").write_text(json.dumps(m))
+    done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("scjepa serve: error: ")
     assert "Traceback" not in done.stderr
 
 
