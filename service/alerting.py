@@ -11,14 +11,33 @@ threshold (SCJEPA_ALERT_CLEAR_WINDOWS, default 1: the first one) post it RESOLVE
 stream that stops sending while in alert is resolved by Alertmanager itself when
 ``endsAt`` passes.
 
-Several scorer processes: the per-stream state (last window number seen, the run of
-windows in alert, firing or not, when last posted, the windows below since) lives in
-Redis and is stepped by one Lua script per window, atomically, so two scorers never
-both open (or both resolve) a stream's alert, and a window older than the last one
-seen (another scorer's, claimed late) changes nothing. Without Redis (the in-memory store: one process) the same steps
-run on a dict. A stream never in alert keeps no state; one that has been keeps its last
-window number after its run ends (until ``ttl_s`` after its last window), so a window
-of an ended run, scored again late, cannot start that run again and reopen its alert.
+Several scorer processes: the per-stream state (the stream's epoch and last window
+number seen, the run of windows in alert, firing or not, when last posted, the windows
+below since) lives in Redis and is stepped by one Lua script per window, atomically, so
+two scorers never both open (or both resolve) a stream's alert, and a window older than
+the last one seen (another scorer's, claimed late) changes nothing. Without Redis (the
+in-memory store: one process) the same steps run on a dict, whose states idle past
+``ttl_s`` are dropped. A stream never in alert keeps no state; one that has been keeps
+its last window number after its run ends (until ``ttl_s`` after its last window), so a
+window of an ended run, scored again late, cannot start that run again and reopen its
+alert.
+
+A stream that STARTS OVER (its window numbers begin again at the first window: a model
+of another layout under SCJEPA_LAYOUT_CHANGE=fresh, or the stream forgotten after
+SCJEPA_STREAM_TTL_S idle and sending again) has a new *epoch*, given by the store when
+the stream's state is created (:attr:`service.store.WorkItem.epoch`, later for each new
+start): windows are ordered by (epoch, n), so the first window of the new epoch starts
+a fresh state (the old one is not consulted: its window numbers mean nothing now) and
+a window of the old epoch scored late changes nothing. A stream FIRING when it starts
+over gets its alert RESOLVED by that first window (the incident was about readings the
+service no longer holds); the new readings must then put it in alert again (``windows``
+windows; with ``windows`` = 1 and that window at/above the threshold it fires again at
+once: the resolve and the new alert are posted together, in that order).
+
+A window is stepped once per scorer that wrote its record, and again when a window
+claimed from a scorer that failed between writing its record and acknowledging it is
+scored again (:mod:`service.worker`): (epoch, n) at or below the state's changes
+nothing, so hearing of a window twice is harmless.
 
 Never in scoring's way: the scorer's listener only queues the batch (a bounded queue;
 a full one drops the batch, counted); a background task steps the state and hands the
@@ -36,6 +55,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,8 +70,11 @@ from service.worker import Listener, ScoredWindow
 log = logging.getLogger(__name__)
 
 ALERTNAME = "ScjepaStreamRisk"
-# actions of one step (the Lua script returns the same numbers)
+# actions of one step (the Lua script returns the same numbers), plus RESTART: a flag
+# added when the window started its stream over while its alert was firing (that
+# alert is resolved first): 4 (nothing else) or 5 (and FIRE, for the new epoch)
 NONE, FIRE, REFRESH, RESOLVE = 0, 1, 2, 3
+RESTART = 4
 EVENTS = {FIRE: "fire", REFRESH: "refresh", RESOLVE: "resolve"}
 CONNECTIONS = 8  # the alerter's Redis connections (per node on a Cluster)
 
@@ -83,6 +106,7 @@ class Policy:
     timeout_s: float = 2.0  # one POST to Alertmanager
     queue: int = 1000  # batches (and then alerts) waiting; past it: dropped
     ttl_s: int = 7 * 24 * 3600  # a stream's alert state expires with the stream
+    # (after this long without a window: Redis' EXPIRE, MemoryStates' pruning)
 
     def __post_init__(self) -> None:
         if (
@@ -106,18 +130,32 @@ class State:
     firing: bool
     sent: float  # when last posted (time.time())
     below: int = 0  # consecutive windows below the threshold while firing
+    epoch: int = 0  # the stream's epoch of window n (0: before epochs were kept)
 
 
 def step(
-    state: State | None, n: int, alert: bool, now: float, policy: Policy
+    state: State | None,
+    n: int,
+    alert: bool,
+    now: float,
+    policy: Policy,
+    epoch: int = 0,
 ) -> tuple[State | None, int]:
     """One window's effect on a stream's alert state: (new state, action). The new
     state is None only for a stream never in alert: once in a run, the last window
-    number is kept, so a late window of an ended run changes nothing."""
+    number is kept, so a late window of an ended run changes nothing. Windows are
+    ordered by (epoch, n): a window of a later epoch (the stream started over) steps
+    a fresh state, the action flagged RESTART when the old state was firing (its
+    alert is resolved); one at or before the state's changes nothing."""
+    restart = NONE
+    if state is not None:
+        if (epoch, n) <= (state.epoch, state.n):
+            return state, NONE  # older than what was seen: another scorer's, late
+        if epoch > state.epoch:  # the stream started over: its old state is void
+            restart = RESTART if state.firing else NONE
+            state = State(n, 0, False, 0.0, 0, epoch)
     if state is None and not alert:
         return None, NONE
-    if state is not None and n <= state.n:
-        return state, NONE  # older than what was seen: another scorer's, late
     run = state.run if state is not None else 0
     firing = state.firing if state is not None else False
     sent = state.sent if state is not None else 0.0
@@ -137,15 +175,27 @@ def step(
                 action, firing, below = RESOLVE, False, 0
             elif now - sent >= policy.resend_s:  # held firing: keep it alive
                 action, sent = REFRESH, now
-    return State(n, run, firing, sent, below), action
+    return State(n, run, firing, sent, below, epoch), action + restart
 
 
 # the same step on a Redis hash, atomically (KEYS[1]: the stream's state;
-# ARGV: n, alert 0/1, windows, now, resend_s, ttl_s, clear)
+# ARGV: n, alert 0/1, windows, now, resend_s, ttl_s, clear, epoch). A window at or
+# before the state's (epoch, n) changes nothing but the TTL (the stream is alive).
 STEP_LUA = """
-local s = redis.call('HMGET', KEYS[1], 'n', 'run', 'firing', 'sent', 'below')
-local n = tonumber(ARGV[1])
-if s[1] and n <= tonumber(s[1]) then return 0 end
+local s = redis.call('HMGET', KEYS[1], 'n', 'run', 'firing', 'sent', 'below', 'epoch')
+local n, epoch = tonumber(ARGV[1]), tonumber(ARGV[8])
+local had, restart = s[1], 0
+if had then
+  local e = tonumber(s[6]) or 0
+  if epoch < e or (epoch == e and n <= tonumber(s[1])) then
+    redis.call('EXPIRE', KEYS[1], ARGV[6])
+    return 0
+  end
+  if epoch > e then  -- the stream started over: its old state is void
+    if s[3] == '1' then restart = 4 end
+    s = {}
+  end
+end
 local run = tonumber(s[2]) or 0
 local firing = s[3] == '1'
 local sent = tonumber(s[4]) or 0
@@ -170,33 +220,50 @@ else
     end
   end
 end
-if run == 0 and not s[1] then return action end  -- never in alert: no state
+if run == 0 and not had then return action end  -- never in alert: no state
 redis.call('HSET', KEYS[1], 'n', n, 'run', run, 'firing', firing and 1 or 0,
-           'sent', tostring(sent), 'below', below)
+           'sent', tostring(sent), 'below', below, 'epoch', ARGV[8])
 redis.call('EXPIRE', KEYS[1], ARGV[6])
-return action
+return action + restart
 """
 
 Stepper = Callable[[Sequence[ScoredWindow], float], Awaitable[list[int]]]
 
 
 class MemoryStates:
-    """The per-stream states of one process (the in-memory store)."""
+    """The per-stream states of one process (the in-memory store). A state not
+    stepped for ``policy.ttl_s`` is dropped (its stream is gone, or will start over
+    with a new epoch), oldest first as windows come: the dict holds only the states
+    of streams alive within the TTL."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self.states: dict[tuple[str, str], State] = {}
+        # oldest step first: (tenant, stream) -> state; when each was last stepped
+        self.states: OrderedDict[tuple[str, str], State] = OrderedDict()
+        self.stepped: dict[tuple[str, str], float] = {}
+
+    def _expire(self, now: float) -> None:
+        cutoff = now - self.policy.ttl_s
+        while self.states:
+            key = next(iter(self.states))
+            if self.stepped[key] >= cutoff:
+                break
+            del self.states[key], self.stepped[key]
 
     async def __call__(self, windows: Sequence[ScoredWindow], now: float) -> list[int]:
+        self._expire(now)
         actions = []
         for w in windows:
             key = (w.tenant, w.stream)
             new, action = step(self.states.get(key), w.window_n, w.alert, now,
-                               self.policy)  # fmt: skip
+                               self.policy, w.epoch)  # fmt: skip
             if new is None:
                 self.states.pop(key, None)
+                self.stepped.pop(key, None)
             else:
                 self.states[key] = new
+                self.states.move_to_end(key)
+                self.stepped[key] = now
             actions.append(action)
         return actions
 
@@ -227,7 +294,7 @@ class RedisStates:
         self.concurrency = concurrency
 
     def key(self, tenant: str, stream: str) -> str:
-        # one key per stream, no hash tag: a Redis Cluster spreads them (136 B each,
+        # one key per stream, no hash tag: a Redis Cluster spreads them (152 B each,
         # only for streams that have had a window in alert within ttl_s)
         return f"{self.prefix}:alert:{tenant}/{stream}"
 
@@ -244,6 +311,7 @@ class RedisStates:
                     p.resend_s,
                     p.ttl_s,
                     p.clear,
+                    w.epoch,
                 ],
             )
             for w in windows
@@ -288,7 +356,7 @@ def _iso(t: float) -> str:
 
 def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[str, Any]:
     """One alert of Alertmanager's v2 API for a window whose step fired, refreshed or
-    resolved its stream's alert."""
+    resolved its stream's alert (RESTART: resolved because the stream started over)."""
     top = ", ".join(f"{c.name} {c.share:.0%}" for c in w.top_channels)
     model = f"{w.model.name} {w.model.version}"
     where = "back below" if action == RESOLVE else "at or above"
@@ -296,6 +364,25 @@ def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[st
         f"stream {w.stream} (tenant {w.tenant}): risk {w.risk:.3f} {where} the "
         f"threshold {w.threshold:.3f}"
     )
+    description = (
+        f"{policy.windows} consecutive windows at or above the threshold "
+        f"opened this alert; latest window n={w.window_n} ending at ts "
+        f"{w.window_end}. Top channels: {top or 'none'}. Model {model}. "
+        f"GET /risk/{w.stream} for the latest risk."
+    )
+    if action == RESTART:
+        summary = (
+            f"stream {w.stream} (tenant {w.tenant}) started over: the alert of its "
+            "earlier readings is resolved"
+        )
+        description = (
+            "The stream's readings were started over (a model of another layout "
+            "under SCJEPA_LAYOUT_CHANGE=fresh, or the stream idle past "
+            f"SCJEPA_STREAM_TTL_S); its first window since, n={w.window_n} ending at "
+            f"ts {w.window_end}, has risk {w.risk:.3f}. It alerts again once "
+            f"{policy.windows} consecutive windows of the new readings are at or "
+            f"above the threshold. Model {model}."
+        )
     return {
         "labels": {
             "alertname": ALERTNAME,
@@ -305,19 +392,14 @@ def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[st
         },
         "annotations": {
             "summary": summary,
-            "description": (
-                f"{policy.windows} consecutive windows at or above the threshold "
-                f"opened this alert; latest window n={w.window_n} ending at ts "
-                f"{w.window_end}. Top channels: {top or 'none'}. Model {model}. "
-                f"GET /risk/{w.stream} for the latest risk."
-            ),
+            "description": description,
             "risk": f"{w.risk:.4f}",
             "threshold": f"{w.threshold:.4f}",
             "model": model,
             "top_channels": top,
             "window_n": str(w.window_n),
         },
-        "endsAt": _iso(now if action == RESOLVE else now + policy.hold_s),
+        "endsAt": _iso(now if action in (RESOLVE, RESTART) else now + policy.hold_s),
     }
 
 
@@ -366,13 +448,20 @@ class Alerter:
                             len(windows), e)  # fmt: skip
                 continue
             for w, action in zip(windows, actions, strict=True):
-                if action == NONE:
-                    continue
-                ALERT_EVENTS.labels(event=EVENTS[action]).inc()
-                try:
-                    self.alerts.put_nowait(payload(w, action, now, self.policy))
-                except asyncio.QueueFull:
-                    ALERT_POSTS.labels(outcome="dropped").inc()
+                if action & RESTART:  # started over while firing: resolved first
+                    log.info("alerting: stream %s/%s started over while in alert: "
+                             "resolved", w.tenant, w.stream)  # fmt: skip
+                    self._queue(w, RESTART, "resolve", now)
+                    action &= ~RESTART
+                if action != NONE:
+                    self._queue(w, action, EVENTS[action], now)
+
+    def _queue(self, w: ScoredWindow, action: int, event: str, now: float) -> None:
+        ALERT_EVENTS.labels(event=event).inc()
+        try:
+            self.alerts.put_nowait(payload(w, action, now, self.policy))
+        except asyncio.QueueFull:
+            ALERT_POSTS.labels(outcome="dropped").inc()
 
     async def _post(self) -> None:
         while True:

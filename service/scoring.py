@@ -181,9 +181,13 @@ class Scorer:
     ) -> list[StreamIngestResult]:
         """Store the readings and queue the windows they complete; with ``wait`` > 0,
         wait up to that many seconds for those windows' risk records. Raises
-        :class:`StreamQuotaExceeded` (nothing stored) when a new stream would take the
-        tenant past its quota, LayoutChanged (nothing stored for that stream) when a
-        stream was built for another model layout and the policy refuses."""
+        :class:`StreamQuotaExceeded` (nothing stored, no stream registered) when a
+        new stream would take the tenant past its quota, LayoutChanged (nothing
+        stored) when a stream was built for another model layout and the policy
+        refuses: a request of several streams has them all checked first (one
+        read), so that none of them is stored or registered."""
+        if len(streams) > 1:  # one stream: its append script refuses it atomically
+            await self.store.refuse_layouts(tenant, streams)
         limit = self.settings.max_streams_per_tenant
         refused = await self.store.register(tenant, streams, limit)
         if refused:

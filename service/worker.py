@@ -8,8 +8,12 @@ the shared micro-batch, write their risk records, acknowledge them, tell listene
 Delivery is at least once: items a scorer read and did not acknowledge (it died, or
 hangs) are claimed by any scorer after ``SCJEPA_CLAIM_TIMEOUT_S``. The effect is exactly
 once: a risk record is keyed by (stream, window number) and the first write wins
-(:meth:`service.store.Store.put_scored`), and listeners hear of a window only when its
-record was written by that call. Runs in ``scjepa serve --role scorer`` and ``--role
+(:meth:`service.store.Store.put_scored`), and listeners hear of a window when its
+record was written by that call, and again when the window was claimed (a scorer's
+write may have failed after its records were written and before their
+acknowledgement: the record exists, the listeners were never told), so a listener may
+hear of a window twice and must ignore a (stream, epoch, window number) it has seen
+(the alerter does). Runs in ``scjepa serve --role scorer`` and ``--role
 all`` (the default); ``--role api`` has none.
 """
 
@@ -40,13 +44,16 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ScoredWindow:
-    """One window whose risk record was just written (the first write of that window:
-    a window scored again after a claim is not reported twice).
+    """One window whose risk record was just written (the first write of that window),
+    or a claimed window scored again (reported again: listeners ignore a window they
+    have seen).
 
     tenant, stream: whose window. window_n: the stream's reading count that completed
     it (its number, unique per stream). window_end: the timestamp of its last reading.
     risk: calibrated probability; threshold: the model's; alert: risk >= threshold.
     top_channels: the largest contributors, largest first. model: what scored it.
+    epoch: the stream's epoch (:attr:`service.store.WorkItem.epoch`): later when the
+    stream started over, its window numbers beginning again.
     """
 
     tenant: str
@@ -58,10 +65,12 @@ class ScoredWindow:
     alert: bool
     top_channels: tuple[ChannelShare, ...]
     model: ModelRef
+    epoch: int = 0
 
 
-# Awaited with each batch's newly written windows (any tenants and streams, ascending
-# window_n per stream), after the records are durably written; one that raises is
+# Awaited with each batch's newly written windows and claimed ones (any tenants and
+# streams, ascending (epoch, window_n) per stream), after the records are durably
+# written; one that raises is
 # logged and counted (scjepa_listener_errors_total) and scoring goes on.
 Listener = Callable[[Sequence[ScoredWindow]], Awaitable[None]]
 
@@ -241,7 +250,7 @@ class ScoringWorker:
                 ):
                     metrics.WINDOWS_CLAIMED.inc(len(items))
                     log.info("scorer: claimed %d windows left pending", len(items))
-                    await self.process(items)
+                    await self.process(items, claimed=True)
             except (StoreUnavailable, InferenceUnavailable) as e:
                 log.warning("scorer: %s", e)
 
@@ -251,8 +260,11 @@ class ScoringWorker:
                 metrics.set_queue(await self.store.queue_stats())
             await asyncio.sleep(1.0)
 
-    async def process(self, items: list[WorkItem]) -> None:
-        """Score ``items``, write their records, acknowledge them, tell listeners.
+    async def process(self, items: list[WorkItem], *, claimed: bool = False) -> None:
+        """Score ``items``, write their records, acknowledge them, tell listeners:
+        of the windows whose record this call wrote, and with ``claimed`` (items
+        delivered before, to a scorer that may have written their records and failed
+        before acknowledging them) of every window scored.
         Raises StoreUnavailable or InferenceUnavailable (the inference process died
         holding them) with the items not written left pending (claimed later).
 
@@ -263,17 +275,20 @@ class ScoringWorker:
         and leave the model idle during the writes)."""
         size = self.settings.max_batch
         if len(items) <= size:
-            await self._process(items)
+            await self._process(items, claimed)
             return
         outcomes = await asyncio.gather(
-            *(self._process(items[a : a + size]) for a in range(0, len(items), size)),
+            *(
+                self._process(items[a : a + size], claimed)
+                for a in range(0, len(items), size)
+            ),
             return_exceptions=True,
         )
         for e in outcomes:  # every batch done or failed: the first failure
             if isinstance(e, BaseException):
                 raise e
 
-    async def _process(self, items: list[WorkItem]) -> None:
+    async def _process(self, items: list[WorkItem], claimed: bool = False) -> None:
         start = time.perf_counter()
         model = self.model()
         shape = (model.window, model.n_channels)
@@ -294,20 +309,27 @@ class ScoringWorker:
                 log.error("scorer: %d windows not scorable: %s", len(good), e)
                 good = []
             else:  # records, acknowledgements and news: two round trips
-                await self._write(model, good, scores, [it.id for it in items])
+                await self._write(model, good, scores, [it.id for it in items], claimed)
                 good = items
         if not good:
             await self.store.ack_work([it.id for it in items])
         metrics.SCORER_BATCH.observe(time.perf_counter() - start)
 
     async def _write(
-        self, model: Model, items: list[WorkItem], scores: Scores, ack: list[str]
+        self,
+        model: Model,
+        items: list[WorkItem],
+        scores: Scores,
+        ack: list[str],
+        claimed: bool = False,
     ) -> None:
         top_k = self.settings.top_channels
         by_stream: dict[tuple[str, str], list[RiskRecord]] = {}
+        epochs: dict[tuple[str, str], list[int]] = {}
         recs = records_of(model, top_k, [it.window for it in items], scores)
         for it, rec in zip(items, recs, strict=True):
             by_stream.setdefault((it.tenant, it.stream), []).append(rec)
+            epochs.setdefault((it.tenant, it.stream), []).append(it.epoch)
         keys = list(by_stream)
         written = await self.store.put_scored(
             [
@@ -331,12 +353,13 @@ class ScoringWorker:
                 r.alert,
                 tuple(r.top_channels),
                 r.model,
+                epoch,
             )
             for (t, s), flags in zip(keys, written, strict=True)
-            for r, ok in zip(by_stream[t, s], flags, strict=True)
-            if ok
+            for r, epoch, ok in zip(by_stream[t, s], epochs[t, s], flags, strict=True)
+            if ok or claimed  # claimed: written by a scorer that may not have told
         ]
-        new.sort(key=lambda w: (w.tenant, w.stream, w.window_n))
+        new.sort(key=lambda w: (w.tenant, w.stream, w.epoch, w.window_n))
         if new:
             await self._tell(new)
 

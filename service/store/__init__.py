@@ -8,7 +8,10 @@ same rules, once per ingest call and stream, atomically:
 - a reading older than the newest accepted one is *late*: counted, not stored; with an
   allowed lateness L > 0, readings wait until the watermark (the newest timestamp
   seen, minus L) passes them and are then merged in timestamp order, so only a
-  reading at or below the watermark is late;
+  reading at or below the watermark is late; readings still held when the lateness
+  is set to 0 are all released (merged in) by the stream's next call, which is
+  applied with L = 0 as a lateness (a reading at or below the newest held one is
+  late);
 - a missing value (None/NaN) is forward-filled from the stream's last accepted value of
   that channel (:func:`forward_fill`); a channel never observed stays missing, filled
   when the window is cut (:func:`fill_leading`);
@@ -18,6 +21,13 @@ same rules, once per ingest call and stream, atomically:
   step (its readings travel in the item), unless the work queue's partition already
   holds ``max_queued`` items: then only the call's newest window is queued and the
   others are *shed* (counted; the readings are kept) - the back-pressure policy.
+
+A stream's state carries an *epoch*: a number given when the state is created (the
+wall clock in microseconds, later than the stream's previous epoch), so a stream that
+starts over (a model of another layout under SCJEPA_LAYOUT_CHANGE=fresh, or forgotten
+after the TTL and sending again) has a later one, and its windows, numbered from the
+first again, are told from the old ones by (epoch, n): each :class:`WorkItem` carries
+it (the alerts use it). A Redis stream stored before epochs were kept has epoch 0.
 
 The work queue gives at-least-once delivery: a scorer reads items (:meth:`Store.
 read_work`), writes their risk records (:meth:`Store.put_scored`, keyed by the window
@@ -97,6 +107,7 @@ class WorkItem:
     tenant: str
     stream: str
     window: Window
+    epoch: int = 0  # the stream's epoch when the window was cut (see above)
 
 
 @dataclass(frozen=True)
@@ -280,7 +291,16 @@ class Store(ABC):
     ) -> list[str]:
         """Note the streams as live (the idle TTL starts again) and return those
         refused because the tenant already has ``max_streams`` live streams (only new
-        streams are refused). Called before :meth:`append`."""
+        streams are refused). All or nothing: when any is refused, none is noted (a
+        refused request leaves nothing behind). Called before :meth:`append`."""
+
+    async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
+        """Raise :class:`LayoutChanged` for the first of the streams stored for
+        another model layout when the policy refuses them (SCJEPA_LAYOUT_CHANGE=
+        refuse); else nothing. Read-only: called before :meth:`register` for a
+        request of several streams, so that a refused request stores none of them
+        (:meth:`append` refuses too, atomically, per stream)."""
+        return None
 
     @abstractmethod
     async def state(self, tenant: str, stream: str) -> StreamState | None:

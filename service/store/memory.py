@@ -50,6 +50,7 @@ class _Stream:
     layout: str | None = None
     pending: dict[float, np.ndarray] = field(default_factory=dict)  # held readings
     max_ts: float | None = None  # newest timestamp seen (held ones included)
+    epoch: int = 0  # when the stream (re)started (service.store: epochs)
 
 
 class MemoryStore(Store):
@@ -77,6 +78,13 @@ class MemoryStore(Store):
         self._delivered: dict[str, tuple[WorkItem, float, float]] = {}
         self._ids = itertools.count(1)
         self._ready: asyncio.Event | None = None
+        self._epoch = 0  # the last epoch given: each new one is later
+
+    def _new(self) -> _Stream:
+        """A stream's state as it starts (or starts over): a new epoch, the wall clock
+        in microseconds, later than any given before."""
+        self._epoch = max(self._epoch + 1, time.time_ns() // 1000)
+        return _Stream(epoch=self._epoch)
 
     # -- bookkeeping
     def _expire(self, limit: int | None = None) -> None:
@@ -109,7 +117,7 @@ class MemoryStore(Store):
     def _touch(self, key: Key) -> _Stream:
         s = self._get(key)
         if s is None:
-            s = self._streams[key] = _Stream()
+            s = self._streams[key] = self._new()
             bisect.insort(self._names.setdefault(key[0], []), key[1])
         s.touched = time.monotonic()
         self._streams.move_to_end(key)
@@ -125,14 +133,44 @@ class MemoryStore(Store):
         self, tenant: str, streams: list[str], max_streams: int
     ) -> list[str]:
         self._expire(1000)
-        refused = []
-        for stream in streams:
-            known = self._get((tenant, stream)) is not None
-            if known or len(self._names.get(tenant, ())) < max_streams:
+        refused, count = [], len(self._names.get(tenant, ()))
+        for stream in dict.fromkeys(streams):
+            if self._get((tenant, stream)) is None:
+                if count < max_streams:
+                    count += 1
+                else:
+                    refused.append(stream)
+        if not refused:  # all or nothing: a refused request leaves nothing behind
+            for stream in streams:
                 self._touch((tenant, stream))
-            else:
-                refused.append(stream)
         return refused
+
+    def _refused(self, tenant: str, streams: list[str]) -> None:
+        if self.on_layout_change != "refuse":
+            return
+        for stream in streams:
+            s = self._get((tenant, stream))
+            if s is not None and s.layout is not None and s.layout != self.layout:
+                raise LayoutChanged(stream, s.layout, self.layout)
+
+    async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
+        self._refused(tenant, streams)
+
+    async def append_many(
+        self,
+        tenant: str,
+        items: list[tuple[str, np.ndarray, np.ndarray]],
+        *,
+        window: int,
+        hop: int,
+        max_queued: int,
+    ) -> list[AppendResult]:
+        """Every stream's layout checked before any is stored (no await in between:
+        a refused request stores nothing)."""
+        self._refused(tenant, [stream for stream, _, _ in items])
+        return await super().append_many(
+            tenant, items, window=window, hop=hop, max_queued=max_queued
+        )
 
     async def append(
         self,
@@ -149,12 +187,16 @@ class MemoryStore(Store):
         if s.layout is not None and s.layout != self.layout:
             if self.on_layout_change == "refuse":
                 raise LayoutChanged(stream, s.layout, self.layout)
-            s = self._streams[(tenant, stream)] = _Stream()  # 'fresh': start over
+            s = self._streams[(tenant, stream)] = self._new()  # 'fresh': start over
         s.layout = self.layout
         n0, dup, late = s.total, 0, 0
         taken = None
-        if self.lateness_s > 0:
+        # with a lateness, or readings held under one (its max_ts) that is now 0:
+        # those are released (merged in) by this call
+        if self.lateness_s > 0 or s.max_ts is not None:
             ts, values, taken, dup, late = self._hold(s, ts, values)
+            if self.lateness_s <= 0:  # all released: none held from here on
+                s.max_ts = None
         keep: list[int] = []
         for i, t in enumerate(ts.tolist()):
             if s.last_ts is not None and t <= s.last_ts:
@@ -183,7 +225,8 @@ class MemoryStore(Store):
         for n in queued:
             part = held[n - window - base + 1 : n - base + 1]
             w = Window(n, part[0][0], part[-1][0], np.stack([v for _, v in part]))
-            self._queue.append((WorkItem(str(next(self._ids)), tenant, stream, w), now))
+            item = WorkItem(str(next(self._ids)), tenant, stream, w, s.epoch)
+            self._queue.append((item, now))
         if queued:
             self._event().set()
         s.buf = deque(held[-window:])

@@ -57,14 +57,17 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{p3}:acme/pump-7:rows   list of the last `window` packed rows (row_dtype)
 #   scjepa:{p3}:acme/pump-7:seen   string: accepted timestamps, packed TS, ascending
 #                                  (the dedupe horizon; 8 bytes each)
-#   scjepa:{p3}:acme/pump-7:state  hash: n (readings accepted), last_ts, layout
+#   scjepa:{p3}:acme/pump-7:state  hash: n (readings accepted), last_ts, layout, epoch
+#                                  (Redis TIME in µs when the state was created,
+#                                  later than the stream's previous; 0 = stored
+#                                  before epochs), max_ts (held readings' newest)
 #   scjepa:{p3}:acme/pump-7:risk   zset of JSON risk records scored by window number n
 #   scjepa:{p3}:acme/pump-7:pend   zset ts -> flag + packed row: readings held until the
 #                                  watermark passes them (SCJEPA_ALLOWED_LATENESS_S > 0)
 #   scjepa:{p3}:work               stream: completed windows waiting for a scorer
-#                                  (fields t, s, n, e, k, w: tenant, stream, window
-#                                  number, end ts, rows, the packed rows), consumer
-#                                  group "scorers"
+#                                  (fields t, s, n, e, k, w, g: tenant, stream, window
+#                                  number, end ts, rows, the packed rows, the stream's
+#                                  epoch), consumer group "scorers"
 #   scjepa:{acme}:names            zset of the tenant's live streams, score 0 (by name:
 #                                  GET /streams pages, the stream quota counts them)
 #   scjepa:{acme}:touched          zset stream -> last ingest time (the idle TTL)
@@ -78,7 +81,10 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 # stored); then tenant, stream, the consumer group, the layout the caller's model reads
 # and what to do when the stream was built for another (refuse | fresh), the allowed
 # lateness (seconds; 0 = none), '1' when the timestamps are strictly increasing (else
-# '0'). Window arithmetic mirrors completed_ends();
+# '0'). Readings still held (max_ts set) when the lateness is 0 are all released by
+# the hold step run with L = 0, as MemoryStore.append does. The stream's epoch is kept
+# in its state, given from Redis' clock when the state is created or started over.
+# Window arithmetic mirrors completed_ends();
 # the fill mirrors forward_fill(). Pushes are variadic, in chunks under Lua's unpack()
 # limit. A timestamp at or before the newest is looked up in the packed seen string
 # (binary search): a duplicate if there, else late.
@@ -92,10 +98,20 @@ local R = $ts_size + size  -- a row's bytes
 local tenant, stream, group = ARGV[10], ARGV[11], ARGV[12]
 local layout, on_change, L = ARGV[13], ARGV[14], tonumber(ARGV[15])
 local ordered = ARGV[16]
-local built = redis.call('HGET', state, 'layout')
+local function new_epoch(prev)  -- Redis' clock in µs, later than the previous epoch
+  local t = redis.call('TIME')
+  local e = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if e <= prev then e = prev + 1 end
+  return string.format('%.0f', e)
+end
+local h = redis.call('HMGET', state, 'layout', 'epoch', 'max_ts')
+local built, epoch, max_s = h[1], h[2], h[3]
 if built and built ~= layout then
   if on_change == 'refuse' then return 'L ' .. built end
   redis.call('DEL', rows_k, seen, state, risk, pend)  -- 'fresh': the stream starts over
+  epoch, max_s = new_epoch(tonumber(epoch) or 0), false
+elseif not epoch then  -- a new stream (or one forgotten after the TTL)
+  epoch = redis.call('EXISTS', state) == 1 and '0' or new_epoch(0)
 end
 local n0 = tonumber(redis.call('HGET', state, 'n') or '0')
 local last_s = redis.call('HGET', state, 'last_ts')
@@ -113,10 +129,10 @@ local function was_seen(ts)
   return false
 end
 local taken = nil  -- with a lateness: this call's readings held (or released)
-if L > 0 then
+local hold = L > 0 or max_s  -- max_s with L = 0: release what an earlier L held
+if hold then
   -- readings newer than the watermark (the newest ts - L) wait in pend; what the
   -- watermark passes is released in timestamp order into the loop below
-  local max_s = redis.call('HGET', state, 'max_ts')
   local max_ts = max_s and tonumber(max_s) or last_ts
   local wm = max_ts and (max_ts - L) or nil
   taken = 0
@@ -145,10 +161,15 @@ if L > 0 then
       out_ts[k] = string.sub(m, 2, 1 + $ts_size)
       out_r[k] = string.sub(m, 2)
     end
-    redis.call('HSET', state, 'max_ts', string.format('%.17g', max_ts), 'layout', layout)
-    redis.call('HSETNX', state, 'n', 0)
-    redis.call('EXPIRE', pend, ttl)
-    redis.call('EXPIRE', state, ttl)
+    if L > 0 then
+      redis.call('HSET', state, 'max_ts', string.format('%.17g', max_ts),
+                 'layout', layout, 'epoch', epoch)
+      redis.call('HSETNX', state, 'n', 0)
+      redis.call('EXPIRE', pend, ttl)
+      redis.call('EXPIRE', state, ttl)
+    else  -- L = 0: everything released, nothing held from here on
+      redis.call('HDEL', state, 'max_ts')
+    end
   end
   ts_b, flags, rows_b = table.concat(out_ts), table.concat(out_f), table.concat(out_r)
 end
@@ -156,7 +177,7 @@ local m = #flags
 -- the common call: timestamps strictly increasing (the caller checked: ARGV[16]) and
 -- all after the newest, no value missing, no lateness. Every reading is new and
 -- stored as sent: no lookup, unpack or fill per reading.
-local fast = ordered == '1' and L == 0 and m > 0
+local fast = ordered == '1' and not hold and m > 0
   and not string.find(flags, '$missing_char', 1, true)
   and (last_ts == nil or struct.unpack('$ts_format', ts_b) > last_ts)
 if fast then
@@ -221,7 +242,7 @@ if count > 0 then
     local e = struct.unpack('$ts_format', rows[i + W - 1])
     redis.call('XADD', work, '*', 't', tenant, 's', stream, 'n', n,
                'e', string.format('%.17g', e), 'k', W,
-               'w', table.concat(rows, '', i, i + W - 1))
+               'w', table.concat(rows, '', i, i + W - 1), 'g', epoch)
     queued[#queued + 1] = n
   end
 end
@@ -231,7 +252,8 @@ if total > n0 then
   if len > $ts_size * (horizon + math.max(64, math.floor(horizon / 4))) then
     redis.call('SET', seen, redis.call('GETRANGE', seen, len - $ts_size * horizon, -1))
   end
-  redis.call('HSET', state, 'n', total, 'last_ts', last_s, 'layout', layout)
+  redis.call('HSET', state, 'n', total, 'last_ts', last_s, 'layout', layout,
+             'epoch', epoch)
 end
 if total > 0 then
   redis.call('EXPIRE', rows_k, ttl)
@@ -287,8 +309,9 @@ return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or f
 
 # KEYS: the tenant's names, touched. ARGV: now, cutoff (older = idle past the TTL),
 # the tenant's stream quota, ttl, then the streams. Forgets up to EXPIRE_BATCH idle
-# streams, marks the known ones live, adds new ones while under the quota; returns the
-# refused. Bounded: O(streams x log N), whatever the tenant's count.
+# streams; returns the new streams past the quota, and then notes none of the streams
+# (all or nothing: a refused request leaves nothing behind); else marks the known ones
+# live and adds the new ones. Bounded: O(streams x log N), whatever the tenant's count.
 EXPIRE_BATCH = 1000
 REGISTER = f"""
 local names, touched = KEYS[1], KEYS[2]
@@ -299,18 +322,18 @@ if #old > 0 then
   redis.call('ZREM', names, unpack(old))
 end
 local count = redis.call('ZCARD', names)
-local refused = {{}}
+local refused, new = {{}}, {{}}
 for i = 5, #ARGV do
   local s = ARGV[i]
-  if redis.call('ZSCORE', touched, s) then
-    redis.call('ZADD', touched, now, s)
-  elseif count < quota then
-    redis.call('ZADD', touched, now, s)
-    redis.call('ZADD', names, 0, s)
-    count = count + 1
-  else
-    refused[#refused + 1] = s
+  if not redis.call('ZSCORE', touched, s) and not new[s] then
+    if count < quota then new[s] = true; count = count + 1
+    else refused[#refused + 1] = s end
   end
+end
+if #refused > 0 then return refused end  -- all or nothing: none noted
+for i = 5, #ARGV do
+  redis.call('ZADD', touched, now, ARGV[i])
+  if new[ARGV[i]] then redis.call('ZADD', names, 0, ARGV[i]) end
 end
 redis.call('EXPIRE', names, ARGV[4])
 redis.call('EXPIRE', touched, ARGV[4])
@@ -436,6 +459,7 @@ def _item(pid: int, entry_id: bytes, fields: dict[bytes, bytes]) -> WorkItem | N
         fields[b"t"].decode(),
         fields[b"s"].decode(),
         window,
+        int(fields.get(b"g", b"0")),  # none: queued before epochs were kept
     )
 
 
@@ -670,7 +694,7 @@ class RedisStore(Store):
             "register", self._scripts([(self._register, keys, args)]), scripts=True
         )
         refused = {cast(bytes, r).decode() for r in names}
-        live = {f"{tenant}/{s}": wall for s in due if s not in refused}
+        live = {} if refused else {f"{tenant}/{s}": wall for s in due}
         if live and self.cluster:  # another slot: the cluster client routes it
             await self._call("touch", self.client.zadd(self._global("streams"), live))
         elif live:
@@ -682,6 +706,21 @@ class RedisStore(Store):
                 self._touched.clear()
             self._touched.update(dict.fromkeys(live, now))
         return [s for s in due if s in refused]
+
+    async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
+        """One round trip reading the streams' layouts (only under 'refuse'). Not
+        atomic with the append that follows: a replica running another model that
+        writes one of these streams in between still gets it refused by the append
+        script, after the request's other streams were stored."""
+        if self.on_layout_change != "refuse" or not streams:
+            return
+        pipe = self._pipeline()
+        for stream in streams:
+            pipe.hget(self._key(tenant, stream, "state"), "layout")
+        built = await self._call("layouts", pipe.execute())
+        for stream, raw in zip(streams, built, strict=True):
+            if raw is not None and raw.decode() != self.layout:
+                raise LayoutChanged(stream, raw.decode(), self.layout)
 
     async def append(
         self,

@@ -25,7 +25,16 @@ from support.components import require
 from support.service_helpers import free_port
 
 from service import alerting
-from service.alerting import FIRE, NONE, REFRESH, RESOLVE, Policy, State, step
+from service.alerting import (
+    FIRE,
+    NONE,
+    REFRESH,
+    RESOLVE,
+    RESTART,
+    Policy,
+    State,
+    step,
+)
 from service.schemas import ChannelShare, ModelRef
 from service.store.redis_store import connect
 from service.worker import ScoredWindow
@@ -33,7 +42,7 @@ from service.worker import ScoredWindow
 POLICY = Policy("http://127.0.0.1:9", windows=3, resend_s=60, hold_s=600)
 
 
-def window(n: int, risk: float, stream: str = "pump-1") -> ScoredWindow:
+def window(n: int, risk: float, stream: str = "pump-1", epoch: int = 0) -> ScoredWindow:
     return ScoredWindow(
         tenant="plant-a",
         stream=stream,
@@ -47,6 +56,7 @@ def window(n: int, risk: float, stream: str = "pump-1") -> ScoredWindow:
             ChannelShare(name="temp", share=0.3),
         ),
         model=ModelRef(name="pumps", version="2026-11-01"),
+        epoch=epoch,
     )
 
 
@@ -127,6 +137,100 @@ def test_a_late_window_of_an_ended_run_reopens_nothing() -> None:
     assert state == State(400, 0, False, 0.0)
 
 
+def steps(
+    seq: list[tuple[int, int, bool]], policy: Policy = POLICY
+) -> tuple[State | None, list[int]]:
+    """(epoch, n, alert) windows through step, at time 0: the last state, actions."""
+    state: State | None = None
+    actions = []
+    for epoch, n, alert in seq:
+        state, action = step(state, n, alert, 0.0, policy, epoch)
+        actions.append(action)
+    return state, actions
+
+
+def test_a_stream_that_starts_over_is_stepped_afresh() -> None:
+    """Firing at window 600 of epoch 1, the stream starts over (epoch 2, windows from
+    100 again: a layout change, or idle past the TTL): the first window of epoch 2
+    resolves the old alert (RESTART), then the new readings need their own 3 windows
+    in alert; a window of epoch 1 scored late changes nothing."""
+    seq = [(1, 400, True), (1, 500, True), (1, 600, True),  # fires at 600
+           (2, 100, True), (1, 700, True), (2, 200, True), (2, 300, True),
+           (2, 400, False)]  # fmt: skip
+    state, actions = steps(seq)
+    assert actions == [NONE, NONE, FIRE, RESTART, NONE, NONE, FIRE, RESOLVE]
+    assert state == State(400, 0, False, 0.0, 0, epoch=2)
+
+
+def test_an_ended_run_does_not_mute_the_next_epoch() -> None:
+    """Its run ended at 600 (resolved, state kept): after a restart, windows 100-300
+    of the new epoch open a new alert (they were "older than 600" before epochs)."""
+    seq = [(1, 400, True), (1, 500, True), (1, 600, True), (1, 700, False),
+           (2, 100, True), (2, 200, True), (2, 300, True)]  # fmt: skip
+    assert steps(seq)[1] == [NONE, NONE, FIRE, RESOLVE, NONE, NONE, FIRE]
+
+
+def test_a_restart_resolves_then_fires_with_one_window() -> None:
+    """SCJEPA_ALERT_WINDOWS=1: the first window of a new epoch resolves the old alert
+    and, at/above the threshold, fires the new one (RESTART | FIRE); below, the state
+    of the new epoch is kept, so a late window of the old epoch opens nothing."""
+    one = dataclasses.replace(POLICY, windows=1)
+    assert steps([(1, 100, True), (2, 100, True)], one)[1] == [FIRE, RESTART | FIRE]
+    state, actions = steps([(1, 100, True), (2, 100, False), (1, 900, True)], one)
+    assert actions == [FIRE, RESTART, NONE]
+    assert state == State(100, 0, False, 0.0, 0, epoch=2)
+
+
+def test_memory_states_forget_streams_idle_past_the_ttl() -> None:
+    """MemoryStates holds only streams stepped within the TTL (it grew without bound):
+    a stream dropped, and back, is stepped afresh."""
+    policy = dataclasses.replace(POLICY, windows=1, ttl_s=100)
+    states = alerting.MemoryStates(policy)
+
+    async def run() -> list[list[int]]:
+        out = [await states([window(100, 0.9, f"s{i}") for i in range(50)], 0.0)]
+        out.append(await states([window(200, 0.9, "s0")], 30.0))  # s0 stays alive
+        out.append(await states([window(200, 0.9, "s1")], 120.0))  # s1 dropped: fresh
+        return out
+
+    first, kept, again = asyncio.run(run())
+    assert first == [FIRE] * 50 and kept == [NONE] and again == [FIRE]
+    assert set(states.states) == {("plant-a", "s0"), ("plant-a", "s1")}
+    assert set(states.stepped) == set(states.states)
+
+
+def test_a_restart_posts_the_resolve_before_the_new_alert() -> None:
+    """What the alerter posts for RESTART | FIRE: the old alert resolved (endsAt now,
+    saying the stream started over), then the new one firing, in one batch, in order;
+    both counted."""
+    hook = Hook()
+    resolves = alerting.ALERT_EVENTS.labels(event="resolve")
+
+    async def run() -> None:
+        alerter = alerting.build(hook.url, redis_url=None, windows=1, hold_s=600)
+        assert alerter is not None
+        try:
+            await alerter([window(300, 0.9, epoch=1)])
+            await alerter.drain()
+            await alerter([window(100, 0.95, epoch=2)])
+            await alerter.drain()
+        finally:
+            await alerter.close()
+
+    before = resolves._value.get()
+    try:
+        asyncio.run(run())
+    finally:
+        hook.close()
+    posted = [a for batch in hook.received for a in batch]
+    notes = [a["annotations"] for a in posted]
+    assert [n["window_n"] for n in notes] == ["300", "100", "100"]
+    assert "started over" in notes[1]["summary"]
+    assert "at or above" in notes[2]["summary"]
+    assert posted[1]["endsAt"] < posted[2]["endsAt"]  # resolved now; firing ahead
+    assert resolves._value.get() == before + 1
+
+
 def test_policy_refuses_a_hold_shorter_than_the_resend() -> None:
     with pytest.raises(ValueError, match="hold_s > resend_s"):
         Policy("http://x", resend_s=60, hold_s=30)
@@ -178,6 +282,47 @@ def test_redis_step_matches_the_python_step(redis_url: str, clear: int) -> None:
     got, want = asyncio.run(run())
     assert got == want
     assert {FIRE, REFRESH, RESOLVE} <= set(got)
+
+
+def test_redis_step_matches_the_python_step_across_restarts(redis_url: str) -> None:
+    """Streams that start over now and then (a later epoch, windows from 100 again)
+    while late windows of earlier epochs and numbers keep coming: the Lua step and the
+    Python step agree on every action, restarts of firing streams included; quiet
+    streams keep no state."""
+    rnd = random.Random(11)
+    policy = dataclasses.replace(POLICY, windows=1, clear=2)
+    at: dict[str, tuple[int, int]] = {}  # stream -> (epoch, n) of its newest window
+    windows = []
+    for _ in range(500):
+        stream = f"s{rnd.randrange(12)}"
+        epoch, n = at.get(stream, (1, 0))
+        if n and rnd.random() < 0.08:  # starts over
+            epoch, n = epoch + 1, 0
+        if n and rnd.random() < 0.1:  # a late one: an earlier number or epoch
+            late = (epoch - 1, n + 500) if epoch > 1 else (epoch, max(100, n - 200))
+            windows.append(window(late[1], rnd.choice([0.1, 0.9]), stream, late[0]))
+            continue
+        at[stream] = (epoch, n + 100)
+        windows.append(window(n + 100, rnd.choice([0.1, 0.9, 0.95]), stream, epoch))
+
+    async def run() -> tuple[list[int], list[int]]:
+        client = connect(redis_url, timeout_s=5.0)
+        states = alerting.RedisStates(client, f"r{rnd.randrange(10**9)}", policy)
+        memory = alerting.MemoryStates(policy)
+        got, want = [], []
+        try:
+            for i in range(0, len(windows), 20):
+                got += await states(windows[i : i + 20], float(i))
+                want += await memory(windows[i : i + 20], float(i))
+            left = [k async for k in client.scan_iter(f"{states.prefix}:*")]
+        finally:
+            await client.aclose()
+        assert len(left) == len(memory.states)
+        return got, want
+
+    got, want = asyncio.run(run())
+    assert got == want
+    assert {FIRE, RESOLVE, RESTART, RESTART | FIRE} <= set(got), sorted(set(got))
 
 
 def test_two_scorers_open_one_alert(redis_url: str) -> None:

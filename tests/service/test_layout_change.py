@@ -75,3 +75,28 @@ def test_another_channel_layout_over_live_state(
             assert [h["n"] for h in hist] == [100]
     finally:
         (new if url else old).__exit__(None, None, None)
+
+
+def test_a_refused_batch_stores_none_of_its_streams(
+    store_url: str | None, artifact_dir: Path
+) -> None:
+    """SCJEPA_LAYOUT_CHANGE=refuse and a batch of a new stream and one stored for
+    another layout: 409, and nothing of the request stored (the new stream neither
+    stored nor registered, so not listed); retried alone, the new stream's readings
+    are accepted, not taken for duplicates."""
+    settings = Settings(artifact=artifact_dir, redis_url=store_url,
+                        key_prefix=f"lay{uuid.uuid4().hex[:8]}",
+                        layout_change="refuse")  # fmt: skip
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/ingest", json=body(10, 4)).status_code == 200
+        client.app.state.store.layout = "w100/v4/another"  # type: ignore[attr-defined]
+        fresh = body(150, 4) | {"stream": "new"}
+        batch = {"streams": [fresh, body(10, 4, start=10)]}
+        r = client.post("/ingest", json=batch)
+        assert r.status_code == 409, r.text
+        assert "'s'" in r.json()["detail"]
+        assert client.get("/risk/new").status_code == 404
+        assert client.get("/streams").json()["streams"] == ["s"]
+        assert client.get("/risk/s").json()["readings_total"] == 10
+        res = client.post("/ingest", json=fresh).json()["results"][0]
+        assert (res["accepted"], res["duplicates"]) == (150, 0)

@@ -680,3 +680,91 @@ def test_the_first_append_after_a_redis_restart_is_stored(tmp_path: Path) -> Non
     finally:
         server.stop()
     assert [(r.accepted, r.total) for r in out] == [(1, 1), (1, 1), (1, 2)]
+
+
+def test_readings_held_when_the_lateness_goes_to_zero_are_merged(
+    store_url: str | None,
+) -> None:
+    """Readings held under SCJEPA_ALLOWED_LATENESS_S = 30 (answered accepted, held)
+    and the lateness then set to 0 (a restart; here the store's setting changed): the
+    stream's next call merges them in before its own, so no accepted reading is lost
+    and the windows are those of in-order arrival; a retry of them is a duplicate."""
+    rng = np.random.default_rng(9)
+    x = np.round(rng.normal(size=(140, 2)), 4).astype(np.float32)
+    ts = T0 + np.arange(140, dtype=np.float64)
+
+    async def main() -> tuple[list[AppendResult], list[WorkItem]]:
+        store = fresh_store(store_url, dedupe_horizon=1000, partitions=1,
+                            lateness_s=30.0)  # fmt: skip
+        out = []
+        try:
+            await store.ensure_groups()
+
+            async def add(a: int, b: int) -> None:
+                out.append(await store.append("t", "s", ts[a:b], x[a:b], window=50,
+                                              hop=50, max_queued=100))  # fmt: skip
+
+            await add(0, 120)  # 90..119 held: newer than the watermark 119 - 30
+            store.lateness_s = 0.0  # type: ignore[attr-defined]
+            await add(120, 130)
+            await add(90, 120)  # the held ones sent again
+            await add(130, 140)  # and on as usual
+            return out, await store.read_work("c", 100, 0)
+        finally:
+            await store.close()
+
+    out, items = asyncio.run(main())
+    got = [(r.accepted, r.held, r.total) for r in out]
+    assert got == [(120, 30, 90), (10, 0, 130), (0, 0, 130), (10, 0, 140)], out
+    assert (out[2].accepted, out[2].duplicates, out[2].late) == (0, 30, 0)
+    assert [it.window.n for it in items] == [50, 100]
+    for it in items:
+        n = it.window.n
+        np.testing.assert_array_equal(it.window.values, x[n - 50 : n])
+
+
+def test_work_items_carry_the_streams_epoch(store_url: str | None) -> None:
+    """Every window carries its stream's epoch; a stream that starts over (here a
+    model of another layout, SCJEPA_LAYOUT_CHANGE=fresh) has a later one, its window
+    numbers beginning again."""
+
+    async def main() -> list[tuple[int, int]]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        out = []
+        try:
+            await store.ensure_groups()
+            for k, layout in enumerate(["w10/v2/a", "w10/v2/a", "w10/v2/b"]):
+                store.layout = layout  # type: ignore[attr-defined]
+                t = T0 + 20 * k + np.arange(20.0)
+                await store.append("t", "s", t, np.ones((20, 2), np.float32),
+                                   window=10, hop=10, max_queued=100)  # fmt: skip
+                out += [(it.epoch, it.window.n)
+                        for it in await store.read_work("c", 10, 0)]  # fmt: skip
+        finally:
+            await store.close()
+        return out
+
+    got = asyncio.run(main())
+    assert [n for _, n in got] == [10, 20, 30, 40, 10, 20]
+    epochs = [e for e, _ in got]
+    assert epochs[0] > 1_600_000_000 * 10**6  # the clock, in microseconds
+    assert len(set(epochs[:4])) == 1 and epochs[4] == epochs[5] > epochs[0]
+
+
+def test_a_refused_registration_notes_nothing(store_url: str | None) -> None:
+    """A request whose new streams would take the tenant past its quota is refused
+    whole: its allowed new streams are not registered either (they held quota places
+    and were listed, with no readings, until the TTL)."""
+
+    async def main() -> tuple[list[str], list[str], list[str], list[str]]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        try:
+            first = await store.register("t", ["a"], 2)
+            refused = await store.register("t", ["a", "b", "c"], 2)
+            listed = await store.streams("t", None, 10)
+            then = await store.register("t", ["d"], 2)
+            return first, refused, listed, then
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == ([], ["c"], ["a"], [])

@@ -242,6 +242,22 @@ def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> 
     assert client.get("/streams", headers=HA).json()["streams"] == ["a", "b", "c"]
 
 
+def test_a_batch_over_the_quota_registers_none_of_its_streams(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    """Quota 2, one live stream, a batch of two new ones: 403, and the one that fit
+    is not registered (it was: listed with no readings, holding the quota's last
+    place, so the next new stream was refused too)."""
+    client = keyed(make_client, tmp_path, max_streams_per_tenant=2, rate_limit_rps=0)
+    assert post(client, body("a", series(2)), HA).status_code == 200
+    batch = {"streams": [body("b", series(2)), body("c", series(2))]}
+    assert post(client, batch, HA).status_code == 403
+    assert client.get("/streams", headers=HA).json()["streams"] == ["a"]
+    assert client.get("/risk/b", headers=HA).status_code == 404
+    assert post(client, body("d", series(2)), HA).status_code == 200
+    assert client.get("/streams", headers=HA).json()["streams"] == ["a", "d"]
+
+
 def test_idle_streams_free_the_quota(
     make_client: ClientFactory, tmp_path: Path
 ) -> None:

@@ -1,0 +1,191 @@
+"""A stream's alert across what happens to the stream, through the whole service (the
+app in-process, its scorer and alerter) on every store, posting to a webhook that
+stands in for Alertmanager: a stream that starts over (another model layout under
+SCJEPA_LAYOUT_CHANGE=fresh, or forgotten after SCJEPA_STREAM_TTL_S) alerts again
+(its window numbers begin again: they were taken for windows already seen), a stream
+firing when it starts over has that alert resolved, and a window whose record was
+written by a scorer that failed before acknowledging it is still alerted (claimed,
+scored again, its listeners told)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from support.service_artifact import build_artifact
+from support.service_helpers import AnyRedis
+from test_alerting import Hook, wait_until
+
+from service.config import Settings
+from service.main import create_app
+from service.store import StoreUnavailable
+
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture(scope="module")
+def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
+    d = tmp_path_factory.mktemp("sharp")
+    build_artifact(d, threshold=0.9)
+    return d
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    yield h
+    h.close()
+
+
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def redis(request: pytest.FixtureRequest, kind: str) -> AnyRedis | None:
+    """The Redis of ``kind`` (None: the in-memory store)."""
+    if kind == "memory":
+        return None
+    fixture = "redis_server" if kind == "redis" else "redis_cluster"
+    server: AnyRedis = request.getfixturevalue(fixture)
+    return server
+
+
+@pytest.fixture
+def start(sharp: Path, hook: Hook, redis: AnyRedis | None) -> Iterator[Any]:
+    opened: list[TestClient] = []
+
+    def factory(**more: Any) -> TestClient:
+        settings = Settings(
+            artifact=sharp,
+            redis_url=None if redis is None else redis.url,
+            key_prefix=f"t{uuid.uuid4().hex[:8]}",
+            max_wait_ms=1.0,
+            alertmanager_url=hook.url.removesuffix("/hook"),
+            **more,
+        )
+        client = TestClient(create_app(settings))
+        client.__enter__()
+        opened.append(client)
+        return client
+
+    yield factory
+    for c in opened:
+        c.__exit__(None, None, None)
+
+
+def ingest(client: TestClient, start: int, n: int, high: bool) -> dict[str, Any]:
+    """``n`` readings of stream pump from ts T0 + start: all 50 (risk ~1) or all 0."""
+    v = 50.0 if high else 0.0
+    body = {"stream": "pump", "readings": [
+        {"ts": T0 + start + i, "values": [v] * 4} for i in range(n)]}  # fmt: skip
+    r = client.post("/ingest?wait=20", json=body)
+    assert r.status_code == 200, r.text
+    res: dict[str, Any] = r.json()["results"][0]
+    assert res["windows_scored"] == res["windows_queued"], res
+    return res
+
+
+def events(hook: Hook) -> list[tuple[str, str]]:
+    """(window n, what) of every alert posted: fire, resolve, or restart (resolved
+    because the stream started over)."""
+    out = []
+    batches: list[list[dict[str, Any]]] = hook.received  # type: ignore[assignment]
+    for batch in batches:  # the alerter posts lists of alerts
+        for a in batch:
+            summary = a["annotations"]["summary"]
+            what = (
+                "restart"
+                if "started over" in summary
+                else "resolve"
+                if "back below" in summary
+                else "fire"
+            )
+            out.append((a["annotations"]["window_n"], what))
+    return out
+
+
+def settle(hook: Hook, want: list[tuple[str, str]]) -> None:
+    wait_until(lambda: len(events(hook)) >= len(want), timeout=10)
+    time.sleep(0.3)  # nothing more comes
+    assert events(hook) == want
+
+
+def test_a_stream_started_over_by_a_layout_change_alerts_again(
+    start: Any, hook: Hook
+) -> None:
+    """Firing at windows 100-200; a model of another layout starts the stream over
+    (the store's layout changed in-process: the new model's windows are the same
+    shape here): its first window (n=100 again, below) resolves the old alert, its
+    next (n=200, at/above) fires the new one. Before epochs both were ignored as
+    older than window 200."""
+    client = start()
+    ingest(client, 0, 200, high=True)
+    settle(hook, [("100", "fire")])
+    client.app.state.store.layout = "w100/v4/another"
+    assert ingest(client, 200, 100, high=False)["readings_total"] == 100
+    ingest(client, 300, 100, high=True)
+    settle(hook, [("100", "fire"), ("100", "restart"), ("200", "fire")])
+
+
+def test_a_stream_back_after_the_ttl_alerts_again(
+    start: Any, hook: Hook, redis: AnyRedis | None
+) -> None:
+    """The stream idle past SCJEPA_STREAM_TTL_S is forgotten; its alert state may
+    outlive it (Redis: made to here, as when its last step came after the stream's
+    last ingest; in memory it had no TTL at all): back, its first window alerts."""
+    client = start(stream_ttl_s=2, alert_windows=1)
+    ingest(client, 0, 200, high=True)
+    ingest(client, 200, 100, high=False)
+    settle(hook, [("100", "fire"), ("300", "resolve")])
+    if redis is not None:
+        r = redis.client()
+        prefix = client.app.state.settings.key_prefix
+        assert r.expire(f"{prefix}:alert:default/pump", 600)
+    time.sleep(2.5)
+    assert client.get("/risk/pump").status_code == 404  # forgotten
+    assert ingest(client, 10_000, 100, high=True)["window_n"] == 100
+    settle(hook, [("100", "fire"), ("300", "resolve"), ("100", "fire")])
+
+
+def test_a_window_whose_write_failed_after_its_record_is_alerted(
+    start: Any, hook: Hook
+) -> None:
+    """The scorer's write fails after the records are written and before their
+    acknowledgement (its second round trip; in memory, the acknowledgement): the
+    window is claimed and scored again, finds its record written, and its alert is
+    posted all the same (it was never)."""
+    client = start(claim_timeout_s=0.5)
+    store = client.app.state.store
+    left = [1]
+
+    def failing(name: str, is_ack: Any) -> None:
+        orig = getattr(store, name)
+
+        async def wrapped(arg: Any) -> Any:
+            if left[0] and is_ack(arg):
+                left[0] -= 1
+                raise StoreUnavailable("simulated: lost after the records were written")
+            return await orig(arg)
+
+        setattr(store, name, wrapped)
+
+    failing("ack_work", lambda ids: bool(ids))  # memory, and a Redis Cluster
+    if hasattr(store, "_run"):  # one Redis: the acknowledgements ride with the news
+        failing("_run", lambda cmds: any(c[0] == "XACK" for c in cmds))
+    res = ingest(client, 0, 100, high=True)
+    assert res["alert"] is True and left == [0]
+    settle(hook, [("100", "fire")])
+    claimed = [
+        line
+        for line in client.get("/metrics").text.splitlines()
+        if line.startswith("scjepa_windows_claimed_total")
+    ]
+    assert claimed and float(claimed[0].split()[-1]) >= 1
