@@ -139,13 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     if not sys.stderr.isatty():
         os.environ.setdefault("TQDM_MININTERVAL", "30")
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # a reader gone shows here, not at exit
+        return code
     except UserError as e:
         print(f"scjepa {name}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``scjepa data stats ... | head``): exit quietly, as
+    a command killed by SIGPIPE does (141), rather than with a traceback. stdout now
+    points at /dev/null, so that Python's flush at exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 if __name__ == "__main__":

@@ -96,7 +96,15 @@ def load_dataset(name: str, root: str | Path | None = None, **kwargs: Any) -> Da
         no_train = len(e.train) == 0 and not ds.folds
         if no_train or (e.test is not None and len(e.test) == 0):
             raise DataError(f"{ds.name}/{e.name}: empty entity", file=ds.source)
-    fit_channel_mask(ds)
+    # (one train row is constant whatever it holds: too short, as the stages say)
+    if not fit_channel_mask(ds).any() and sum(len(e.train) for e in ds.entities) > 1:
+        raise DataError(
+            f"all {len(ds.channels)} channels are constant (variance <= 1e-8) on the "
+            "train split: nothing to learn from",
+            file=ds.source,
+            hint="check that the channel columns hold the readings (an empty column "
+            "counts as constant) and that the train part covers the machine running",
+        )
     return ds
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from training.data import DATASETS, WINDOW, load_dataset
 from training.data.stats import dataset_stats
-from training.usercsv import TIMESTAMP_NAMES
+from training.usercsv import add_table_arguments as add_table_arguments
+from training.usercsv import table_options as table_options
 
 
 def positive_int(text: str) -> int:
@@ -27,45 +28,6 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
     return value
-
-
-def add_table_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``--dataset csv`` (a user's CSV/Parquet), for every command that
-    loads data; :func:`table_options` turns them into the loader's keywords."""
-    g = p.add_argument_group("--dataset csv options (your own CSV or Parquet)")
-    g.add_argument(
-        "--timestamp-col",
-        default=None,
-        help="timestamp column, seconds or ISO 8601 (default: the first column named "
-        + ", ".join(TIMESTAMP_NAMES)
-        + ", any case)",
-    )
-    g.add_argument(
-        "--label-col", default="label", help="0/1 per row; without it, no test split"
-    )
-    g.add_argument(
-        "--entity-col",
-        default=None,
-        help="column that tells series apart (one per pump, machine, ...)",
-    )
-    g.add_argument(
-        "--train-frac",
-        type=float,
-        default=0.5,
-        help="for a single file: leading fraction (in time) used as train",
-    )
-
-
-def table_options(args: argparse.Namespace, dataset: str) -> dict[str, Any]:
-    """The loader keywords of :func:`add_table_arguments`' options for ``dataset``."""
-    if dataset.split("@")[0].lower() != "csv":
-        return {}
-    return {
-        "timestamp_col": args.timestamp_col,
-        "label_col": args.label_col,
-        "entity_col": args.entity_col,
-        "train_frac": args.train_frac,
-    }
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

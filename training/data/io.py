@@ -35,12 +35,17 @@ def read_table(path: Path, **kwargs: Any) -> pd.DataFrame:
         else:
             df = pd.read_csv(path, **kwargs)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot parse as a table ({e})") from None
+        raise DataError(f"{path}: cannot parse as a table ({_one_line(e)})") from None
     except (OSError, ValueError) as e:
-        raise DataError(f"{path}: cannot read ({e})") from None
+        raise DataError(f"{path}: cannot read ({_one_line(e)})") from None
     if len(df) == 0:
         raise DataError(f"{path}: no data rows")
     return df
+
+
+def _one_line(e: Exception) -> str:
+    """A library's message on one line (pandas' parser errors end in a newline)."""
+    return " ".join(str(e).split())
 
 
 def numeric(df: pd.DataFrame, path: Path) -> np.ndarray:

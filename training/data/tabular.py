@@ -18,7 +18,9 @@ Generic:     a directory with ``train.csv|parquet`` and optionally ``test.csv|pa
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,23 @@ from training.data.types import Dataset, Entity
 from training.data.windows import WINDOW, min_pretrain_steps, min_split_steps
 from training.errors import DataError
 from training.usercsv import (
+    CHANNEL_HINT,
+    INFINITY,
+    INFINITY_HINT,
+    MISSING,
+    NUMBER,
+    ROW_HINT,
     TIMESTAMP_HINT,
+    cell_value,
+    cells_problem,
+    check_names,
+    data_records,
     find_column,
+    fits,
     parse_time,
     read_header,
+    record_line,
+    records,
     timestamp_column,
 )
 
@@ -124,8 +139,8 @@ class UserTable:
     channels: list[str]
     timestamp: str | None  # the column, converted to float seconds
     label: str | None
-    entity: str | None
-    header_lines: int = 1  # a CSV's line of data row r is r + header_lines
+    entity: str | None  # the column, as the file's text
+    records: np.ndarray | None = None  # a CSV's record of each row (index: row - 1)
 
 
 def read_user_table(
@@ -137,18 +152,14 @@ def read_user_table(
     channels: list[str] | None = None,
 ) -> UserTable:
     """Read and check a user's CSV (see :mod:`training.usercsv`) or Parquet file:
-    every cell of every channel a number or empty, timestamps seconds or ISO 8601,
-    labels 0/1. ``channels``: the columns a second file (test) must have."""
+    every cell of every channel a number or missing, timestamps seconds or ISO 8601,
+    labels 0/1, entities named. ``channels``: the columns a second file (test) must
+    have."""
     require_file(path)
     if path.suffix == ".parquet":
-        df = read_table(path)
-        df.columns = [str(c).strip() for c in df.columns]
-        header_lines = 0
+        df, records = _read_parquet(path), None
     else:
-        header, sep = read_header(path)
-        df = read_table(path, sep=sep, index_col=False)
-        df.columns = header[: len(df.columns)]
-        header_lines = 1
+        df, records = _read_csv(path, label_col, entity_col)
     header = list(df.columns)
     ts = timestamp_column(header, timestamp_col, path)
     label = find_column(header, label_col) if label_col else None
@@ -159,7 +170,7 @@ def read_user_table(
             raise DataError(
                 f"no entity column {entity_col!r} among {header[:12]}",
                 file=path,
-                line=1 if header_lines else None,
+                line=1 if records is not None else None,
                 hint="--entity-col names the column that tells the series apart",
             )
     meta = [c for c in (ts, label, entity) if c]
@@ -173,72 +184,271 @@ def read_user_table(
             )
     elif missing := [c for c in channels if c not in header]:
         raise DataError(f"missing channel columns {missing[:5]}", file=path)
-    table = UserTable(path, df, channels, ts, label, entity, header_lines)
-    df[channels] = _numbers(table, channels)
+    table = UserTable(path, df, channels, ts, label, entity, records)
+    x = np.empty((len(df), len(channels)), dtype=np.float32)
+    bad = []
+    for j, c in enumerate(channels):
+        x[:, j], b = _numbers(table, c)
+        bad.append((c, b))
+    _first_bad(table, bad)
+    df[channels] = x
     if ts:
         df[ts] = _seconds(table, ts)
     if label:
         df[label] = _labels(table, label)
+    if entity:
+        df[entity] = _entities(table, entity)
     return table
 
 
+# every spelling of a MISSING token (NA, Na, nA, na, ...), for pandas' exact matching
+_MISSING_SPELT = sorted(
+    {"".join(p) for t in MISSING for p in product(*({c.lower(), c.upper()} for c in t))}
+)
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    df = read_table(path)
+    # a named index (e.g. the timestamp, after set_index) is a column; rows are counted
+    # by position, whatever the index
+    named = any(n is not None for n in df.index.names)
+    df = df.reset_index(drop=not named)
+    names = [str(c).strip() for c in df.columns]
+    check_names(names, path)
+    df.columns = names
+    return df
+
+
+def _read_csv(
+    path: Path, label_col: str | None, entity_col: str | None
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The data rows as pandas guesses their types, blank rows out, and each row's
+    record (its position after the header, blank lines included). Refuses a row with
+    more or fewer cells than the header.
+
+    pandas reads a channel's :data:`~training.usercsv.MISSING` cells (exactly spelt,
+    any case) as NaN, so a column of numbers with gaps is parsed in C; a cell it
+    leaves as text is judged by :mod:`training.usercsv`'s rules later. The first and
+    last columns are read as written, so that a short row (which pandas fills with
+    empty cells) can be told from empty cells; the label and entity too (``NA`` is
+    an entity's name)."""
+    header, sep = read_header(path)
+    width = len(header)
+    label = find_column(header, label_col) if label_col else None
+    ent = find_column(header, entity_col) if entity_col else None
+    verbatim = {0, width - 1, width, *(header.index(c) for c in (label, ent) if c)}
+    try:
+        with warnings.catch_warnings():
+            # pandas reads in chunks, in parallel: a column may hold numbers in one
+            # and text in another (one Python object a cell, judged as text below)
+            warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+            df = read_table(
+                path,
+                sep=sep,
+                header=None,
+                skiprows=1,
+                names=range(width + 1),  # one more: a delimiter ending a row
+                index_col=False,
+                keep_default_na=False,
+                na_values={
+                    c: _MISSING_SPELT for c in range(width) if c not in verbatim
+                },
+                skip_blank_lines=False,
+                dtype={header.index(ent): str} if ent else None,
+            )
+    except DataError:  # a row with two or more cells too many?
+        for r, (row, line) in enumerate(data_records(path, sep, width)):
+            if not fits(row, width):
+                raise DataError(
+                    cells_problem(len(row), width),
+                    file=path,
+                    row=r + 1,
+                    line=line,
+                    hint=ROW_HINT,
+                ) from None
+        raise
+
+    def missing(c: int, rows: np.ndarray | None = None) -> np.ndarray:
+        col = df[c] if rows is None else df[c].iloc[rows]
+        if pd.api.types.is_numeric_dtype(col):
+            return col.isna().to_numpy(dtype=bool)
+        low = _text(col).str.lower()
+        return (col.isna() | low.isin(MISSING)).to_numpy(dtype=bool)
+
+    # a row of missing cells only is skipped, as a blank line
+    blank = missing(0).copy()  # writable
+    maybe = np.flatnonzero(blank)
+    blank[maybe] = np.logical_and.reduce([missing(c, maybe) for c in range(width + 1)])
+    # pandas fills a short row with empty cells: count the cells of a row whose last
+    # cell is missing, or which has an extra cell (allowed if empty)
+    short = np.flatnonzero(missing(width - 1) & ~blank)
+    extra = np.flatnonzero((_text(df[width]) != "").to_numpy(dtype=bool) & ~blank)
+    cells = np.full(len(df), width)
+    cells[short] = _cell_counts(path, sep, short)
+    cells[extra] = _cell_counts(path, sep, extra)
+    if (bad := (cells != width) & (cells != width + 1)).any() or len(extra):
+        i = int(np.argmax(bad)) if bad.any() else int(extra[0])
+        raise DataError(
+            cells_problem(int(cells[i]), width),
+            file=path,
+            row=int((~blank[:i]).sum()) + 1,
+            line=record_line(path, sep, i),
+            hint=ROW_HINT,
+        )
+    records = np.flatnonzero(~blank)
+    if len(records) == 0:
+        raise DataError("no data rows after the header", file=path)
+    df = df.loc[~blank, : width - 1].reset_index(drop=True)
+    df.columns = header
+    for c in header:  # a CSV's True/False is text, not 1/0
+        if pd.api.types.is_bool_dtype(df[c]):
+            df[c] = df[c].map({True: "True", False: "False"})
+    return df, records
+
+
+def _cell_counts(path: Path, sep: str, want: np.ndarray) -> np.ndarray:
+    """Cells of the records ``want`` (positions after the header, ascending), counted
+    by delimiters on their lines, unless the file holds quotes or bare CRs: then
+    Python's csv reads it (exactly, slower)."""
+    if len(want) == 0:
+        return np.zeros(0, dtype=np.int64)
+    out: list[int] = []
+    delim, rest, first = sep.encode(), b"", 0
+    with path.open("rb") as f:
+        f.readline()  # the header
+        while chunk := f.read(1 << 24):
+            block = rest + chunk
+            if b'"' in block or block.count(b"\r") != block.count(b"\r\n"):
+                break
+            lines = block.split(b"\n")
+            rest = lines.pop()
+            lo, hi = np.searchsorted(want, [first, first + len(lines)])
+            out += [lines[k - first].count(delim) + 1 for k in want[lo:hi]]
+            first += len(lines)
+        else:
+            if rest and len(out) < len(want):  # the last line, without a newline
+                out.append(rest.count(delim) + 1)
+            return np.array(out, dtype=np.int64)
+    n = [len(cells) for cells, _ in records(path, sep)]
+    return np.array(n, dtype=np.int64)[want]
+
+
 def _where(t: UserTable, i: int | np.integer, column: str) -> dict[str, Any]:
-    row = int(t.df.index[i]) + 1
-    line = row + t.header_lines if t.header_lines else None
-    return {"file": t.path, "row": row, "line": line, "column": column}
+    """Where row ``i`` (a position in ``t.df``) is, for a DataError."""
+    row = int(t.df.index[i])
+    line = None
+    if t.records is not None:
+        line = record_line(t.path, read_header(t.path)[1], int(t.records[row]))
+    return {"file": t.path, "row": row + 1, "line": line, "column": column}
 
 
-def _numbers(t: UserTable, columns: list[str]) -> pd.DataFrame:
-    raw = t.df[columns]
-    out = raw.apply(pd.to_numeric, errors="coerce")
-    bad = (out.isna() & raw.notna()).to_numpy()  # empty cells are NaN already
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise DataError(
-            f"non-numeric value {raw.iat[i, j]!r}",
-            **_where(t, i, columns[j]),
-            hint="a channel cell holds a number or nothing (missing); is the "
-            "timestamp, label or entity column named as such?",
-        )
-    inf = np.isinf(out.to_numpy(dtype=np.float64))
-    if inf.any():
-        i, j = np.argwhere(inf)[0]
-        raise DataError(
-            f"infinite value {raw.iat[i, j]}",
-            **_where(t, i, columns[j]),
-            hint="leave the cell empty if the reading is missing",
-        )
-    return out.astype(np.float32)
+def _text(col: pd.Series) -> pd.Series:
+    """A column's cells as stripped text (a missing cell of a typed column: NaN)."""
+    return col.astype("str").str.strip()
 
 
-def _seconds(t: UserTable, column: str) -> pd.Series:
-    raw = t.df[column]
-    out = pd.to_numeric(raw, errors="coerce").astype(np.float64)
-    for i in np.flatnonzero(~np.isfinite(out.to_numpy())):
-        cell = raw.iat[i]
-        if pd.isna(cell):
-            raise DataError("empty timestamp", **_where(t, i, column))
+def _parse(col: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`training.usercsv.cell_value` for a column: (values, missing, bad), NaN
+    where missing or bad. A typed (e.g. Parquet) numeric or boolean column is numbers."""
+    if pd.api.types.is_numeric_dtype(col):
+        x = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        return x, np.isnan(x), np.zeros(len(x), dtype=bool)
+    s = _text(col)
+    missing = (col.isna() | s.str.lower().isin(MISSING)).to_numpy()
+    ok = (s.str.fullmatch(NUMBER) | s.str.lower().isin(INFINITY)).to_numpy(
+        dtype=bool, na_value=False
+    )
+    x = s.where(ok).astype(np.float64).to_numpy(dtype=np.float64, na_value=np.nan)
+    return x, missing, ~(ok | missing)
+
+
+def _first_bad(t: UserTable, bad: list[tuple[str, np.ndarray]]) -> None:
+    """Refuses the first (row, then column) non-numeric or infinite channel cell."""
+    found = [(int(np.argmax(b)), k) for k, (_, b) in enumerate(bad) if b.any()]
+    if not found:
+        return
+    i, k = min(found)
+    column = bad[k][0]
+    raw = t.df[column].iat[i]
+    if isinstance(raw, float | int | np.number) and not isinstance(raw, bool):
+        problem = f"infinite value {raw}"  # a typed column's
+    else:
         try:
-            out.iat[i] = parse_time(str(cell))
+            cell_value(str(raw))
+            problem = f"infinite value {raw!r}"
+        except ValueError:
+            problem = f"non-numeric value {str(raw)!r}"
+    raise DataError(
+        problem,
+        **_where(t, i, column),
+        hint=CHANNEL_HINT if problem.startswith("non") else INFINITY_HINT,
+    )
+
+
+def _numbers(t: UserTable, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """A channel's values (NaN = missing) and where they are not numbers or infinite."""
+    x, _, bad = _parse(t.df[column])
+    return x, bad | np.isinf(x)
+
+
+def _seconds(t: UserTable, column: str) -> np.ndarray:
+    col = t.df[column]
+    if pd.api.types.is_datetime64_any_dtype(col):  # a Parquet time, zoned or not
+        if isinstance(col.dtype, pd.DatetimeTZDtype):
+            col = col.dt.tz_convert("UTC").dt.tz_localize(None)
+        x = (
+            (col - pd.Timestamp(0))
+            .dt.total_seconds()
+            .to_numpy(np.float64, na_value=np.nan)
+        )
+        missing = np.isnan(x)
+    else:
+        x, missing, _ = _parse(col)
+    if missing.any():
+        raise DataError(
+            "empty timestamp",
+            **_where(t, int(np.argmax(missing)), column),
+            hint=TIMESTAMP_HINT,
+        )
+    x = x.copy()  # writable (an Arrow column's may not be)
+    for i in np.flatnonzero(~np.isfinite(x)):  # not a number: ISO 8601?
+        cell = col.iat[i]
+        try:
+            seconds = parse_time(str(cell))
         except ValueError:
             raise DataError(
                 f"{cell!r} is not a time", **_where(t, i, column), hint=TIMESTAMP_HINT
             ) from None
-    return out
+        x[i] = seconds
+    return x
 
 
-def _labels(t: UserTable, column: str) -> pd.Series:
-    raw = t.df[column]
-    out = pd.to_numeric(raw, errors="coerce")
-    bad = ~out.isin([0, 1]).to_numpy()
+def _labels(t: UserTable, column: str) -> np.ndarray:
+    x, _, _ = _parse(t.df[column])
+    bad = ~np.isin(x, (0.0, 1.0))
     if bad.any():
         i = int(np.argmax(bad))
         raise DataError(
-            f"label {str(raw.iat[i])!r}: labels must be 0 or 1",
+            f"label {str(t.df[column].iat[i])!r}: labels must be 0 or 1",
             **_where(t, i, column),
             hint="1 marks an anomalous row, 0 a normal one",
         )
-    return out.astype(np.int8)
+    return x.astype(np.int8)
+
+
+def _entities(t: UserTable, column: str) -> pd.Series:
+    """The entity column as text (a CSV's as written: ``01`` is not ``1``)."""
+    col = t.df[column]
+    s = _text(col)
+    empty = (col.isna() | (s == "")).to_numpy()
+    if empty.any():
+        raise DataError(
+            "empty entity",
+            **_where(t, int(np.argmax(empty)), column),
+            hint="every row names the series it belongs to (e.g. its pump); leave out "
+            "the rows of none",
+        )
+    return s
 
 
 def load_table_dataset(
@@ -302,10 +512,21 @@ def load_table_dataset(
         x = df[channels].to_numpy(dtype=np.float32)
         return fill_nans(x, t.path, channels) if len(x) else (x, 0)
 
+    train_groups = groups(train)
     test_groups = groups(test) if test is not None else {}
+    unknown = [k for k in test_groups if k not in train_groups]
+    if test is not None and test.entity and test.path != train.path and unknown:
+        raise DataError(
+            f"entity {unknown[0]!r} has test rows but no train rows in "
+            f"{train.path.name}"
+            + (f" (nor have {len(unknown) - 1} more)" if len(unknown) > 1 else ""),
+            **_where(test, int(test_groups[unknown[0]].index[0]), test.entity),
+            hint="give it train rows, or leave its rows out of the test file",
+        )
     entities = []
-    for key, g in groups(train).items():
-        x_tr, n_tr = series(train, g)
+    for key in sorted(train_groups.keys() | test_groups.keys()):
+        # a single file's entity may have no train part: refused as too short below
+        x_tr, n_tr = series(train, train_groups.get(key, train.df.iloc[:0]))
         x_te, labels, n_te = None, None, 0
         if test is not None and key in test_groups:
             t = test_groups[key]

@@ -18,7 +18,6 @@ the service less CPU than JSON: for backfills of many readings a request.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
 import time
@@ -33,14 +32,23 @@ import numpy as np
 
 from training.errors import DataError, UserError
 from training.usercsv import (
+    CHANNEL_HINT,
+    INFINITY_HINT,
+    ROW_HINT,
     TIMESTAMP_HINT,
+    add_table_arguments,
+    cell_value,
+    cells_problem,
+    data_records,
     find_column,
+    fits,
+    is_missing,
+    label_value,
     parse_time,
     read_header,
+    table_options,
     timestamp_column,
 )
-
-MISSING = ("", "nan", "na", "n/a", "null", "none")
 
 
 @dataclass
@@ -52,57 +60,61 @@ class Series:
     labels: np.ndarray | None  # (T,) 0/1 per step
 
 
-def read_csv(path: Path, timestamp_col: str | None = None) -> Series:
-    """A user's CSV, checked cell by cell: DataError names the row and the column."""
+def read_csv(
+    path: Path, timestamp_col: str | None = None, label_col: str | None = "label"
+) -> Series:
+    """A user's CSV, checked cell by cell with :mod:`training.usercsv`'s rules, as
+    the training loader reads it: DataError names the row, its line and the column."""
     header, delimiter = read_header(path)
     ts_name = timestamp_column(header, timestamp_col, path)
-    label_name = find_column(header, "label")
+    label_name = find_column(header, label_col) if label_col else None
     ts_col = header.index(ts_name) if ts_name else None
-    label_col = header.index(label_name) if label_name else None
-    chans = [i for i in range(len(header)) if i not in (ts_col, label_col)]
+    label_col_i = header.index(label_name) if label_name else None
+    chans = [i for i in range(len(header)) if i not in (ts_col, label_col_i)]
     if not chans:
         raise DataError("no channel columns besides the timestamp and label", file=path)
-    with path.open(encoding="utf-8-sig", errors="replace", newline="") as f:
-        rows = list(csv.reader(f, delimiter=delimiter))[1:]
-    rows = [r for r in rows if any(c.strip() for c in r)]  # blank lines
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    for cells, line in data_records(path, delimiter, len(header)):
+        if not fits(cells, len(header)):
+            raise DataError(
+                cells_problem(len(cells), len(header)),
+                file=path,
+                row=len(rows) + 1,
+                line=line,
+                hint=ROW_HINT,
+            )
+        rows.append(cells)
+        lines.append(line)
     if not rows:
         raise DataError("no data rows after the header", file=path)
 
     def where(r: int, c: int) -> dict[str, Any]:
-        return {"file": path, "row": r + 1, "line": r + 2, "column": header[c]}
+        return {"file": path, "row": r + 1, "line": lines[r], "column": header[c]}
 
     def num(cell: str, r: int, c: int) -> float:
-        if cell.strip().lower() in MISSING:
-            return math.nan
         try:
-            v = float(cell)
+            v = cell_value(cell)
         except ValueError:
             raise DataError(
-                f"non-numeric value {cell!r}",
-                **where(r, c),
-                hint="a channel cell holds a number or nothing (missing)",
+                f"non-numeric value {cell!r}", **where(r, c), hint=CHANNEL_HINT
             ) from None
         if math.isinf(v):
             raise DataError(
-                f"infinite value {cell!r}",
-                **where(r, c),
-                hint="leave the cell empty if the reading is missing",
+                f"infinite value {cell!r}", **where(r, c), hint=INFINITY_HINT
             )
         return v
 
     values = np.empty((len(rows), len(chans)), dtype=np.float64)
     ts = np.arange(len(rows), dtype=np.float64)
-    labels = np.zeros(len(rows), dtype=np.int8) if label_col is not None else None
+    labels = np.zeros(len(rows), dtype=np.int8) if label_col_i is not None else None
     for r, row in enumerate(rows):
-        if len(row) != len(header):
-            raise DataError(
-                f"{len(row)} cells, the header has {len(header)}",
-                file=path,
-                row=r + 1,
-                line=r + 2,
-            )
         values[r] = [num(row[c], r, c) for c in chans]
         if ts_col is not None:
+            if is_missing(row[ts_col]):
+                raise DataError(
+                    "empty timestamp", **where(r, ts_col), hint=TIMESTAMP_HINT
+                )
             try:
                 ts[r] = parse_time(row[ts_col])
             except ValueError:
@@ -111,13 +123,15 @@ def read_csv(path: Path, timestamp_col: str | None = None) -> Series:
                     **where(r, ts_col),
                     hint=TIMESTAMP_HINT,
                 ) from None
-        if labels is not None and label_col is not None:
-            if row[label_col].strip() not in ("0", "1", "0.0", "1.0"):
+        if labels is not None and label_col_i is not None:
+            try:
+                labels[r] = label_value(row[label_col_i])
+            except ValueError:
                 raise DataError(
-                    f"label {row[label_col]!r}: labels must be 0 or 1",
-                    **where(r, label_col),
-                )
-            labels[r] = int(float(row[label_col]))
+                    f"label {row[label_col_i]!r}: labels must be 0 or 1",
+                    **where(r, label_col_i),
+                    hint="1 marks an anomalous row, 0 a normal one",
+                ) from None
     if np.any(np.diff(ts) < 0):  # sent in time order, as training reads the file
         order = np.argsort(ts, kind="stable")
         values, ts = values[order], ts[order]
@@ -148,12 +162,16 @@ def match_channels(series: Series, model: list[str], source: str) -> Series:
     return series
 
 
-def read_dataset(name: str, root: Path | None, entity: str | None) -> Series:
+def read_dataset(
+    name: str, root: Path | None, entity: str | None, **options: Any
+) -> Series:
+    """An entity's test series of a data set; ``options``: the loader's keywords
+    (``--dataset csv``'s, :func:`training.usercsv.table_options`)."""
     # the loaders need pandas (the train extra): imported here, so that `--file` runs
     # where only the service is installed
     from training.data import load_dataset
 
-    ds = load_dataset(name, root)
+    ds = load_dataset(name, root, **options)
     ents = [e for e in ds.entities if e.test is not None]
     if entity is not None:
         ents = [e for e in ents if e.name == entity]
@@ -250,11 +268,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--root", type=Path, help="data folder for --dataset")
     p.add_argument("--entity", help="entity of --dataset (default: the first)")
-    p.add_argument(
-        "--timestamp-col",
-        help="the file's timestamp column (default: the first named timestamp, time, "
-        "ts, datetime or date)",
-    )
     p.add_argument("--url", default="http://127.0.0.1:8000", help="service base URL")
     p.add_argument("--stream", help="stream id (default: derived from the source)")
     p.add_argument(
@@ -280,16 +293,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="json",
         help="request body: JSON, or MessagePack columns (less service CPU a reading)",
     )
+    # --file reads --timestamp-col and --label-col; --dataset csv all of them
+    add_table_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.batch < 1 or args.wait < 0 or (args.limit is not None and args.limit < 1):
         raise UserError("--batch and --limit must be >= 1, --wait >= 0")
+    if args.file and args.entity_col:
+        raise UserError(
+            "--entity-col: --file replays one series; give the file of one entity, "
+            "or use --dataset csv --root FILE --entity-col COL --entity NAME"
+        )
     try:
         series = (
-            read_csv(args.file, args.timestamp_col)
+            read_csv(args.file, args.timestamp_col, args.label_col)
             if args.file
-            else read_dataset(args.dataset, args.root, args.entity)
+            else read_dataset(
+                args.dataset,
+                args.root,
+                args.entity,
+                **table_options(args, args.dataset),
+            )
         )
     except (OSError, ValueError) as e:
         raise UserError(str(e)) from None
