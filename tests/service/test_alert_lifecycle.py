@@ -43,17 +43,12 @@ def hook() -> Iterator[Hook]:
     h.close()
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture
-def redis(request: pytest.FixtureRequest, kind: str) -> AnyRedis | None:
-    """The Redis of ``kind`` (None: the in-memory store)."""
-    if kind == "memory":
+def redis(request: pytest.FixtureRequest, store_kind: str) -> AnyRedis | None:
+    """The Redis of ``store_kind`` (None: the in-memory store)."""
+    if store_kind == "memory":
         return None
-    fixture = "redis_server" if kind == "redis" else "redis_cluster"
+    fixture = "redis_server" if store_kind == "redis" else "redis_cluster"
     server: AnyRedis = request.getfixturevalue(fixture)
     return server
 
