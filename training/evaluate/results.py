@@ -390,7 +390,7 @@ def operator_line(res: Mapping[str, Any]) -> str:
         )
     elif "false_alarms_per_day" in b:
         text += f" ({b['false_alarms_per_day']['mean']:.2f} per day)"
-    if cross:
+    if cross and n:  # no event: no chance to compare with
         text += f"; chance p = {b['chance']['p']:.3f}"
     text += f" (means over {len(res['seeds'])} seeds"
     if n < MIN_EVENTS:
@@ -578,8 +578,8 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             b = r.get("events", {}).get("budget")
             ev = f", warned {b['warned']['mean']:.3g} / {b['events']}" if b else ""
             return (
-                f"val PR AUC {r['val']['pr_auc']['mean']:.3f} / ROC AUC "
-                f"{r['val']['roc_auc']['mean']:.3f}; test PR AUC "
+                f"val PR AUC {_f(r['val']['pr_auc']['mean'])} / ROC AUC "
+                f"{_f(r['val']['roc_auc']['mean'])}; test PR AUC "
                 f"{_cell(r['all']['pr_auc'])} {_ci(r['block_ci95']['pr_auc']) if 'block_ci95' in r else ''}, "
                 f"ROC AUC {_cell(r['all']['roc_auc'])}{ev}"
             )
@@ -644,7 +644,9 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
 
     def ci(t: Mapping[str, Any], key: str, nd: int) -> str:
         lo, hi = t.get("ci95", {}).get(key, (None, None))
-        return "" if lo is None else f" [{lo:.{nd}f}, {hi:.{nd}f}]"
+        if lo is None or not np.isfinite([lo, hi]).all():
+            return ""
+        return f" [{lo:.{nd}f}, {hi:.{nd}f}]"
 
     for p in points:
         b = p["false_alarms_per_1000"]
@@ -654,7 +656,7 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
             fa, fp = "false_alarms_per_1000_windows", "false_pages_per_1000_windows"
             cells += [
                 f"{t['warned']['mean']:.3g} / {t['events']}",
-                f"{t['warned_rate']['mean']:.3f}{ci(t, 'warned_rate', 3)}",
+                f"{_f(t['warned_rate']['mean'])}{ci(t, 'warned_rate', 3)}",
                 f"{t['late']['mean']:.3g}",
                 f"{t[fa]['mean']:.2f}{ci(t, fa, 2)}",
                 f"{t[fp]['mean']:.2f}{ci(t, fp, 2)}" if fp in t else "-",
@@ -662,7 +664,7 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
                 + ci(t, "false_pages_per_day", 2)
                 if per_day
                 else "-",
-                f"{t['chance']['p']:.3f}",
+                f"{t['chance']['p']:.3f}" if t["events"] else "-",
             ]
         else:
             cells += ["none held B out of fold"] + ["-"] * 6

@@ -168,3 +168,35 @@ def test_chance_line_says_when_the_rotations_cannot_decide() -> None:
     assert "No method warns better than chance" in chance_line(
         _chance_rows([0.5] * 25, 2000)
     )
+
+
+def test_undefined_figures_read_n_a_not_nan() -> None:
+    """A validation split without a positive (or a negative) window leaves its AUCs
+    undefined, and a test split without incidents its warned rate and chance p: the
+    page says n/a or -, never prints a NaN as if it were a figure."""
+    import json
+
+    from training.evaluate.results import markdown
+
+    res = json.loads(Path("docs/results/msl-trees200/results.json").read_text())
+    assert not re.search(r"\bnan\b", markdown(res))
+    nan = float("nan")
+    for row in res["rows"].values():
+        for key in ("pr_auc", "roc_auc"):
+            if key in row.get("val", {}):
+                row["val"][key]["mean"] = nan
+        for p in row.get("events", {}).get("operating_points", []):
+            p["events"] = 0
+            p["warned_rate"]["mean"] = nan
+            p.setdefault("ci95", {})["warned_rate"] = [nan, nan]
+        if "budget" in row.get("events", {}):
+            row["events"]["budget"]["events"] = 0
+    text = markdown(res)
+    assert not re.search(r"\bnan\b", text), [
+        ln for ln in text.splitlines() if re.search(r"\bnan\b", ln)
+    ][:3]
+    assert "val PR AUC n/a / ROC AUC n/a" in text
+    points = text.split("**Operating points of the served model**")[1]
+    served = [ln for ln in points.split("\n\n")[1].splitlines() if "| 0 / 0 |" in ln]
+    assert served and all(ln.endswith("| - |") for ln in served)
+    assert all("| 0 / 0 | n/a |" in ln for ln in served)
