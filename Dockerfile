@@ -13,7 +13,9 @@
 # SCJEPA_* environment variables (service/config.py) and expects the model artifact
 # (model.onnx + manifest.json) mounted read-only at /models/current. Its HEALTHCHECK
 # (deploy/docker/healthcheck.py) probes /readyz on the --host/--port of the `scjepa
-# serve` running in the container, so it follows a command that changes the port.
+# serve` running in the container, so it follows a command that changes the port, and
+# sends the ops key in /run/secrets/ops_key when there is one (docker compose's secret;
+# SCJEPA_OPS_KEY_ROUTES may put /readyz behind it).
 #
 # Build with BuildKit (DOCKER_BUILDKIT=1, the default of recent Docker): it builds only
 # the stages a target needs, where the legacy builder would also build `train` (and

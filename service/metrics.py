@@ -92,8 +92,10 @@ QUEUE_AGE = Gauge(
 )
 RELOADS = Counter(
     "scjepa_reloads",
-    "Hot reloads by what was reloaded (keys, model) and outcome (ok, failed: the "
-    "previous one stays in force).",
+    "Hot reloads by what was reloaded (keys, model, inference_process: a scorer's "
+    "inference process that died, started again) and outcome (ok, failed: the "
+    "previous keys or model stay in force; a process not restarted is tried again "
+    "on the next batch).",
     ["what", "outcome"],
 )
 REFUSED = Counter(

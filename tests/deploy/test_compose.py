@@ -4,7 +4,10 @@ conditions, Redis persistence, read-only model mount, the api and scorer tiers a
 scorer that `--scale` can multiply, CPU by default and GPU and replay profiles, limits,
 log rotation, no-new-privileges, read-only roots, loopback ports, secrets from files)
 and every SCJEPA_* variable checked against service.config.Settings;
-deploy/docker/make-secrets.sh run for real."""
+deploy/docker/make-secrets.sh run for real; the command of api and scorers (secrets into
+the server's environment: Redis password, the stack's ops and replay keys) and the
+replay's entrypoint run for real under sh with a stand-in `scjepa`; each scorer tier's
+own precision."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -159,10 +163,12 @@ def test_the_scorer_scales(services: dict[str, Any]) -> None:
     assert "deploy" not in services["api"] and "deploy" not in services["scorer"]
 
 
-def test_api_and_scorers_share_one_configuration(rendered: dict[str, Any]) -> None:
+def test_api_and_scorers_share_one_configuration(
+    services: dict[str, Any], rendered: dict[str, Any]
+) -> None:
     """One anchor: the same settings (what both tiers must agree on cannot differ),
-    Redis, secret, model mount, health check and hardening; the GPU scorer differs
-    in its image and provider only."""
+    Redis, secrets, model and key-file mounts, health check and hardening; the GPU
+    scorer differs in its image, provider and precision (its own variable) only."""
     shared = ("environment", "volumes", "secrets", "depends_on", "healthcheck",
               "tmpfs", "security_opt", "read_only", "logging", "pids_limit")  # fmt: skip
     api, scorer, gpu = (rendered[n] for n in ("api", "scorer", "scorer-gpu"))
@@ -173,7 +179,11 @@ def test_api_and_scorers_share_one_configuration(rendered: dict[str, Any]) -> No
     assert api["image"] == scorer["image"] != gpu["image"]
     assert {
         k: v for k, v in gpu["environment"].items() if v != scorer["environment"][k]
-    } == {"SCJEPA_PROVIDER": "cuda"}
+    } == {"SCJEPA_PROVIDER": "cuda"}  # at the defaults: fp32 both
+    raw = {k: v for k, v in _env(services["scorer-gpu"]).items()
+           if v != _env(services["scorer"])[k]}  # fmt: skip
+    assert raw == {"SCJEPA_PROVIDER": "cuda",
+                   "SCJEPA_PRECISION": "${GPU_PRECISION:-fp32}"}  # fmt: skip
     assert serve_command(api)[0] == serve_command(scorer)[0] == serve_command(gpu)[0]
     # a lower CPU weight than the api's default (1024): the api's requests first
     assert 0 < int(scorer["cpu_shares"]) < 1024 and "cpu_shares" not in api
@@ -257,6 +267,8 @@ def test_healthcheck_follows_the_serve_port(
     test = services[name]["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "/usr/local/bin/scjepa-healthcheck"], test
     assert not re.search(r":\d+/readyz", " ".join(test)), test
+    # with the ops key: healthy when SCJEPA_OPS_KEY_ROUTES lists /readyz
+    assert test[3:] == ["--key-file", "/run/secrets/ops_key", "/readyz"], test
 
 
 def test_gpu_profile_reserves_an_nvidia_gpu(services: dict[str, Any]) -> None:
@@ -300,20 +312,43 @@ def test_prometheus_and_grafana_mount_the_repo_config(services: dict[str, Any]) 
         assert (REPO / src).is_dir(), f"{src} is mounted but missing"
 
 
-@pytest.fixture(scope="module")
-def rendered() -> dict[str, Any]:
-    """The file as docker-compose resolves it (defaults filled in), every profile."""
+# the compose-level variables a test renders with (left out of this shell's)
+COMPOSE_VARS = ("BIND_", "SCJEPA_", "GPU_PRECISION", "API_KEYS_DIR", "SECRETS_DIR")
+
+
+def render(**env: str) -> dict[str, Any]:
+    """The file as docker-compose resolves it, every profile: the defaults filled in,
+    but for the variables in ``env``."""
     tool = require_tool("docker-compose")
     args: list[str | Path] = [tool, "--project-directory", REPO, "-f", COMPOSE_FILE]
     for p in PROFILES:
         args += ["--profile", p]
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("BIND_", "SCJEPA_"))
-    }
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(COMPOSE_VARS)}
     proc = subprocess.run([str(a) for a in args] + ["config"], capture_output=True,
-                          text=True, env=env, check=False, timeout=120)  # fmt: skip
+                          text=True, env=clean | env, check=False, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return dict(yaml_load(proc.stdout))["services"]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, Any]:
+    """The file as docker-compose resolves it (defaults filled in), every profile."""
+    return render()
+
+
+def test_each_scorer_tier_has_its_own_precision() -> None:
+    """SCJEPA_PRECISION is the CPU scorers' (fp32, int8), GPU_PRECISION scorer-gpu's
+    (fp32, fp16): fp16 for the GPU scorer must not reach a CPU scorer (which refuses
+    to start with it), nor int8 for the CPU scorers the CUDA one."""
+    svc = render(SCJEPA_PRECISION="int8", GPU_PRECISION="fp16")
+    assert svc["scorer"]["environment"]["SCJEPA_PRECISION"] == "int8"
+    assert svc["scorer-gpu"]["environment"]["SCJEPA_PRECISION"] == "fp16"
+    svc = render(GPU_PRECISION="fp16")
+    assert svc["scorer"]["environment"]["SCJEPA_PRECISION"] == "fp32"
+    assert svc["api"]["environment"]["SCJEPA_PRECISION"] == "fp32"
+    assert svc["scorer-gpu"]["environment"]["SCJEPA_PRECISION"] == "fp16"
+    for name in ("api", "scorer", "scorer-gpu"):
+        assert render()[name]["environment"]["SCJEPA_PRECISION"] == "fp32", name
 
 
 def yaml_load(text: str) -> Any:
@@ -360,8 +395,16 @@ def test_passwords_come_from_secret_files(
     )
     secrets = compose["secrets"]
     for name in ("redis_password", "redis_acl", "redis_exporter_passwords",
-                 "grafana_admin_password"):  # fmt: skip
+                 "grafana_admin_password", "ops_key", "replay_api_key"):  # fmt: skip
         assert secrets[name]["file"].startswith("${SECRETS_DIR:-./deploy/secrets}/")
+    # the stack's keys: api and scorers accept them, the health checks, Prometheus
+    # and the replay send them; never a key in the file or an environment
+    for name in SERVE:
+        assert {"ops_key", "replay_api_key"} <= set(services[name]["secrets"]), name
+    assert services["prometheus"]["secrets"] == ["ops_key"]
+    assert services["replay"]["secrets"] == ["replay_api_key"]
+    for name in SERVE:  # yours passed through; the stack's added by the command
+        assert _env(services[name])["SCJEPA_API_KEYS"] is None, name
     redis_cmd = services["redis"]["command"]
     assert redis_cmd[redis_cmd.index("--aclfile") + 1] == "/run/secrets/redis_acl"
     for name in SERVE:
@@ -410,9 +453,18 @@ def test_make_secrets_writes_matching_files(tmp_path: Path) -> None:
     assert json.loads((d / "redis_exporter_passwords").read_text()) == {
         "redis://redis:6379": password}  # fmt: skip
     grafana = (d / "grafana_admin_password").read_text()
+    keys = {n: (d / n).read_text().strip() for n in ("ops_key", "replay_api_key")}
+    for name, key in keys.items():
+        # safe in an SCJEPA_API_KEYS entry (no ',' or ':'), a header and a URL
+        assert re.fullmatch(r"[0-9a-f]{48}", key), name
+        assert stat.S_IMODE((d / name).stat().st_mode) == 0o644, name
+    assert len({password, *keys.values()}) == 3
+    (d / "replay_api_key").unlink()  # an older secrets folder: the new file added
     subprocess.run([str(script)], env=env, check=True, capture_output=True)
     assert (d / "redis_password").read_text().strip() == password  # kept
     assert (d / "grafana_admin_password").read_text() == grafana
+    assert (d / "ops_key").read_text().strip() == keys["ops_key"]
+    assert re.fullmatch(r"[0-9a-f]{48}", (d / "replay_api_key").read_text().strip())
 
     import redis
 
@@ -482,3 +534,137 @@ def test_every_setting_reaches_the_service_containers(
 def test_the_drift_check_catches_an_unknown_variable() -> None:
     text = "environment:\n  SCJEPA_MAX_BATCH: 64\n  SCJEPA_MAX_BATCHES: 64\n"
     assert unknown_scjepa_vars(text) == {"SCJEPA_MAX_BATCHES"}
+
+
+# --- the stack's keys: SCJEPA_OPS_KEY_ROUTES and tenant keys keep the stack working
+
+
+def test_the_key_file_folder_is_mounted_read_only(services: dict[str, Any]) -> None:
+    """SCJEPA_API_KEYS_FILE usable in compose: its folder (not the file, so that a
+    replaced file is seen) mounted read-only at /etc/scjepa in api and scorers; the
+    default folder exists in the repo and commits nothing else."""
+    for name in SERVE:
+        mounts = [v for v in services[name]["volumes"]
+                  if isinstance(v, dict) and v["target"] == "/etc/scjepa"]  # fmt: skip
+        assert mounts == [{"type": "bind", "source": "${API_KEYS_DIR:-./deploy/keys}",
+                           "target": "/etc/scjepa", "read_only": True}], name  # fmt: skip
+    assert (REPO / "deploy/keys/.gitignore").read_text().splitlines()[-2:] == [
+        "*", "!.gitignore"]  # fmt: skip
+
+
+STUB = """#!{python}
+import json, os, sys
+print(json.dumps({{"argv": sys.argv[1:], "keys": os.environ.get("SCJEPA_API_KEYS"),
+                  "redis": os.environ.get("SCJEPA_REDIS_URL")}}))
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A secrets folder (make-secrets.sh's files) and a PATH whose `scjepa` prints
+    the arguments and the environment it was started with."""
+    import sys
+
+    secrets = tmp_path / "secrets"
+    subprocess.run([str(REPO / "deploy/docker/make-secrets.sh")], check=True,
+                   env=dict(os.environ, SECRETS_DIR=str(secrets)),
+                   capture_output=True)  # fmt: skip
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "scjepa"
+    stub.write_text(STUB.format(python=sys.executable))
+    stub.chmod(0o755)
+    return secrets, {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+
+
+def run_script(script: str, args: list[str], secrets: Path, env: dict[str, str]) -> Any:
+    """A compose `sh -c` script as the container runs it: `$$` is compose's `$`, the
+    secrets at their /run/secrets/ paths."""
+    text = script.replace("$$", "$").replace("/run/secrets/", f"{secrets}/")
+    proc = subprocess.run(["sh", "-c", text, "scjepa", *args], capture_output=True,
+                          text=True, env=env, check=False, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, explain(proc)
+    return json.loads(proc.stdout)
+
+
+def sha(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("api_keys", "key_file", "keyed"),
+    [
+        ("", None, False),  # open: stays open, only the ops key added
+        ("acme:k1", None, True),
+        ("k1", None, True),  # the default tenant's
+        (f"sha256:{'a' * 64}", None, True),
+        ("@admin:a1", None, False),  # no tenant key: still open
+        (" @admin:a1 , @ops:o2 ,", None, False),
+        ("", "# no tenant\n@admin sha256:" + "b" * 64 + "\n\n", False),
+        ("", "  acme sha256:" + "c" * 64 + "  # a tenant\n", True),
+        ("@admin:a1", "acme sha256:" + "c" * 64 + "\n", True),
+    ],
+    ids=["open", "tenant", "default-tenant", "tenant-hash", "admin-only",
+         "at-keys-spaced", "file-admin-only", "file-tenant", "admin-and-file"],
+)  # fmt: skip
+def test_the_serve_command_adds_the_stacks_keys(
+    services: dict[str, Any],
+    stand_in: tuple[Path, dict[str, str]],
+    tmp_path: Path,
+    api_keys: str,
+    key_file: str | None,
+    keyed: bool,
+) -> None:
+    """The command of api and scorers, run for real: the Redis password into the URL;
+    the ops key always (an @ops key: the health checks' and Prometheus' key opens the
+    routes SCJEPA_OPS_KEY_ROUTES lists, and leaves an open service open); the replay
+    key as tenant `replay` exactly when a tenant key is configured (an entry of
+    SCJEPA_API_KEYS or a line of SCJEPA_API_KEYS_FILE whose principal is a tenant).
+    The resulting keys loaded by the service's own key code."""
+    from service import auth
+
+    secrets, env = stand_in
+    if api_keys:
+        env["SCJEPA_API_KEYS"] = api_keys
+    path = None
+    if key_file is not None:
+        path = tmp_path / "keys.txt"
+        path.write_text(key_file)
+        env["SCJEPA_API_KEYS_FILE"] = str(path)
+    env["SCJEPA_REDIS_URL"] = "redis://redis:6379/0"
+    script, args = serve_command(services["api"])
+    got = run_script(script, args, secrets, env)
+    assert got["argv"] == ["serve", *args]
+    password = (secrets / "redis_password").read_text().strip()
+    assert got["redis"] == f"redis://:{password}@redis:6379/0"
+    ops, replay = ((secrets / n).read_text().strip()
+                   for n in ("ops_key", "replay_api_key"))  # fmt: skip
+    want = ([api_keys] if api_keys else []) + [f"@ops:{ops}"]
+    want += [f"replay:{replay}"] if keyed else []
+    assert got["keys"] == ",".join(want)
+    entries = [auth.normalise_entry(e) for e in got["keys"].split(",") if e.strip()]
+    keys = auth.Keys(entries, path)
+    assert keys.open is not keyed
+    ops_identity = keys.identify(ops)
+    assert ops_identity is not None and ops_identity.principal == auth.OPS
+    who = keys.identify(replay)
+    assert (who.principal if who else None) == ("replay" if keyed else None)
+    # the scorers run the same script
+    for name in SCORERS:
+        assert serve_command(services[name])[0] == script
+
+
+def test_the_replay_sends_its_key(
+    services: dict[str, Any], stand_in: tuple[Path, dict[str, str]]
+) -> None:
+    """The replay profile's entrypoint, run for real: `scjepa` + the command + the
+    replay key read from its secret (--api-key, training/demo/replay.py)."""
+    secrets, env = stand_in
+    replay = services["replay"]
+    entrypoint = [str(c) for c in replay["entrypoint"]]
+    assert entrypoint[:2] == ["sh", "-c"] and entrypoint[3:] == ["scjepa"], entrypoint
+    command = [str(c) for c in replay["command"]]
+    got = run_script(entrypoint[2], command, secrets, env)
+    key = (secrets / "replay_api_key").read_text().strip()
+    assert got["argv"] == [*command, "--api-key", key]
+    assert "replay_api_key" in replay["secrets"]

@@ -3,7 +3,9 @@
 tiny ONNX artifact) and redis_exporter are scraped by a real Prometheus server loaded
 with deploy/prometheus (targets and intervals shortened; the scorer job's DNS discovery
 replaced by the scorer's address), which sends its alerts to a real Alertmanager loaded with
-deploy/alertmanager; the service posts its stream alerts there too. Every recording and
+deploy/alertmanager; the service posts its stream alerts there too. /metrics needs the
+ops key (SCJEPA_OPS_KEY_ROUTES=/metrics, the key as compose's command adds it), which
+Prometheus sends from its credentials_file as in compose. Every recording and
 alert rule must evaluate without error, every recording rule and every dashboard query
 must return data from the live service, and Alertmanager must hold one alert per
 stream in alert."""
@@ -17,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -97,8 +100,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     ports: dict[str, int] = {}
     while len(set(ports.values())) < len(names):
         ports = {k: free_port() for k in names}
+    ops_key = "5ca1ab1e" * 6  # make-secrets.sh's ops_key: 48 hex characters
+    (tmp / "ops_key").write_text(ops_key + "\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
     env.update(
+        SCJEPA_API_KEYS=f"@ops:{ops_key}",  # what compose's command appends
+        SCJEPA_OPS_KEY_ROUTES="/metrics",
         SCJEPA_ARTIFACT=str(tmp / "artifact"),
         SCJEPA_MAX_WAIT_MS="1",
         SCJEPA_REDIS_URL=f"redis://127.0.0.1:{ports['redis']}/0",
@@ -143,6 +150,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         for role in ("api", "scorer"):
             url = f"http://127.0.0.1:{ports[role]}/readyz"
             wait_for(lambda u=url: get_json(u)["status"] == "ok", 60, f"{role} ready")
+            try:  # the protection is on: a scrape without the key is refused
+                urllib.request.urlopen(f"http://127.0.0.1:{ports[role]}/metrics")
+                raise AssertionError(f"{role}: /metrics answered without the ops key")
+            except urllib.error.HTTPError as e:
+                assert e.code == 401, (role, e.code)
 
         conf = tmp / "prometheus"
         shutil.copytree(PROM_DIR, conf)
@@ -152,8 +164,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             assert f'"{compose}"' in text, compose
             text = text.replace(f'"{compose}"', f'"127.0.0.1:{ports[port]}"')
         text = re.sub(r"(scrape|evaluation)_interval: \S+", r"\1_interval: 1s", text)
+        # compose's secret, /run/secrets/ops_key in the Prometheus container
+        text = text.replace("/run/secrets/ops_key", str(tmp / "ops_key"))
         config = yaml.safe_load(text)
         jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+        for job in ("scjepa-api", "scjepa-scorer"):
+            assert jobs[job]["authorization"]["credentials_file"] == str(
+                tmp / "ops_key"
+            ), job
         # the scorers' DNS discovery (compose's DNS; here the host's resolver would
         # answer): the scorer's address instead; no GPU scorer runs here
         scorer = jobs["scjepa-scorer"]

@@ -63,9 +63,31 @@ def test_there_are_rule_and_test_files() -> None:
 # --- promtool
 
 
-def test_promtool_check_config() -> None:
+OPS_KEY_FILE = (
+    "/run/secrets/ops_key"  # compose's ops_key secret in the Prometheus container
+)
+
+
+def checkable_copy(tmp_path: Path, text: str | None = None) -> Path:
+    """deploy/prometheus in ``tmp_path`` with the ops key's credentials_file (a compose
+    secret, absent here; `promtool check config` wants every referenced file) pointing
+    at a key file in ``tmp_path``: the full check, rule files included."""
+    dest = tmp_path / "prometheus"
+    shutil.copytree(PROM_DIR, dest)
+    (tmp_path / "ops_key").write_text("0" * 48 + "\n")
+    text = (PROM_DIR / "prometheus.yml").read_text() if text is None else text
+    assert OPS_KEY_FILE in text
+    conf = dest / "prometheus.yml"
+    conf.write_text(text.replace(OPS_KEY_FILE, str(tmp_path / "ops_key")))
+    return conf
+
+
+def test_promtool_check_config(tmp_path: Path) -> None:
     promtool = require_tool("promtool")
-    proc = run_tool(promtool, "check", "config", PROM_DIR / "prometheus.yml")
+    proc = run_tool(promtool, "check", "config", "--syntax-only",
+                    PROM_DIR / "prometheus.yml")  # fmt: skip
+    assert proc.returncode == 0, explain(proc)
+    proc = run_tool(promtool, "check", "config", checkable_copy(tmp_path))
     assert proc.returncode == 0, explain(proc)
     # the rule_files glob must pick up every rule file (a wrong glob checks nothing)
     assert f"SUCCESS: {len(RULE_FILES)} rule files found" in proc.stdout, proc.stdout
@@ -146,11 +168,12 @@ def test_promtool_check_config_rejects_a_broken_config(tmp_path: Path) -> None:
     promtool = require_tool("promtool")
     text = (PROM_DIR / "prometheus.yml").read_text()
     assert "scrape_interval: 15s" in text
-    shutil.copytree(PROM_DIR / "rules", tmp_path / "rules")
-    bad = tmp_path / "prometheus.yml"
-    bad.write_text(text.replace("scrape_interval: 15s", "scrape_interval: fast", 1))
+    bad = checkable_copy(
+        tmp_path, text.replace("scrape_interval: 15s", "scrape_interval: fast", 1)
+    )
     proc = run_tool(promtool, "check", "config", bad)
     assert proc.returncode != 0, explain(proc)
+    assert "fast" in proc.stdout + proc.stderr, explain(proc)  # refused for that
 
 
 @pytest.mark.parametrize(
@@ -285,6 +308,25 @@ def test_the_metric_check_catches_a_renamed_metric() -> None:
         referenced_metrics("rate(scjepa_reading_total[1m])") - exported_metric_names()
     )
     assert not referenced_metrics("job:scjepa_readings:rate1m")
+
+
+def test_service_scrapes_send_the_ops_key() -> None:
+    """Every job scraping `scjepa serve` sends the stack's ops key (compose's ops_key
+    secret, which docker-compose.yml gives the prometheus service), so a /metrics
+    behind SCJEPA_OPS_KEY_ROUTES is still scraped: a 401 would make `up` 0, fire
+    ScjepaApiDown and ScjepaNoScorerUp, and inhibit every stream alert."""
+    config = load_yaml(PROM_DIR / "prometheus.yml")
+    jobs = [j for j in config["scrape_configs"] if j["job_name"].startswith("scjepa")]
+    assert {j["job_name"] for j in jobs} == {
+        "scjepa-api", "scjepa-scorer", "scjepa-scorer-gpu"}  # fmt: skip
+    for job in jobs:
+        auth = job.get("authorization")
+        assert auth == {"type": "Bearer", "credentials_file": OPS_KEY_FILE}, job
+    compose = load_yaml(PROM_DIR.parents[1] / "docker-compose.yml")
+    assert "ops_key" in compose["services"]["prometheus"]["secrets"]
+    for job in config["scrape_configs"]:  # the others' endpoints take no such key
+        if not job["job_name"].startswith("scjepa"):
+            assert "authorization" not in job, job["job_name"]
 
 
 def test_scrape_config_targets_the_compose_api_and_scorers() -> None:

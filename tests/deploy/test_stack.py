@@ -29,7 +29,10 @@ network to the Debian mirror and PyPI. No image registry is needed:
    replica's container ID names it under compose; on the host's network both would
    take the host's name, and their Redis consumer names, host name and PID 1, would be
    one). test_compose.py checks that nothing stops `--scale` in compose.
-3. through the running stack: the compose file's hardening in force (read-only roots,
+3. through the running stack, with every ops route behind the stack's @ops key
+   (SCJEPA_OPS_KEY_ROUTES=/healthz,/readyz,/metrics: the health checks and Prometheus
+   send make-secrets.sh's ops_key, this test too; without it 401): the compose file's
+   hardening in force (read-only roots,
    no-new-privileges, rotated logs, memory and process limits), each tier on its role;
    scorer-2 the same container as scorer but for its port and host name (rendered
    service and `docker inspect`); readings for three streams, one of them as MessagePack
@@ -159,6 +162,10 @@ class Run:
 RUN = Run()
 KEEP = os.environ.get("DEPLOY_TEST_KEEP") == "1"  # leave stack, images, daemon up
 RESTART: dict[str, tuple[int, Any]] = {}  # the first POST /ingest after Redis' restart
+# every ops route behind the @ops key, as an operator may set it: the compose file's
+# health checks and Prometheus' scrapes must send the stack's ops_key
+OPS_KEY_ROUTES = "/healthz,/readyz,/metrics"
+OPS_KEY: dict[str, str] = {}  # "key": make-secrets.sh's ops_key, sent by every request
 
 
 def sh(
@@ -224,12 +231,16 @@ def http(
     timeout: float = 20,
     media: str = "application/json",
 ) -> tuple[int, Any]:
-    """``body`` as JSON, or sent as it is when it is bytes (with ``media``)."""
+    """``body`` as JSON, or sent as it is when it is bytes (with ``media``); with the
+    stack's ops key (the probes need it; the other routes of an open service ignore
+    it)."""
     data = (
         body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
     )
     req = urllib.request.Request(url, data=data, method=method)
     req.add_header("Content-Type", media)
+    if "key" in OPS_KEY:
+        req.add_header("X-API-Key", OPS_KEY["key"])
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.load(r)
@@ -294,7 +305,9 @@ def post_ingest(
 def scraped(base: str, name: str, **labels: str) -> float:
     """The sum of a metric's samples on a service's own /metrics whose labels include
     ``labels``."""
-    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+    req = urllib.request.Request(f"{base}/metrics",
+                                 headers={"X-API-Key": OPS_KEY["key"]})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
     values = [
         sample.value
@@ -662,6 +675,7 @@ def make_secrets(docker: Docker, redis_port: int) -> Path:
     re-keyed to the loopback address it scrapes here."""
     secrets = docker.work / "secrets"
     sh(SECRETS, env=dict(os.environ, SECRETS_DIR=str(secrets)))
+    OPS_KEY["key"] = (secrets / "ops_key").read_text().strip()
     password = (secrets / "redis_password").read_text().strip()
     exporter = secrets / "redis_exporter_passwords"
     assert json.loads(exporter.read_text()) == {"redis://redis:6379": password}
@@ -713,6 +727,7 @@ def write_stack(
         # a window delivered to a scorer whose connection died with Redis is
         # claimed after this (default 30 s)
         "SCJEPA_CLAIM_TIMEOUT_S": "5",
+        "SCJEPA_OPS_KEY_ROUTES": OPS_KEY_ROUTES,
     }
     auth = 'REDISCLI_AUTH="$$(cat /run/secrets/redis_password)"'
     stand_in = images.stand_ins
@@ -875,6 +890,20 @@ def test_stack_is_healthy_on_loopback(stack: Stack) -> None:
         host = json.loads(d("inspect", "-f", "{{json .HostConfig}}", cid).stdout)
         # the scorers' lower CPU weight (the api's requests first); the api's default
         assert host["CpuShares"] == (256 if role == "scorer" else 0), service
+
+    # the ops routes need the key (the health checks above and Prometheus send it)
+    def status(url: str, key: str | None) -> int:
+        req = urllib.request.Request(url, headers={"X-API-Key": key} if key else {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    for base in (stack.api, *stack.scorers.values()):
+        for route in OPS_KEY_ROUTES.split(","):
+            assert status(f"{base}{route}", None) == 401, (base, route)
+            assert status(f"{base}{route}", OPS_KEY["key"]) == 200, (base, route)
     models = get(f"{stack.api}/models")
     RUN.say(f"/models: {json.dumps(models)[:300]}")
     assert get(f"{stack.api}/readyz")["status"] == "ok"
