@@ -77,8 +77,8 @@ def normalise_entry(entry: str, where: str = "SCJEPA_API_KEYS") -> str:
 
     A plain key is hashed here; one that holds ':' must be given with its principal."""
     entry = entry.strip()
-    if HASH_PREFIX in entry:
-        at = entry.index(HASH_PREFIX)
+    if HASH_PREFIX in entry.lower():  # any case, as the key file reads it
+        at = entry.lower().index(HASH_PREFIX)
         principal, secret = entry[:at].rstrip(":") or DEFAULT_TENANT, entry[at:]
         return f"{_principal(principal, where)}:{HASH_PREFIX}{_hex(secret, where)}"
     principal, sep, key = entry.partition(":")
@@ -181,6 +181,17 @@ class Keys:
         except (OSError, UnicodeDecodeError, KeyConfigError) as e:
             self.error = str(e)
             log.error("API keys not reloaded, the previous keys stay: %s", e)
+            metrics.RELOADS.labels(what="keys", outcome="failed").inc()
+            return False
+        if table.open and not self.table.open:
+            # an empty or all-comment file (every key revoked, or a rewrite caught
+            # half-way): a keyed service would take requests without any key
+            self.error = (
+                f"{self.path}: no tenant key left, and a reload does not open a keyed "
+                "service (to shut every tenant out, stop it; to run it without keys, "
+                "restart it so)"
+            )
+            log.error("API keys not reloaded, the previous keys stay: %s", self.error)
             metrics.RELOADS.labels(what="keys", outcome="failed").inc()
             return False
         self.table, self.error = table, None

@@ -85,8 +85,11 @@ async def admin(
 
 
 async def ops(request: Request, door: DoorDep) -> None:
-    """An @ops or @admin key when SCJEPA_OPS_KEY_ROUTES names this route (401)."""
-    refused = door.ops(request.url.path, Meta.of(request.scope["headers"]).api_key)
+    """An @ops or @admin key when SCJEPA_OPS_KEY_ROUTES names this route (401): the
+    route's own path, whatever prefix (uvicorn's --root-path, a mount) it is under."""
+    route = request.scope.get("route")
+    path = getattr(route, "path", None) or request.url.path
+    refused = door.ops(path, Meta.of(request.scope["headers"]).api_key)
     if refused is not None:
         raise Refused(refused)
 

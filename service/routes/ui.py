@@ -87,7 +87,11 @@ const svgNS = "http://www.w3.org/2000/svg";
 
 async function getJSON(path) {
   const r = await fetch(path, {headers, cache: "no-store"});
-  if (!r.ok) throw new Error(path + " -> " + r.status);
+  if (!r.ok) {
+    const e = new Error(path + " -> " + r.status);
+    e.status = r.status;
+    throw e;
+  }
   return r.json();
 }
 
@@ -165,8 +169,16 @@ function render(c, cur, hist) {
   meta.replaceChildren(...parts.map(p => el("span", "", p)));
 }
 
+// the page's requests per refresh grow with the streams (2 per stream): past
+// STREAMS_PER_REFRESH streams it refreshes less often, so that it keeps to about
+// STREAMS_PER_REFRESH * 2 / 1.5 s requests a second on its key; after a 429 it waits
+// twice as long (up to a minute) and keeps every card as it was
+const STREAMS_PER_REFRESH = 25;
+let nextMs = REFRESH_MS;
+
 async function refresh() {
   const conn = document.getElementById("conn");
+  let limited = false;
   try {
     const [models, streams] = await Promise.all([getJSON("/models"), getJSON("/streams")]);
     const m = models.models[0];
@@ -176,31 +188,43 @@ async function refresh() {
     const names = streams.streams.slice().sort();
     document.getElementById("empty")?.remove();
     if (!names.length) main.replaceChildren(el("div", "", "No streams yet: POST readings to /ingest."));
+    // null: the stream expired (404); undefined: not read this time (429, a
+    // network error): its card stays as it was
+    const miss = e => { if (e.status === 429) limited = true;
+                        return e.status === 404 ? null : undefined; };
     const data = await Promise.all(names.map(s => Promise.all([
-      getJSON("/risk/" + encodeURIComponent(s)).catch(() => null),  // expired: skip
+      getJSON("/risk/" + encodeURIComponent(s)).catch(miss),
       getJSON("/risk/" + encodeURIComponent(s) + "/history?limit=" + HISTORY)
-        .catch(() => ({items: []})),  // warming up: no history yet
+        .catch(e => e.status === 404 ? {items: []} : miss(e)),  // 404: warming up
     ])));
-    const keep = new Set(names.filter((s, i) => data[i][0] !== null));
+    const gone = new Set(names.filter((s, i) => data[i][0] === null));
     for (const c of [...main.querySelectorAll("section.stream")])
-      if (!keep.has(c.dataset.stream)) c.remove();
+      if (!names.includes(c.dataset.stream) || gone.has(c.dataset.stream)) c.remove();
     names.forEach((s, i) => {
-      if (!keep.has(s)) return;
+      if (gone.has(s)) return;
       let c = [...main.querySelectorAll("section.stream")].find(e => e.dataset.stream === s);
+      const [cur, hist] = data[i];
+      if (!c && (cur === undefined || hist === undefined)) return;  // next time
       if (!c) { c = card(s); }
       main.append(c);  // keeps sorted order
-      render(c, data[i][0], data[i][1]);
+      if (cur !== undefined && hist !== undefined) render(c, cur, hist);
     });
-    conn.className = "dim";
-    conn.textContent = "updated " + new Date().toLocaleTimeString();
+    nextMs = REFRESH_MS * Math.max(1, names.length / STREAMS_PER_REFRESH);
+    conn.className = limited ? "bad" : "dim";
+    conn.textContent = (limited ? "rate limited (429): some streams not updated; " : "")
+      + "updated " + new Date().toLocaleTimeString();
   } catch (e) {
+    limited = limited || e.status === 429;
     conn.className = "bad";
-    conn.textContent = "cannot reach the service (" + e.message + ")";
+    conn.textContent = limited
+      ? "rate limited (429): this key's requests are over SCJEPA_RATE_LIMIT_RPS; retrying"
+      : "cannot reach the service (" + e.message + ")";
   }
+  if (limited) nextMs = Math.min(60000, 2 * nextMs);
+  setTimeout(refresh, nextMs);
 }
 
-refresh();
-setInterval(refresh, REFRESH_MS);
+refresh();  // then again as each refresh schedules the next
 </script>
 </body>
 </html>

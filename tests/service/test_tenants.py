@@ -117,6 +117,21 @@ def test_ops_routes_behind_their_own_key(
         Settings(ops_key_routes=["/streams"])
 
 
+def test_ops_routes_behind_a_proxy_prefix(artifact_dir: Path, tmp_path: Path) -> None:
+    """Under uvicorn's --root-path the request's path carries the prefix: the route,
+    not the URL, decides (the listed routes were open there)."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text(key_line("acme", A) + key_line("@ops", OPS))
+    settings = Settings(artifact=artifact_dir, redis_url=None, api_keys_file=keys,
+                        ops_key_routes=["/metrics", "/readyz"])  # fmt: skip
+    with TestClient(create_app(settings), root_path="/api") as prefixed:
+        # the path as uvicorn passes it: the prefix included
+        for path in ("/api/metrics", "/api/readyz"):
+            assert prefixed.get(path).status_code == 401
+            assert prefixed.get(path, headers={"X-API-Key": OPS}).status_code == 200
+        assert prefixed.get("/api/healthz").status_code == 200
+
+
 def test_keys_are_hashed_and_compared_in_constant_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -144,6 +159,13 @@ def test_keys_are_hashed_and_compared_in_constant_time(
         who = table.identify(key)
         assert (who.principal if who else None) == principal
         assert len(calls) == 4  # every entry, whichever matches (no early exit)
+    # the hash prefix in any case, as the key file reads it (upper case made the
+    # hash itself the key)
+    upper = Settings(api_keys=["globex:SHA256:" + "AB" * 32, "SHA256:" + "cd" * 32])
+    assert upper.api_keys == [
+        "globex:sha256:" + "ab" * 32,
+        "default:sha256:" + "cd" * 32,
+    ]
     for bad in ("bad tenant:SECRET1", "a/b:SECRET2", "acme:sha256:SECRET3", "acme:"):
         with pytest.raises(ValidationError) as e:
             Settings(api_keys=[bad])
@@ -182,6 +204,28 @@ def test_keys_rotate_without_restart(
     assert "keys.txt:1" in door.keys.error
     text = client.get("/metrics").text
     assert 'scjepa_reloads_total{outcome="failed",what="keys"}' in text
+
+
+def test_a_reload_never_opens_a_keyed_service(tmp_path: Path) -> None:
+    """A key file left without a tenant key (every line commented out, or read half
+    rewritten) would open the service to requests without a key: the reload is
+    refused, the previous keys stay, and the failure is reported."""
+    f = tmp_path / "keys.txt"
+    f.write_text(key_line("acme", A) + key_line("@admin", ADMIN))
+    keys = auth.Keys([], f)
+    assert not keys.table.open
+    f.write_text("# " + key_line("acme", A) + key_line("@admin", ADMIN))
+    assert keys.reload() is False
+    assert not keys.table.open and keys.table.identify(A) is not None
+    assert keys.error is not None and "no tenant key left" in keys.error
+    f.write_text("")  # a rewrite caught after its truncation
+    assert keys.reload() is False and keys.table.identify(A) is not None
+    f.write_text(key_line("globex", B))
+    assert keys.reload() is True and keys.table.identify(A) is None
+    # an open service (no tenant key at start) stays open on the same file
+    f.write_text("")
+    opened = auth.Keys([], f)
+    assert opened.table.open and opened.reload() is True
 
 
 def test_no_keys_is_one_open_tenant(client: TestClient) -> None:

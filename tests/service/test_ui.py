@@ -59,10 +59,14 @@ def test_ui_names_the_models_window(client: TestClient) -> None:
 
 
 @pytest.fixture
-def live_url(artifact_dir: Path) -> Iterator[str]:
-    """The app on a free loopback port (uvicorn in a thread, in-memory store)."""
+def live_url(request: pytest.FixtureRequest, artifact_dir: Path) -> Iterator[str]:
+    """The app on a free loopback port (uvicorn in a thread, in-memory store); more
+    settings by indirect parametrization."""
     port = free_port()
-    app = create_app(Settings(artifact=artifact_dir, redis_url=None, max_wait_ms=1.0))
+    more = getattr(request, "param", {})
+    app = create_app(
+        Settings(artifact=artifact_dir, redis_url=None, max_wait_ms=1.0, **more)
+    )
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
     )
@@ -77,13 +81,14 @@ def live_url(artifact_dir: Path) -> Iterator[str]:
     thread.join(10)
 
 
-def ingest(url: str, stream: str, x: np.ndarray) -> None:
+def ingest(url: str, stream: str, x: np.ndarray, key: str | None = None) -> None:
     readings = [
         {"ts": 1000.0 + i, "values": [float(v) for v in row]} for i, row in enumerate(x)
     ]
     r = httpx.post(
         f"{url}/ingest?wait=20",
         json={"stream": stream, "readings": readings},
+        headers={"X-API-Key": key} if key else {},
         timeout=30,
     )
     assert r.status_code == 200, r.text
@@ -165,3 +170,28 @@ def test_ui_renders_streams_in_chromium(live_url: str, tmp_path: Path) -> None:
             abs(r - 0xE5) < 12 and abs(g - 0x53) < 12 and abs(b - 0x4B) < 12
             for _, (r, g, b) in colors
         )
+
+
+@needs_chromium
+@pytest.mark.parametrize(
+    "live_url",
+    [{"api_keys": ["acme:ui-key"], "rate_limit_rps": 0.5, "rate_limit_burst": 12}],
+    indirect=True,
+)
+def test_ui_over_its_rate_limit_keeps_its_cards(live_url: str, tmp_path: Path) -> None:
+    """A page whose key runs out of requests (429) says so and keeps the cards it
+    has: it dropped every stream whose GET /risk was refused, as if it had expired,
+    and showed "cannot reach the service" for a refused /models."""
+    rng = np.random.default_rng(0)
+    names = [f"pump-{i}" for i in range(4)]
+    for name in names:  # 4 of the 12 requests the burst allows
+        ingest(live_url, name, rng.normal(size=(120, 4)), key="ui-key")
+    # the first refresh takes 2 + 2 x 4 = 10 of the 8 left: two are refused
+    run = chromium(f"{live_url}/ui#key=ui-key", tmp_path, "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    conn = re.search(r'<span id="conn" class="([^"]*)">([^<]*)</span>', run.stdout)
+    assert conn is not None and conn.group(2).startswith("rate limited (429)"), conn
+    cards = sections(run.stdout)
+    assert cards and set(cards) <= set(names)
+    for card in cards.values():  # every card shown is a whole one
+        assert "windows scored" in card
