@@ -63,10 +63,24 @@ def min_pretrain_steps(window: int = WINDOW, val_frac: float = 0.1) -> int:
     """The shortest train series that gives pre-training a pair to train on and one
     to validate on: n windows with at least 2 in each part of the 9:1 cut."""
     check_window(window)
-    n = 4
-    while round(n * val_frac) < 2 or n - round(n * val_frac) < 2:
-        n += 1
-    return n * window
+    check_val_frac(val_frac)
+    # round(n * f) >= 2 needs n * f >= 1.5 and n - round(n * f) >= 2 needs about
+    # n * (1 - f) >= 1.5: start just below both bounds, a few steps from the answer
+    start = max(4, int(min(1.5 / val_frac, 1e15)) - 2, int(1.5 / (1 - val_frac)) - 2)
+    for n in range(start, start + 100):
+        if round(n * val_frac) >= 2 and n - round(n * val_frac) >= 2:
+            return n * window
+    raise DataError(f"val_frac {val_frac}: too small to validate on 2 windows")
+
+
+def check_val_frac(val_frac: float) -> None:
+    """Pre-training validates on the last ``val_frac`` of each series' windows: a share
+    strictly between 0 and 1 (0 leaves nothing to validate on, 1 nothing to train on)."""
+    if not 0 < val_frac < 1:  # NaN fails too
+        raise DataError(
+            f"val_frac {val_frac}: must lie strictly between 0 and 1",
+            hint="the last 10 % of each series' windows (0.1) is the default",
+        )
 
 
 def min_split_steps(window: int = WINDOW) -> int:
@@ -367,6 +381,7 @@ def pretrain_pairs(
     if isinstance(datasets, Dataset):
         datasets = [datasets]
     check_window(window)
+    check_val_frac(val_frac)
     train, val = [], []
     corpus: dict[str, list[str]] = {}
     for ds in datasets:

@@ -5,7 +5,11 @@ Layout of a ``.pt`` file (a plain dict):
     model         online state_dict (encoder, codebook, predictors, decoder)
     target        EMA target state_dict (encoder, codebook)
     train_config  the resolved TrainConfig as a dict
-    optimizer, step, epoch, best, rng     what --resume needs
+    optimizer, step, epoch, best, bad, rng     what --resume needs
+    lambda_r      {"from_step", "from"}: where lambda_r's linear anneal starts (0 and
+                  loss.rec_start, unless --resume raised optim.epochs)
+    data          {"train_pairs", "val_pairs", "sha256"}: the pairs trained on, so
+                  --resume refuses other data (absent before 2026-12-01)
     corpus        data set name -> the entities pre-trained on (absent before
                   2026-11-30; see :func:`corpus_overlap`)
 """
@@ -47,16 +51,49 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict[str, An
     return ckpt
 
 
-def build_model(ckpt: dict[str, Any]) -> SCJEPA:
-    """SCJEPA(ModelConfig(**ckpt["config"])) with the stored online weights."""
-    model = SCJEPA(ModelConfig(**ckpt["config"]))
-    model.load_state_dict(ckpt["model"])
+def build_model(ckpt: dict[str, Any], where: str | Path = "checkpoint") -> SCJEPA:
+    """SCJEPA(ModelConfig(**ckpt["config"])) with the stored online weights; a config
+    this code cannot build, or weights that do not fit it, raise UserError naming
+    ``where`` (the file)."""
+    try:
+        cfg = ModelConfig(**ckpt["config"])
+    except (TypeError, AssertionError) as e:  # a field this code lacks, a bad value
+        raise UserError(
+            f"{where}: its model config does not fit this code ({e})"
+        ) from e
+    model = SCJEPA(cfg)
+    load_weights(model, ckpt["model"], f"{where}: its model weights")
     return model
+
+
+def load_weights(module: torch.nn.Module, state: Any, what: str) -> None:
+    """``module.load_state_dict(state)``, or UserError saying, in one line, which
+    tensors are missing, unexpected or of another shape (``what`` names the file)."""
+    if not isinstance(state, dict):
+        raise UserError(f"{what}: not a state dict")
+    own = module.state_dict()
+    problems = [f"missing {k}" for k in own if k not in state]
+    problems += [f"unexpected {k}" for k in state if k not in own]
+    problems += [
+        f"{k} {tuple(v.shape)} for {tuple(own[k].shape)}"
+        for k, v in state.items()
+        if k in own and isinstance(v, torch.Tensor) and v.shape != own[k].shape
+    ]
+    if not problems:
+        try:
+            module.load_state_dict(state)
+            return
+        except RuntimeError as e:  # whatever else load_state_dict refuses
+            problems = [str(e).strip().splitlines()[-1].strip()]
+    more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+    raise UserError(
+        f"{what} do not fit its model config: {'; '.join(problems[:3])}{more}"
+    )
 
 
 def load_model(path: str | Path, map_location: str = "cpu") -> SCJEPA:
     """The online model of a checkpoint, in eval mode."""
-    return build_model(load_checkpoint(path, map_location)).eval()
+    return build_model(load_checkpoint(path, map_location), path).eval()
 
 
 def file_sha256(path: str | Path) -> str:

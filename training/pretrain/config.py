@@ -9,6 +9,8 @@ docs/method.md is a default here or in :class:`model.config.ModelConfig`.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,36 +102,176 @@ class TrainConfig:
         return asdict(self)
 
 
-def _coerce(value: Any, type_name: Any, where: str) -> Any:
-    """YAML 1.1 reads 5e-4 as a string and 1 as an int: cast to the field's type."""
-    if (
-        type_name == "float"
-        and isinstance(value, str | int)
-        and not isinstance(value, bool)
-    ):
+@dataclass(frozen=True)
+class Rule:
+    """What one field accepts: its type (from the dataclass) and a range or choices.
+
+    ``lo``/``hi``: bounds (None = unbounded), closed unless ``open_lo``/``open_hi``;
+    ``choices``: the allowed strings (a ``str`` field); ``pattern``: a regex the
+    string may match instead of a choice."""
+
+    lo: float | None = None
+    hi: float | None = None
+    open_lo: bool = False
+    open_hi: bool = False
+    choices: tuple[str, ...] = ()
+    pattern: str | None = None
+
+    def describe(self) -> str:
+        if self.choices:
+            more = " or cuda:N" if self.pattern else ""
+            return "one of " + ", ".join(self.choices) + more
+        parts = []
+        if self.lo is not None:
+            parts.append(f"{'>' if self.open_lo else '>='} {self.lo:g}")
+        if self.hi is not None:
+            parts.append(f"{'<' if self.open_hi else '<='} {self.hi:g}")
+        return " and ".join(parts) or "any value"
+
+    def admits(self, v: Any) -> bool:
+        if self.choices:
+            return v in self.choices or bool(
+                self.pattern and re.fullmatch(self.pattern, v)
+            )
+        if self.lo is not None and (v <= self.lo if self.open_lo else v < self.lo):
+            return False
+        return not (
+            self.hi is not None and (v >= self.hi if self.open_hi else v > self.hi)
+        )
+
+
+POSITIVE = Rule(lo=0, open_lo=True)  # > 0
+NON_NEGATIVE = Rule(lo=0)  # >= 0
+AT_LEAST_1 = Rule(lo=1)
+ANY = Rule()  # booleans (their type is their range)
+
+# Every field of every section, "section.key" -> its Rule (types come from the
+# dataclasses; tests/training/pretrain/test_config.py holds this table to them).
+RULES: dict[str, Rule] = {
+    "data.window": AT_LEAST_1,
+    "data.val_frac": Rule(lo=0, hi=1, open_lo=True, open_hi=True),
+    "data.seed": NON_NEGATIVE,
+    # model
+    "model.seq_len": AT_LEAST_1,
+    "model.patch_len": AT_LEAST_1,
+    "model.revin_eps": POSITIVE,
+    "model.d_model": AT_LEAST_1,
+    "model.n_layers": AT_LEAST_1,
+    "model.n_heads": AT_LEAST_1,
+    "model.ffn_mult": AT_LEAST_1,
+    "model.dropout": Rule(lo=0, hi=1, open_hi=True),
+    "model.tok_channels": AT_LEAST_1,
+    "model.tok_pool": AT_LEAST_1,
+    "model.tok_hidden": AT_LEAST_1,
+    "model.n_codes": Rule(lo=2),
+    "model.tau": POSITIVE,
+    "model.pred_dim": AT_LEAST_1,
+    "model.pred_layers": AT_LEAST_1,
+    "model.pred_heads": AT_LEAST_1,
+    "model.use_codebook": ANY,
+    "model.use_coarse": ANY,
+    "model.stats_token": ANY,
+    # loss: weights
+    **{
+        f"loss.{k}": NON_NEGATIVE
+        for k in [
+            "lambda_f",
+            "lambda_c",
+            "gamma",
+            "commit",
+            "quant",
+            "entropy",
+            "diversity",
+            "variance",
+            "covariance",
+            "rec_start",
+            "rec_end",
+        ]
+    },
+    "loss.rec_scale": Rule(choices=REC_SCALES),
+    **{f"loss.{k}": ANY for k in ("kl", "rec", "pred", "code")},
+    # optim
+    "optim.lr": NON_NEGATIVE,
+    "optim.weight_decay": NON_NEGATIVE,
+    "optim.batch_size": AT_LEAST_1,
+    "optim.grad_clip": POSITIVE,
+    "optim.ema": Rule(lo=0, hi=1),
+    "optim.epochs": AT_LEAST_1,
+    "optim.select_from": AT_LEAST_1,
+    "optim.patience": AT_LEAST_1,
+    "optim.max_steps": NON_NEGATIVE,
+    # run
+    "run.seed": NON_NEGATIVE,
+    "run.device": Rule(choices=("auto", "cpu", "cuda"), pattern=r"cuda:\d+"),
+    "run.amp": ANY,
+    "run.threads": NON_NEGATIVE,
+    "run.progress": ANY,
+}
+
+_KINDS = {"int": "an integer", "float": "a number", "bool": "true or false"}
+_KINDS["str"] = "a string"
+
+
+def allowed(key: str, type_name: Any) -> str:
+    """What ``key`` accepts, in words: 'an integer >= 1', 'one of raw, window'."""
+    rule = RULES[key]
+    if rule.choices or type_name == "bool":
+        return rule.describe() if rule.choices else _KINDS["bool"]
+    return f"{_KINDS.get(str(type_name), str(type_name))} {rule.describe()}"
+
+
+def _check(value: Any, type_name: Any, key: str, where: str) -> Any:
+    """``value`` as the field's type (YAML 1.1 reads 5e-4 as a string and 1 as an int)
+    within its Rule; else UserError naming the key and what it accepts."""
+    rule = RULES[key]
+    kind = _KINDS.get(str(type_name), str(type_name))
+
+    v = value
+
+    def bad(why: str) -> UserError:
+        shown = repr(value)  # as written: 0 stays 0, 1e-3 (a str to YAML 1.1) 1e-3
+        if isinstance(value, bool) or (isinstance(value, str) and v is not value):
+            shown = str(value).lower()
+        return UserError(
+            f"{where}: {key}={shown} {why}; allowed: {allowed(key, type_name)}"
+        )
+
+    if type_name == "float" and isinstance(v, str):
         try:
-            return float(value)
-        except ValueError as e:
-            raise UserError(f"{where}: {value!r} is not a number") from e
-    if type_name in ("int", "float") and not isinstance(value, int | float):
-        raise UserError(f"{where}: {value!r} is not a number")
-    if type_name == "bool" and not isinstance(value, bool):
-        raise UserError(f"{where}: {value!r} is not true/false")
-    return value
+            v = float(v)
+        except ValueError:
+            raise bad("is not a number") from None
+    if isinstance(v, bool) != (type_name == "bool"):
+        raise bad(f"is not {kind}")
+    if type_name == "float":
+        if not isinstance(v, int | float):
+            raise bad("is not a number")
+        v = float(v)
+        if not math.isfinite(v):
+            raise bad("is not finite")
+    elif type_name == "int" and not isinstance(v, int):
+        raise bad("is not an integer")
+    elif type_name == "str" and not isinstance(v, str):
+        raise bad("is not a string")
+    if not rule.admits(v):
+        raise bad("is unknown" if rule.choices else "is out of range")
+    return v
 
 
-def _section(cls: type, values: dict[str, Any], where: str) -> Any:
+def _section(cls: type, values: dict[str, Any], name: str, where: str) -> Any:
     fields = {f.name: f.type for f in dataclasses.fields(cls)}
     unknown = set(values) - set(fields)
     if unknown:
         raise UserError(
-            f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(fields)}"
+            f"{where} [{name}]: unknown key(s) {sorted(unknown)}; known: {sorted(fields)}"
         )
-    return cls(**{k: _coerce(v, fields[k], f"{where} {k}") for k, v in values.items()})
+    kwargs = {k: _check(v, fields[k], f"{name}.{k}", where) for k, v in values.items()}
+    return cls(**kwargs)
 
 
 def from_dict(d: dict[str, Any], where: str = "config") -> TrainConfig:
-    """Nested dict (YAML) -> TrainConfig; unknown sections or keys raise UserError."""
+    """Nested dict (YAML) -> TrainConfig; unknown sections or keys, a value of the wrong
+    type or out of its range (:data:`RULES`) raise UserError."""
     types = {"data": DataConfig, "model": ModelConfig, "loss": LossConfig}
     types |= {"optim": OptimConfig, "run": RunConfig}
     unknown = set(d) - set(types)
@@ -137,11 +279,20 @@ def from_dict(d: dict[str, Any], where: str = "config") -> TrainConfig:
         raise UserError(f"{where}: unknown section(s) {sorted(unknown)}")
     kwargs = {}
     for name, cls in types.items():
+        values = d.get(name) or {}
+        if not isinstance(values, dict):
+            raise UserError(f"{where} [{name}]: expected key: value pairs")
         try:
-            kwargs[name] = _section(cls, d.get(name) or {}, f"{where} [{name}]")
+            kwargs[name] = _section(cls, values, name, where)
         except (TypeError, AssertionError) as e:
             raise UserError(f"{where} [{name}]: {e}") from e
-    return TrainConfig(**kwargs)
+    cfg = TrainConfig(**kwargs)
+    if cfg.data.window != cfg.model.seq_len:
+        raise UserError(
+            f"{where}: data.window={cfg.data.window} but model.seq_len="
+            f"{cfg.model.seq_len}; the model reads windows of seq_len steps"
+        )
+    return cfg
 
 
 def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ optim.patience epochs without improvement), usage.png and curves.png.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from model.codebook import pca_variance_ratio, usage_stats
 from training.data import Pairs
 from training.errors import UserError
 from training.pretrain import distributed
-from training.pretrain.checkpoint import load_checkpoint, save_checkpoint
+from training.pretrain.checkpoint import load_checkpoint, load_weights, save_checkpoint
 from training.pretrain.config import TrainConfig, save_config
 from training.pretrain.ema import ema_update, make_target
 from training.pretrain.losses import lambda_r, scjepa_loss
@@ -146,11 +147,183 @@ def estimate_val(
     return out
 
 
+# what a run directory holds; a fresh run refuses a directory holding one of the first
+# three unless told to overwrite (--overwrite)
+RUN_FILES = ("last.pt", "best.pt", "metrics.jsonl")
+PENDING_BEST = "best.next.pt"  # best.pt of an epoch whose last.pt is not yet written
+_OWN_FILES = (*RUN_FILES, PENDING_BEST, "curves.png", "usage.png")
+# keys of last.pt that --resume needs besides config/model
+RESUME_KEYS = ("target", "optimizer", "train_config", "epoch", "step", "best", "bad")
+# settings a resumed run may change: where and how fast it runs, not what it computes
+RESUME_FREE = ("run.device", "run.amp", "run.threads", "run.progress")
+
+
+def check_run_dir(out: Path, resume: bool, overwrite: bool) -> None:
+    """Refuse, before any file is touched, a fresh run into a directory that holds a
+    run (unless ``overwrite``) and a resume with nothing to resume from."""
+    if resume and overwrite:
+        raise UserError("--resume continues the run in --out, --overwrite replaces it")
+    if resume:
+        if not (out / "last.pt").is_file():
+            raise UserError(f"{out / 'last.pt'}: nothing to resume from")
+        return
+    held = [n for n in RUN_FILES if (out / n).exists()]
+    if held and not overwrite:
+        raise UserError(
+            f"{out} holds a run ({', '.join(held)}): continue it with --resume, "
+            "replace it with --overwrite, or give another --out"
+        )
+
+
+def pairs_fingerprint(pairs: Pairs) -> dict[str, Any]:
+    """What a checkpoint records of its pairs, so --resume can refuse other data."""
+    h = hashlib.sha256()
+    for a in (pairs.train, pairs.val):
+        h.update(np.ascontiguousarray(a, dtype=np.float32).tobytes())
+    return {"train_pairs": len(pairs.train), "val_pairs": len(pairs.val)} | {
+        "sha256": h.hexdigest()
+    }
+
+
+def read_resume(path: Path) -> dict[str, Any]:
+    """last.pt, every tensor on the CPU: torch.set_rng_state and
+    torch.cuda.set_rng_state take CPU ByteTensors, and load_state_dict copies the
+    weights and the optimiser's state onto the model's device itself."""
+    ck = load_checkpoint(path, map_location="cpu")
+    missing = [k for k in RESUME_KEYS if k not in ck]
+    if missing:
+        raise UserError(
+            f"{path}: holds no training state ({', '.join(missing)} missing): a "
+            "weights-only checkpoint cannot be resumed"
+        )
+    return ck
+
+
+def resume_conflicts(
+    ck: dict[str, Any], cfg: TrainConfig, pairs: Pairs, fingerprint: dict[str, Any]
+) -> list[str]:
+    """What differs between a run's last.pt and the config and data it is resumed
+    with: every setting but ``RESUME_FREE`` and a larger optim.epochs, the data sets
+    and entities (corpus) and the pairs themselves."""
+    diffs = []
+    defaults, new = TrainConfig().to_dict(), cfg.to_dict()
+    old = ck.get("train_config") or {}
+    for section in [*new, *(k for k in old if k not in new)]:
+        o = defaults.get(section, {}) | (old.get(section) or {})
+        n = new.get(section, {})
+        for k in [*o, *(k for k in n if k not in o)]:
+            key, a, b = f"{section}.{k}", o.get(k, "(none)"), n.get(k, "(none)")
+            if key in RESUME_FREE or a == b:
+                continue
+            if key == "optim.epochs" and isinstance(a, int) and b > a:
+                continue  # more epochs: allowed (lambda_r: see pretrain)
+            diffs.append(f"{key} {a} -> {b}")
+    if ck.get("corpus") is not None and _norm(ck["corpus"]) != _norm(pairs.corpus):
+        diffs.append(f"data {_corpus_change(ck['corpus'], pairs.corpus)}")
+    elif ck.get("data") is not None and ck["data"] != fingerprint:
+        o, n = ck["data"], fingerprint
+        diffs.append(
+            f"data: other pairs from the same entities ({o['train_pairs']} train, "
+            f"{o['val_pairs']} validation -> {n['train_pairs']}, {n['val_pairs']})"
+        )
+    return diffs
+
+
+def _norm(corpus: dict[str, list[str]]) -> dict[str, set[str]]:
+    return {k: set(v) for k, v in corpus.items() if v}
+
+
+def _corpus_change(old: dict[str, list[str]], new: dict[str, list[str]]) -> str:
+    """'msl: +[B-1] -[A-2]' for each data set whose entities differ."""
+
+    def few(xs: list[str]) -> str:
+        return ", ".join(xs[:3]) + (f" +{len(xs) - 3} more" if len(xs) > 3 else "")
+
+    parts = []
+    o, n = _norm(old), _norm(new)
+    for name in [*o, *(k for k in n if k not in o)]:
+        add = sorted(n.get(name, set()) - o.get(name, set()))
+        drop = sorted(o.get(name, set()) - n.get(name, set()))
+        parts.append(
+            f"{name}:"
+            + (f" new entities [{few(add)}]" if add else "")
+            + (f" dropped entities [{few(drop)}]" if drop else "")
+        )
+    return "; ".join(p for p in parts if not p.endswith(":"))
+
+
+def restore(
+    ck: dict[str, Any],
+    path: Path,
+    model: SCJEPA,
+    target: TargetEncoder,
+    opt: torch.optim.Optimizer,
+    device: torch.device,
+) -> None:
+    """Weights, optimiser state and RNG states of ``ck`` (read by :func:`read_resume`,
+    on the CPU) into a model, target and optimiser on ``device``."""
+    load_weights(model, ck["model"], f"{path}: its model weights")
+    load_weights(target, ck["target"], f"{path}: its target weights")
+    try:
+        opt.load_state_dict(ck["optimizer"])  # its state moves to the params' device
+    except (ValueError, KeyError, RuntimeError) as e:
+        raise UserError(f"{path}: its optimiser state does not fit ({e})") from e
+    rng = ck.get("rng") or {}
+    if rng.get("torch") is not None:
+        torch.set_rng_state(rng["torch"].cpu())
+    if device.type == "cuda" and rng.get("cuda") is not None:
+        torch.cuda.set_rng_state(rng["cuda"].cpu(), device)
+
+
+def _settle(out: Path, epoch: int) -> None:
+    """Make a run directory agree with its last.pt (epoch ``epoch``) after a kill at
+    the end of an epoch: an epoch's best.pt is written as best.next.pt and its
+    metrics line appended before its last.pt, then best.next.pt becomes best.pt. So
+    a best.next.pt of epoch ``epoch`` is renamed, one of a later epoch dropped, and so
+    are metrics lines past ``epoch`` (and a half-written last line)."""
+    pending = out / PENDING_BEST
+    if pending.is_file():
+        if load_checkpoint(pending).get("epoch") == epoch:
+            os.replace(pending, out / "best.pt")
+        else:
+            pending.unlink()
+    log = out / "metrics.jsonl"
+    if not log.is_file():
+        return
+    lines = log.read_text().splitlines()
+    kept = [x for x in lines if 0 < (_epoch_of(x) or 0) <= epoch]
+    if kept != lines:
+        tmp = log.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(x + "\n" for x in kept))
+        os.replace(tmp, log)
+
+
+def _epoch_of(line: str) -> int | None:
+    try:
+        e = json.loads(line).get("epoch")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return e if isinstance(e, int) else None
+
+
 def pretrain(
-    cfg: TrainConfig, pairs: Pairs, out: str | Path, resume: bool = False
+    cfg: TrainConfig,
+    pairs: Pairs,
+    out: str | Path,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """Train on ``pairs`` (.train/.val arrays (N, 2, T)); returns the last metrics row."""
+    """Train on ``pairs`` (.train/.val arrays (N, 2, T)); returns the last metrics row
+    ({} when a resumed run has nothing left to do).
+
+    A fresh run refuses an ``out`` that holds a run unless ``overwrite``. ``resume``
+    continues from out/last.pt and refuses any change of config but the run section's
+    device/amp/threads/progress and a larger optim.epochs, and any other data: then
+    lambda_r anneals on linearly from its value at the resume step to loss.rec_end at
+    the new last step (the run's first part keeps the old schedule).
+    """
     out = Path(out)
+    check_run_dir(out, resume, overwrite)
     dd = distributed.setup(cfg.run.device)
     device = resolve_device(cfg.run.device)
     if device.type == "cuda" and dd.world > 1:
@@ -164,23 +337,38 @@ def pretrain(
             f"{cfg.optim.batch_size}), {len(pairs.val)} validation; give longer "
             "series or a smaller optim.batch_size"
         )
+    per_rank = cfg.optim.batch_size // dd.world  # the global batch stays batch_size
+    steps_per_epoch = math.ceil(len(pairs.train) // dd.world / per_rank)
+    total_steps = _total_steps(cfg.optim.epochs, cfg.optim.max_steps, steps_per_epoch)
+    fingerprint = pairs_fingerprint(pairs)
+    corpus: dict[str, list[str]] | None = pairs.corpus
 
     # -- model, EMA target, optimiser (all ranks start from the same seed)
     model = SCJEPA(cfg.model).to(device)
     target = make_target(model)
     opt = make_optimizer(model, cfg)
     start_epoch, step, best, bad = 0, 0, math.inf, 0
-    if resume and (out / "last.pt").is_file():
-        ck = load_checkpoint(out / "last.pt", map_location=str(device))
-        model.load_state_dict(ck["model"])
-        target.load_state_dict(ck["target"])
-        opt.load_state_dict(ck["optimizer"])
+    # lambda_r's anneal: linear from (from_step, from) to (total_steps - 1, rec_end)
+    lam_from: dict[str, Any] = {"from_step": 0, "from": cfg.loss.rec_start}
+    if resume:
+        ck = read_resume(out / "last.pt")
+        conflicts = resume_conflicts(ck, cfg, pairs, fingerprint)
+        if conflicts:
+            raise UserError(
+                f"{out / 'last.pt'}: cannot resume with another config or data: "
+                + "; ".join(conflicts)
+                + " (resume with the run's own, or start a run with --overwrite or "
+                "another --out)"
+            )
+        restore(ck, out / "last.pt", model, target, opt, device)
         start_epoch, step, best, bad = ck["epoch"], ck["step"], ck["best"], ck["bad"]
-        torch.set_rng_state(ck["rng"]["torch"])
-        if device.type == "cuda" and ck["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(ck["rng"]["cuda"], device)
-    elif resume:
-        raise UserError(f"{out / 'last.pt'}: nothing to resume from")
+        corpus = ck.get("corpus")  # a checkpoint without one stays without one
+        lam_from = ck.get("lambda_r") or lam_from
+        o = ck["train_config"]["optim"]
+        before = _total_steps(o["epochs"], o.get("max_steps", 0), steps_per_epoch)
+        if total_steps != before:  # more epochs: anneal on from where it is
+            now = _lambda(step, before, lam_from, cfg)
+            lam_from = {"from_step": step, "from": now}
     ddp: nn.Module = model
     if dd.world > 1:
         unused = not (cfg.loss.pred and cfg.loss.rec)
@@ -194,15 +382,12 @@ def pretrain(
 
     train = torch.from_numpy(np.ascontiguousarray(pairs.train, dtype=np.float32))
     val = torch.from_numpy(np.ascontiguousarray(pairs.val, dtype=np.float32)).to(device)
-    per_rank = cfg.optim.batch_size // dd.world  # the global batch stays batch_size
-    steps_per_epoch = math.ceil(len(train) // dd.world / per_rank)
-    total_steps = cfg.optim.epochs * steps_per_epoch
-    if cfg.optim.max_steps > 0:
-        total_steps = min(total_steps, cfg.optim.max_steps)
     if dd.main:
         out.mkdir(parents=True, exist_ok=True)
-        if not resume:  # a fresh run in an old directory starts a fresh log
-            for stale in ("metrics.jsonl", "best.pt", "last.pt"):
+        if resume:
+            _settle(out, start_epoch)
+        else:  # a fresh run (--overwrite) in an old directory starts a fresh log
+            for stale in _OWN_FILES:
                 (out / stale).unlink(missing_ok=True)
         save_config(cfg, out / "config.yaml")
         log = {"amp": use_amp, "device": str(device), "world": dd.world}
@@ -211,7 +396,9 @@ def pretrain(
 
     row: dict[str, Any] = {}
     for epoch in range(start_epoch, cfg.optim.epochs):
-        if step >= total_steps:
+        # early stopping or the step budget: checked first, so a resumed run that
+        # stopped does nothing
+        if step >= total_steps or bad >= cfg.optim.patience:
             break
         # the epoch's order depends only on (seed, epoch): identical after --resume
         g = torch.Generator().manual_seed(cfg.run.seed * 100_003 + epoch)
@@ -225,7 +412,7 @@ def pretrain(
             if step >= total_steps:
                 break
             batch = train[perm[i : i + per_rank]].to(device, non_blocking=True)
-            lam = lambda_r(step, total_steps, cfg.loss.rec_start, cfg.loss.rec_end)
+            lam = _lambda(step, total_steps, lam_from, cfg)
             terms = train_step(ddp, target, opt, batch, cfg, lam, amp)
             vec = torch.stack([v.detach().float() for v in terms.values()])
             sums = vec * len(batch) if sums is None else sums + vec * len(batch)
@@ -259,18 +446,34 @@ def pretrain(
             row["replica_spread"] = distributed.replica_spread(tensors)
         if dd.main:
             state = _state(model, target, opt, cfg, epoch + 1, step, best, bad, device)
-            state["corpus"] = pairs.corpus
-            save_checkpoint(out / "last.pt", **state)
+            state |= {"lambda_r": lam_from, "data": fingerprint}
+            if corpus is not None:
+                state["corpus"] = corpus
+            # one unit: best.next.pt and the metrics line, then last.pt (the commit:
+            # --resume settles the rest against it, _settle), then best.pt
             if improved:
-                save_checkpoint(out / "best.pt", **state)
+                save_checkpoint(out / PENDING_BEST, **state)
             with open(out / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")
+            save_checkpoint(out / "last.pt", **state)
+            if improved:
+                os.replace(out / PENDING_BEST, out / "best.pt")
             _plots(out)
         distributed.barrier()
-        if bad >= cfg.optim.patience:
-            break
     distributed.cleanup()
     return row
+
+
+def _total_steps(epochs: int, max_steps: int, steps_per_epoch: int) -> int:
+    total = epochs * steps_per_epoch
+    return min(total, max_steps) if max_steps > 0 else total
+
+
+def _lambda(step: int, total_steps: int, at: dict[str, Any], cfg: TrainConfig) -> float:
+    """lambda_r at ``step``: linear from ``at`` (from_step, from) to loss.rec_end at
+    the last step (from 0 and loss.rec_start unless --resume added epochs)."""
+    s0 = at["from_step"]
+    return lambda_r(step - s0, total_steps - s0, at["from"], cfg.loss.rec_end)
 
 
 _SHOWN = ("loss", "kl_fine", "kl_coarse", "code", "rec")

@@ -8,7 +8,11 @@
 The run dir gets config.yaml (resolved), metrics.jsonl (one line per epoch: every loss
 term, codebook usage, collapse diagnostics), last.pt (resume), best.pt (model
 selection on the val loss, from optim.select_from on; early stopping after
-optim.patience epochs without improvement), usage.png and curves.png.
+optim.patience epochs without improvement), usage.png and curves.png. A fresh run
+refuses a directory that holds one (--resume continues it, --overwrite replaces it);
+--resume refuses another config or data set (only run.device/amp/threads/progress may
+change, and optim.epochs grow), and does nothing for a run that finished or stopped
+early.
 """
 
 from __future__ import annotations
@@ -65,7 +69,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="override a config value, e.g. --set optim.epochs=3 (repeatable)",
     )
     p.add_argument("--out", required=True, type=Path, help="run directory")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT/last.pt, with the run's own config and data (only "
+        "run.device/amp/threads/progress may change, and optim.epochs grow)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run in OUT (its last.pt, best.pt, metrics.jsonl); without "
+        "it a fresh run refuses a folder that holds one",
+    )
     from training.data.cli import add_table_arguments
 
     add_table_arguments(p)
@@ -73,27 +88,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from training.pretrain.config import load_config
-    from training.pretrain.loop import load_pairs, pretrain
+    from training.pretrain.loop import check_run_dir, load_pairs, pretrain
 
-    cfg = load_config(args.config, args.set)
+    cfg = load_config(args.config, args.set)  # every value checked (config.RULES)
+    # before the data load and before any file is touched
+    check_run_dir(args.out, args.resume, args.overwrite)
     names = [n.strip() for n in args.dataset.split(",") if n.strip()]
     pairs = load_pairs(names, args.root, cfg, args)
-    row = pretrain(cfg, pairs, args.out, resume=args.resume)
-    if int(os.environ.get("RANK", "0")) == 0 and row:
+    row = pretrain(cfg, pairs, args.out, resume=args.resume, overwrite=args.overwrite)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    if row:
         print(
             f"epoch {row['epoch']}: val loss {row['val_loss']:.4f}, best {row['best']:.4f}"
             f" -> {args.out}/best.pt, last.pt, metrics.jsonl, curves.png"
         )
         print(stop_message(args.out, cfg))
+    else:  # --resume of a run that had finished or stopped early
+        print(f"nothing to do: {stop_message(args.out, cfg)}")
     return 0
 
 
 def stop_message(out: Path, cfg: TrainConfig) -> str:
     """How the run ended (early stopping or not) and which epoch best.pt holds, from
     the run's metrics.jsonl (a resumed run included)."""
-    rows = [
-        json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
-    ]
+    log = out / "metrics.jsonl"
+    rows = (
+        [json.loads(x) for x in log.read_text().splitlines()] if log.is_file() else []
+    )
+    if not rows:
+        return f"{log} logs no epoch"
     last = rows[-1]["epoch"]
     kept = [r for r in rows if r.get("improved")]
     o = cfg.optim

@@ -100,7 +100,9 @@ def test_pretrain_writes_artifacts_and_round_trips(tmp_path: Path) -> None:
 
 def test_a_new_run_in_an_old_directory_starts_fresh(tmp_path: Path) -> None:
     pretrain(tiny_train_config(), random_pairs(), tmp_path)
-    pretrain(tiny_train_config(optim={"epochs": 1}), random_pairs(), tmp_path)
+    pretrain(
+        tiny_train_config(optim={"epochs": 1}), random_pairs(), tmp_path, overwrite=True
+    )
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 1
     assert load_checkpoint(tmp_path / "last.pt")["epoch"] == 1
 
