@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from served import Served, ServeFactory, scjepa_exe
-from support.service_helpers import free_port
+from support.service_helpers import Hook, free_port
 
 
 def pytest_collection_modifyitems(
@@ -74,3 +74,11 @@ def serve(artifact_dir: Path, tmp_path: Path) -> Iterator[ServeFactory]:
             except subprocess.TimeoutExpired:
                 s.proc.kill()
                 s.proc.wait()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    """A webhook on a loopback port standing in for Alertmanager's receiver."""
+    h = Hook()
+    yield h
+    h.close()

@@ -10,19 +10,15 @@ scored again, its listeners told)."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from support.service_artifact import build_artifact
-from support.service_helpers import AnyRedis
-from test_alerting import Hook, wait_until
+from support.service_helpers import AnyRedis, ClientFactory, Hook
+from test_alerting import wait_until
 
-from service.config import Settings
-from service.main import create_app
 from service.store import StoreUnavailable
 
 T0 = 1_700_000_000.0
@@ -37,13 +33,6 @@ def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def hook() -> Iterator[Hook]:
-    h = Hook()
-    yield h
-    h.close()
-
-
-@pytest.fixture
 def redis(request: pytest.FixtureRequest, store_kind: str) -> AnyRedis | None:
     """The Redis of ``store_kind`` (None: the in-memory store)."""
     if store_kind == "memory":
@@ -54,26 +43,10 @@ def redis(request: pytest.FixtureRequest, store_kind: str) -> AnyRedis | None:
 
 
 @pytest.fixture
-def start(sharp: Path, hook: Hook, redis: AnyRedis | None) -> Iterator[Any]:
-    opened: list[TestClient] = []
-
-    def factory(**more: Any) -> TestClient:
-        settings = Settings(
-            artifact=sharp,
-            redis_url=None if redis is None else redis.url,
-            key_prefix=f"t{uuid.uuid4().hex[:8]}",
-            max_wait_ms=1.0,
-            alertmanager_url=hook.url.removesuffix("/hook"),
-            **more,
-        )
-        client = TestClient(create_app(settings))
-        client.__enter__()
-        opened.append(client)
-        return client
-
-    yield factory
-    for c in opened:
-        c.__exit__(None, None, None)
+def start(make_client: ClientFactory, sharp: Path, hook: Hook) -> Any:
+    """The service on the parametrized store, posting stream alerts to ``hook``."""
+    url = hook.url.removesuffix("/hook")
+    return lambda **more: make_client(artifact=sharp, alertmanager_url=url, **more)
 
 
 def ingest(client: TestClient, start: int, n: int, high: bool) -> dict[str, Any]:

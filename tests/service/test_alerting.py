@@ -11,18 +11,16 @@ import dataclasses
 import json
 import random
 import subprocess
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from support.components import require
-from support.service_helpers import free_port
+from support.service_helpers import Hook, free_port
 
 from service import alerting
 from service.alerting import (
@@ -392,39 +390,6 @@ def test_three_scorers_open_one_alert_per_stream(redis_url: str) -> None:
 
 
 # --- live: a real Alertmanager, routing to this test's webhook
-
-
-class Hook:
-    """A webhook receiver on a loopback port: what Alertmanager notifies."""
-
-    def __init__(self) -> None:
-        self.received: list[dict[str, Any]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                hook.received.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def hook() -> Iterator[Hook]:
-    h = Hook()
-    yield h
-    h.close()
 
 
 @pytest.fixture

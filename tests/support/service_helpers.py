@@ -4,12 +4,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import redis
 from fastapi.testclient import TestClient
@@ -188,3 +192,29 @@ class RedisCluster:
 # a Redis the store runs on: one redis-server or the 3-master cluster (tests/conftest.py
 # parametrizes the store tests over both)
 AnyRedis = RedisServer | RedisCluster
+
+
+class Hook:
+    """A webhook receiver on a loopback port: what Alertmanager notifies."""
+
+    def __init__(self) -> None:
+        self.received: list[dict[str, Any]] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                hook.received.append(json.loads(body))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
