@@ -303,7 +303,8 @@ def _bin_stream(
         i = int(np.argmax(back)) + 1
         return None, err(
             ["ts", i],
-            f"ts[{i}] = {ts[i]!r} is not greater than ts[{i - 1}] = {ts[i - 1]!r}: "
+            f"ts[{i}] = {float(ts[i])!r} is not greater than ts[{i - 1}] = "
+            f"{float(ts[i - 1])!r}: "
             "timestamps must increase within a request",
             "ts_order",
         )

@@ -43,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "bench": (
         "training.bench.cli",
-        "throughput and memory: bench train | infer | serve | soak | streams",
+        "throughput and memory: bench train | infer | serve | soak | streams | cv",
     ),
     "calibrate": (
         "training.calibrate",

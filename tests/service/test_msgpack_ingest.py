@@ -89,7 +89,8 @@ TS2 = GOOD["ts"]
         (GOOD | {"values": GOOD["values"][:-2]}, ["body", "values"], "float32"),
         (GOOD | {"values": GOOD["values"][: 4 * 6]}, ["body", "values"],
          f"expected {V} values per reading"),
-        (GOOD | {"ts": TS2[8:] + TS2[:8]}, ["body", "ts", 1], "not greater"),
+        (GOOD | {"ts": TS2[8:] + TS2[:8]}, ["body", "ts", 1],
+         f"ts[1] = {T0 + 100!r} is not greater than ts[0] = {T0 + 101!r}"),  # not np.float64
         (GOOD | {"ts": np.array([np.nan, T0], "<f8").tobytes()}, ["body", "ts", 0], "finite"),
         (GOOD | {"ts": np.array([T0, 1e12], "<f8").tobytes()}, ["body", "ts", 1], "ahead"),
         (GOOD | {"values": np.array([1, 2, 3, np.inf] * 2, "<f4").tobytes()},

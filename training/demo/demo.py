@@ -63,6 +63,18 @@ def _say(line: str) -> None:
 # -- the model ------------------------------------------------------------------------
 
 
+TRAINED_WITH = (
+    "trained-with.json"  # the --set overrides the cached model was trained with
+)
+
+
+def _trained_with(artifact: Path) -> list[str]:
+    try:
+        return list(json.loads((artifact / TRAINED_WITH).read_text()))
+    except (OSError, ValueError, TypeError):
+        return []
+
+
 def _cached(artifact: Path, fingerprint: str) -> dict[str, Any] | None:
     """The cached artifact's manifest when it exists and was trained on this data."""
     try:
@@ -175,6 +187,7 @@ def build_artifact(
         # the evaluation's dense windows, keeps about its share of windows in false alert
         hop=WINDOW,
     )
+    (artifact / TRAINED_WITH).write_text(json.dumps(list(overrides)) + "\n")
 
 
 # The false-alarm budget the demo's threshold is set at: about 2 false alerts in the
@@ -577,15 +590,22 @@ def run(args: argparse.Namespace) -> int:
     artifact = args.artifact or Path(
         "artifacts/demo" if args.data == "synthetic" else f"artifacts/demo-{args.data}"
     )
-    manifest = None if args.retrain else _cached(artifact, ds.fingerprint())
+    if args.no_train and args.retrain:
+        raise UserError("--no-train and --retrain: choose one")
+    cached = _cached(artifact, ds.fingerprint())
+    manifest = None if args.retrain else cached
+    if manifest is not None and args.set and args.set != _trained_with(artifact):
+        raise UserError(
+            f"--set {' '.join(args.set)}: the cached model in {artifact}/ was trained "
+            "without it; add --retrain to train again with it"
+        )
     if manifest is None:
         if args.no_train:
             raise UserError(
                 f"{artifact}: no cached model for {args.data} (drop --no-train)"
             )
-        print(
-            f"No cached model in {artifact}/: training one (a few minutes on a laptop)."
-        )
+        why = "retraining" if cached is not None else f"No cached model in {artifact}/"
+        print(f"{why}: training one (a few minutes on a laptop).")
         build_artifact(ds, args.data, artifact, args.set)
         manifest = _cached(artifact, ds.fingerprint())
         assert manifest is not None

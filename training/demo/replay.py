@@ -132,10 +132,19 @@ def read_csv(
                     **where(r, label_col_i),
                     hint="1 marks an anomalous row, 0 a normal one",
                 ) from None
-    if np.any(np.diff(ts) < 0):  # sent in time order, as training reads the file
-        order = np.argsort(ts, kind="stable")
-        values, ts = values[order], ts[order]
-        labels = labels[order] if labels is not None else None
+    order = np.argsort(ts, kind="stable")  # sent in time order, as training reads it
+    same = np.flatnonzero(np.diff(ts[order]) == 0)
+    if len(same):  # the service takes one reading per stream and time
+        a, b = sorted(int(order[k]) for k in (same[0], same[0] + 1))
+        assert ts_col is not None  # row numbers never repeat
+        raise DataError(
+            f"rows {a + 1} and {b + 1} have the same timestamp {rows[a][ts_col]!r}",
+            **where(b, ts_col),
+            hint="the service keeps one reading per stream and time (the second "
+            "would be a duplicate): drop or merge the repeated rows",
+        )
+    values, ts = values[order], ts[order]
+    labels = labels[order] if labels is not None else None
     return Series(path.stem, [header[c] for c in chans], values, ts, labels)
 
 
@@ -152,10 +161,14 @@ def match_channels(series: Series, model: list[str], source: str) -> Series:
             parts.append(f"lacks the model's channels {missing[:8]}")
         if unknown:
             parts.append(f"has columns the model does not know {unknown[:8]}")
+        hint = (
+            "rename the columns, or pass --by-position to send them in file order"
+            if len(series.channels) == len(model)
+            else f"the file needs the model's {len(model)} channel columns"
+        )
         raise UserError(
             f"{source}: {' and '.join(parts)} (the model's channels, in order: "
-            f"{model[:8]}{' ...' if len(model) > 8 else ''}); hint: rename the columns, "
-            "or pass --by-position to send them in file order"
+            f"{model[:8]}{' ...' if len(model) > 8 else ''}); hint: {hint}"
         )
     order = [series.channels.index(c) for c in model]
     series.values, series.channels = series.values[:, order], list(model)
@@ -232,6 +245,8 @@ def replay(
     manifest's), for the next-window label printed beside a risk. ``body``: "json",
     or "msgpack" for the same readings as MessagePack columns."""
     seen: list[dict[str, Any]] = []
+    counts = {"accepted": 0, "duplicates": 0, "rejected": 0}
+    reasons: set[str] = set()
     start = time.monotonic()
     for lo in range(0, len(series.values), batch):
         hi = min(lo + batch, len(series.values))
@@ -243,6 +258,10 @@ def replay(
         if r.status_code != 200:
             raise RuntimeError(f"POST /ingest -> {r.status_code}: {r.text[:500]}")
         res = r.json()["results"][0]
+        for k in counts:
+            counts[k] += int(res.get(k) or 0)
+        if res.get("rejected_reason"):
+            reasons.add(str(res["rejected_reason"]))
         if not res["windows_scored"]:
             continue
         n = res["window_n"]  # the latest scored window ends at the stream's reading n
@@ -255,6 +274,20 @@ def replay(
             line += f"  next-window label={rec['label']}"
         seen.append(rec)
         out(line)
+    sent = len(series.values)
+    line = (
+        f"sent {sent} readings: {counts['accepted']} accepted, "
+        f"{counts['duplicates']} duplicates, {counts['rejected']} rejected"
+        + (f" ({'; '.join(sorted(reasons))})" if reasons else "")
+        + f"; {len(seen)} answers with scored windows"
+    )
+    out(line)
+    if sent and not counts["accepted"]:
+        out(
+            f"note: the service kept none of them: stream {stream!r} already holds "
+            "readings at or after these times (a replay sent before); replay under "
+            "another --stream name"
+        )
     return seen
 
 

@@ -107,6 +107,12 @@ def test_demo_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     out = capsys.readouterr().out
     assert "Using the cached model" in out and "[1/3]" not in out
     assert len(re.findall(r"^unit-\d +window steps", out, re.M)) == 2 * 26
+    # a --set the cached model was not trained with is not silently ignored
+    base = ["demo", "--artifact", str(art), "--port", "0", "--plain"]
+    assert scjepa([*base, "--no-train", "--set", "optim.epochs=1"]) == 2
+    assert "add --retrain" in capsys.readouterr().err
+    assert scjepa([*base, "--no-train", "--retrain"]) == 2
+    assert "--no-train and --retrain" in capsys.readouterr().err
 
 
 def test_demo_no_train_without_cache_is_an_error(

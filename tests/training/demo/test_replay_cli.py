@@ -56,12 +56,13 @@ def test_replay_prints_risks_and_labels(client: TestClient, tmp_path: Path) -> N
     # requests of 30 readings: windows end at readings 100 and 200
     assert [r["n"] for r in seen] == [100, 200]
     assert [r["ts"] for r in seen] == [1099.0, 1199.0]
-    assert len(lines) == 2 and "risk=" in lines[0]
+    assert len(lines) == 3 and "risk=" in lines[0]
+    assert lines[-1].startswith("sent 250 readings: 250 accepted, 0 duplicates")
     assert seen[0]["label"] == 0  # readings 100..199 are normal
     hist = client.get("/risk/pump/history").json()["items"]
     assert [h["n"] for h in hist] == [200, 100]
     assert seen[-1]["label"] == 1  # readings 200..299 hold the anomaly at 230
-    assert "next-window label=1" in lines[-1]
+    assert "next-window label=1" in lines[-2]
     # the same series as MessagePack columns (a missing value included): same risks
     series.values[5, 1] = np.nan
     js = replay(client, series, stream="js", window=window, batch=30, out=print)
@@ -69,6 +70,12 @@ def test_replay_prints_risks_and_labels(client: TestClient, tmp_path: Path) -> N
         client, series, stream="mp", window=window, batch=30, out=print, body="msgpack"
     )
     assert mp == js and len(mp) == 2
+    # the same readings again: none kept, and it says so (it printed nothing)
+    lines.clear()
+    assert replay(client, series, stream="js", window=window, batch=30,
+                  out=lines.append) == []  # fmt: skip
+    assert lines[0].startswith("sent 250 readings: 0 accepted, 250 duplicates")
+    assert "kept none of them" in lines[1] and "--stream" in lines[1]
 
 
 def test_cli_errors_are_one_line(
@@ -107,6 +114,15 @@ def test_match_channels_reorders_by_name_and_refuses_a_mismatch(
     assert "lacks the model's channels ['d']" in msg
     assert "columns the model does not know ['flat']" in msg
     assert "--by-position" in msg
+    # another number of channels: renaming or file order cannot help
+    with pytest.raises(UserError) as e:
+        match_channels(read_csv(path), ["a", "b", "c", "flat", "e"], str(path))
+    assert "--by-position" not in str(e.value)
+    assert "needs the model's 5 channel columns" in str(e.value)
+    # the service keeps one reading per time: a repeated timestamp is refused here
+    path.write_text("ts;a;b;c;flat\n1;1;2;3;4\n2;1;2;3;4\n1;5;6;7;8\n")
+    with pytest.raises(DataError, match=r"rows 1 and 3 have the same timestamp '1'"):
+        read_csv(path)
 
 
 @pytest.fixture
