@@ -141,6 +141,7 @@ class UserTable:
     label: str | None
     entity: str | None  # the column, as the file's text
     records: np.ndarray | None = None  # a CSV's record of each row (index: row - 1)
+    sep: str | None = None  # a CSV's delimiter
 
 
 def read_user_table(
@@ -157,9 +158,9 @@ def read_user_table(
     have."""
     require_file(path)
     if path.suffix == ".parquet":
-        df, records = _read_parquet(path), None
+        df, records, sep = _read_parquet(path), None, None
     else:
-        df, records = _read_csv(path, label_col, entity_col)
+        df, records, sep = _read_csv(path, label_col, entity_col)
     header = list(df.columns)
     ts = timestamp_column(header, timestamp_col, path)
     label = find_column(header, label_col) if label_col else None
@@ -184,7 +185,7 @@ def read_user_table(
             )
     elif missing := [c for c in channels if c not in header]:
         raise DataError(f"missing channel columns {missing[:5]}", file=path)
-    table = UserTable(path, df, channels, ts, label, entity, records)
+    table = UserTable(path, df, channels, ts, label, entity, records, sep)
     x = np.empty((len(df), len(channels)), dtype=np.float32)
     bad = []
     for j, c in enumerate(channels):
@@ -221,9 +222,9 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 
 def _read_csv(
     path: Path, label_col: str | None, entity_col: str | None
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """The data rows as pandas guesses their types, blank rows out, and each row's
-    record (its position after the header, blank lines included). Refuses a row with
+) -> tuple[pd.DataFrame, np.ndarray, str]:
+    """The data rows as pandas guesses their types, blank rows out, each row's record
+    (its position after the header, blank lines included), and the delimiter. Refuses a row with
     more or fewer cells than the header.
 
     pandas reads a channel's :data:`~training.usercsv.MISSING` cells (exactly spelt,
@@ -303,7 +304,7 @@ def _read_csv(
     for c in header:  # a CSV's True/False is text, not 1/0
         if pd.api.types.is_bool_dtype(df[c]):
             df[c] = df[c].map({True: "True", False: "False"})
-    return df, records
+    return df, records, sep
 
 
 def _cell_counts(path: Path, sep: str, want: np.ndarray) -> np.ndarray:
@@ -337,8 +338,8 @@ def _where(t: UserTable, i: int | np.integer, column: str) -> dict[str, Any]:
     """Where row ``i`` (a position in ``t.df``) is, for a DataError."""
     row = int(t.df.index[i])
     line = None
-    if t.records is not None:
-        line = record_line(t.path, read_header(t.path)[1], int(t.records[row]))
+    if t.records is not None and t.sep is not None:
+        line = record_line(t.path, t.sep, int(t.records[row]))
     return {"file": t.path, "row": row + 1, "line": line, "column": column}
 
 
