@@ -940,7 +940,9 @@ def test_the_second_scorer_is_a_replica_of_the_first(stack: Stack) -> None:
         mounts = sorted(c["Mounts"], key=lambda m: m["Destination"])
         seen[service] = {"Image": c["Image"], "Mounts": mounts}
         seen[service].update({f"Config.{k}": v for k, v in config.items()})
-        seen[service].update({f"HostConfig.{k}": v for k, v in c["HostConfig"].items()})
+        host = dict(c["HostConfig"])  # compose lists a service's mounts in no set order
+        host["Mounts"] = sorted(host.get("Mounts") or [], key=lambda m: m["Target"])
+        seen[service].update({f"HostConfig.{k}": v for k, v in host.items()})
     a, b = (seen[s] for s in SCORERS)
     differ = {
         k: (a.get(k), b.get(k)) for k in a.keys() | b.keys() if a.get(k) != b.get(k)
