@@ -8,9 +8,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# No braces (the Redis hash tag), no slashes (the URL path), bounded length. The one
+# No braces (the Redis hash tag), no slashes (the URL path), bounded length, and not
+# "." or ".." (URL dot segments: no GET /risk/{stream} could name them). The one
 # definition: the GET /risk paths (routes/risk.py, handlers.py) use it too.
-STREAM_PATTERN = r"^[A-Za-z0-9._:\-]{1,128}$"
+STREAM_PATTERN = (
+    r"^(?:[A-Za-z0-9_:\-][A-Za-z0-9._:\-]{0,127}"
+    r"|\.[A-Za-z0-9_:\-][A-Za-z0-9._:\-]{0,126}"
+    r"|\.\.[A-Za-z0-9._:\-]{1,126})$"
+)
 StreamName = Annotated[str, Field(pattern=STREAM_PATTERN, examples=["pump-7"])]
 
 
