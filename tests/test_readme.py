@@ -125,6 +125,20 @@ def test_every_named_command_exists() -> None:
         assert set(sub.split("|")) <= set(BENCH_TARGETS), sub
 
 
+def test_data_set_lists_name_every_loader() -> None:
+    """Where the README lists the supported data sets (the Data section, the code
+    structure's loaders), it names exactly the --dataset choices there are."""
+    from training.data import DATASETS
+
+    (sentence,) = re.findall(r"every supported data set \(([^)]*)\)", README, re.S)
+    (loaders,) = re.findall(r"^\s+data/\s+loaders \(([^)]*)\)", README, re.M)
+    for listed in (sentence, loaders):
+        names = set(re.findall(r"[a-z]+", listed.replace("your own", "")))
+        assert names == set(DATASETS), (
+            f"missing {sorted(set(DATASETS) - names)}, unknown {sorted(names - set(DATASETS))}"
+        )
+
+
 def test_every_named_path_exists() -> None:
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", README)
     local = [link for link in links if not link.startswith(("http://", "https://"))]

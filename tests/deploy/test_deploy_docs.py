@@ -109,3 +109,67 @@ def test_deploy_section_points_at_real_files() -> None:
     for rel in re.findall(r"`((?:deploy|provisioning|dashboards)/[\w./-]+)`", text):
         candidates = [REPO / rel, REPO / "deploy/grafana" / rel]
         assert any(Path(c).exists() for c in candidates), rel
+
+
+def test_architecture_lists_every_redis_key() -> None:
+    """docs/architecture.md's Store listing names every kind of key the Redis store
+    and the alert state write (a stream's, a tenant's, the global ones)."""
+    source = (REPO / "service" / "store" / "redis_store.py").read_text()
+    stream = set(re.findall(r'_key\(\w+, \w+, "(\w+)"\)|base \+ "(\w+)"', source))
+    per_stream = {a or b for a, b in stream}
+    tenant = set(re.findall(r'_tenant\(\w+, "(\w+)"\)', source))
+    shared = set(re.findall(r'_global\("(\w+)"\)', source))
+    assert {"rows", "seen", "state", "risk"} <= per_stream and tenant and shared
+    m = re.search(
+        r"^### Store\n(.*?)^#", (REPO / "docs/architecture.md").read_text(), re.M | re.S
+    )
+    assert m, "docs/architecture.md has no '### Store' section"
+    listed = m.group(1)
+    expected = (
+        [f"scjepa:{{p3}}:acme/pump-7:{k}" for k in per_stream]
+        + [f"scjepa:{{acme}}:{k}" for k in tenant]
+        + [f"scjepa:{{global}}:{k}" for k in shared]
+    )
+    from types import SimpleNamespace
+
+    from service.alerting import RedisStates
+
+    alert_key = RedisStates.key(SimpleNamespace(prefix="scjepa"), "acme", "pump-7")  # type: ignore[arg-type]
+    expected.append(alert_key)
+    missing = [
+        k for k in expected if not re.search(rf"^{re.escape(k)}\s", listed, re.M)
+    ]
+    assert not missing, f"docs/architecture.md's Store listing lacks {missing}"
+
+
+def test_serve_flags_named_as_settings_are_the_overrides() -> None:
+    """configuration.md's list of `scjepa serve` flags that override a setting is the
+    one service/cli.py applies (each flag -> its SCJEPA_* variable), and the flags it
+    names as not settings are the parser's other options."""
+    import argparse
+
+    from service import cli
+
+    source = (REPO / "service" / "cli.py").read_text()
+    overrides = re.findall(r'"SCJEPA_([A-Z_]+)": args\.(\w+)', source)
+    assert overrides
+    flags = {"--" + attr.replace("_", "-") for _, attr in overrides}
+    for var, attr in overrides:
+        assert var.lower() == attr, (var, attr)  # the flag sets its own setting
+    m = re.search(
+        r"^`scjepa serve` flags override some of these for one run: (.*?)\(and (.*?), "
+        r"which are not settings\)",
+        section("Service settings"),
+        re.M | re.S,
+    )
+    assert m, "configuration.md no longer lists the serve flags"
+    listed, others = (set(re.findall(r"`(--[a-z-]+)`", g)) for g in m.groups())
+    assert listed == flags, (
+        f"missing {sorted(flags - listed)}, extra {sorted(listed - flags)}"
+    )
+    parser = argparse.ArgumentParser()
+    cli.add_arguments(parser)
+    options = {
+        o for a in parser._actions for o in a.option_strings if o.startswith("--")
+    }
+    assert others == options - flags - {"--help"}, sorted(options - flags)

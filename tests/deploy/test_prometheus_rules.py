@@ -347,3 +347,20 @@ def test_scrape_config_targets_the_compose_api_and_scorers() -> None:
     (am,) = config["alerting"]["alertmanagers"]
     assert am["static_configs"][0]["targets"] == ["alertmanager:9093"]
     assert jobs["redis"]["static_configs"][0]["targets"] == ["redis-exporter:9121"]
+
+
+def test_shed_alert_names_every_reason() -> None:
+    """ScjepaWindowsShed fires on any `reason` of scjepa_windows_shed_total: its
+    description names each one the service exports (backpressure, layout, invalid)."""
+    from service import metrics
+
+    reasons = {
+        s.labels["reason"]
+        for family in metrics.WINDOWS_SHED.collect()
+        for s in family.samples
+    }
+    assert {"backpressure", "layout"} <= reasons
+    (rule,) = [r for r in all_rules() if r.get("alert") == "ScjepaWindowsShed"]
+    text = rule["annotations"]["description"]
+    missing = sorted(r for r in reasons if not re.search(rf"\b{r}\b", text))
+    assert not missing, f"ScjepaWindowsShed's description omits {missing}"
