@@ -15,6 +15,7 @@ from typing import Any
 
 from training.data import DATASETS, WINDOW, load_dataset
 from training.data.stats import dataset_stats
+from training.errors import UserError
 from training.usercsv import add_table_arguments as add_table_arguments
 from training.usercsv import table_options as table_options
 
@@ -131,6 +132,11 @@ def run(args: argparse.Namespace) -> int:
         if args.json == "-":
             sys.stdout.write(text + "\n")
             return 0
-        Path(args.json).write_text(text + "\n")
+        try:
+            Path(args.json).write_text(text + "\n")
+        except OSError as e:
+            raise UserError(
+                f"--json {args.json}: cannot write ({e.strerror or e})"
+            ) from None
     print_stats(st, args.per_entity)
     return 0

@@ -66,6 +66,26 @@ def numeric(df: pd.DataFrame, path: Path) -> np.ndarray:
     return out.to_numpy(dtype=np.float32)
 
 
+def refuse_short_rows(x: np.ndarray, path: Path, sep: str = ",") -> None:
+    """A header-less file's row with fewer cells than its first row (pandas fills the
+    missing cells with NaN) is a truncated or damaged file, not missing readings:
+    refused, naming the row. An empty cell (``,,``) stays a missing value."""
+    if x.ndim != 2 or not np.isnan(x[:, -1]).any():
+        return  # a short row leaves its last cell NaN
+    with path.open(errors="replace") as f:
+        lines = (line for line in f if line.strip())  # pandas skips blank lines
+        for r, line in enumerate(lines):
+            n = line.count(sep) + 1
+            if n < x.shape[1]:
+                raise DataError(
+                    f"{n} cells, the first row has {x.shape[1]}",
+                    file=path,
+                    row=r + 1,
+                    hint="a truncated or damaged file? copy it again; an empty "
+                    f"cell ('{sep}{sep}') marks a missing reading",
+                )
+
+
 def load_npy(path: Path) -> np.ndarray:
     require_file(path)
     try:

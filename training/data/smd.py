@@ -3,8 +3,10 @@
     ROOT/ServerMachineDataset/{train,test,test_label}/machine-G-I.txt
 
 Comma-separated, no header, 38 columns min-max scaled by the dataset's authors; one 0/1
-label per line; one row per minute. One entity per machine, in natural order
-(machine-1-2 before machine-1-10).
+label per line; one row per minute. One entity per machine in ``train/`` (SMD-19 or the
+full 28), in natural order (machine-1-2 before machine-1-10). A machine with a test file
+but no train file, and a row with fewer cells than the file's first (a truncated copy),
+are refused rather than left out or forward-filled.
 """
 
 from __future__ import annotations
@@ -12,7 +14,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from training.data.io import check_labels, fill_nans, numeric, read_table
+import numpy as np
+
+from training.data.io import (
+    check_labels,
+    fill_nans,
+    numeric,
+    read_table,
+    refuse_short_rows,
+)
 from training.data.types import Dataset, Entity
 from training.errors import DataError
 
@@ -34,17 +44,29 @@ def load_smd(root: Path, name: str = "smd") -> Dataset:
             f"{train_dir}: no machine-*.txt files (expected the SMD layout)"
         )
 
+    # a machine with test files but no train file would be left out silently
+    have = {f.name for f in files}
+    if orphans := sorted(
+        (p.name for p in (base / "test").glob("machine-*.txt") if p.name not in have),
+        key=lambda n: _natural(Path(n).stem),
+    ):
+        raise DataError(
+            f"{train_dir / orphans[0]}: file not found (its test file is in "
+            f"{base / 'test'}"
+            + (f"; {len(orphans) - 1} more machines too" if len(orphans) > 1 else "")
+            + ")"
+        )
+
+    def series(path: Path) -> tuple[np.ndarray, int]:
+        x = numeric(read_table(path, header=None), path)
+        refuse_short_rows(x, path)
+        return fill_nans(x, path)
+
     entities, n_cols = [], None
     for f in files:
         paths = {s: base / s / f.name for s in ("train", "test", "test_label")}
-        train, n_tr = fill_nans(
-            numeric(read_table(paths["train"], header=None), paths["train"]),
-            paths["train"],
-        )
-        test, n_te = fill_nans(
-            numeric(read_table(paths["test"], header=None), paths["test"]),
-            paths["test"],
-        )
+        train, n_tr = series(paths["train"])
+        test, n_te = series(paths["test"])
         n_cols = n_cols or train.shape[1]
         for s in ("train", "test"):
             arr = train if s == "train" else test

@@ -56,3 +56,12 @@ def test_stats_bad_root_is_one_line_error(tmp_path: Path) -> None:
 def test_help_lists_commands(capsys) -> None:
     assert main(["--help"]) == 0
     assert "data" in capsys.readouterr().out
+
+
+def test_stats_json_unwritable_is_one_line_error(tmp_path: Path, capsys) -> None:
+    # a --json FILE in a folder that does not exist, or a folder: one line, exit 2
+    for target in (tmp_path / "missing" / "s.json", tmp_path):
+        code = main(["data", "stats", "--dataset", "synthetic", "--json", str(target)])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert f"--json {target}: cannot write" in err and "Traceback" not in err

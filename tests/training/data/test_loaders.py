@@ -196,3 +196,43 @@ def test_swat_unknown_label(swat_root: Path) -> None:
 def test_unknown_dataset() -> None:
     with pytest.raises(DataError, match="unknown dataset 'nope'"):
         load_dataset("nope")
+
+
+def test_smd_truncated_row_is_refused(smd_root: Path) -> None:
+    # a file cut short mid-row (an interrupted copy): its missing cells are no readings
+    path = smd_root / "ServerMachineDataset" / "test" / "machine-1-2.txt"
+    lines = path.read_text().splitlines()
+    lines[-1] = lines[-1].rsplit(",", 2)[0]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(
+        DataError,
+        match=r"machine-1-2\.txt, row 330: 2 cells, the first row has 4; hint: a truncated",
+    ):
+        load_dataset("smd", smd_root)
+    # an empty cell stays a missing value, forward-filled and counted
+    lines[-1] = "0.1,,0.3,0.4"
+    path.write_text("\n".join(lines) + "\n")
+    assert load_dataset("smd", smd_root).entities[1].imputed == 1
+
+
+def test_smd_full_28_machines_and_orphan_test_file(smd_root: Path) -> None:
+    # the full SMD: machine-1-1..1-8, 2-1..2-9, 3-1..3-11, every one read, in order
+    names = [
+        f"machine-{g}-{i}"
+        for g, n in ((1, 8), (2, 9), (3, 11))
+        for i in range(1, n + 1)
+    ]
+    base = smd_root / "ServerMachineDataset"
+    for s in ("train", "test", "test_label"):
+        text = (base / s / "machine-1-1.txt").read_text()
+        for m in names:
+            (base / s / f"{m}.txt").write_text(text)
+        (base / s / "machine-1-10.txt").unlink()  # not a machine of the release
+    (base / "interpretation_label").mkdir()
+    (base / "interpretation_label" / "machine-1-1.txt").write_text("200-260:1,2\n")
+    ds = load_dataset("smd", smd_root)
+    assert [e.name for e in ds.entities] == names
+    # a machine whose train file is missing is not left out silently
+    (base / "train" / "machine-2-3.txt").unlink()
+    with pytest.raises(DataError, match=r"train/machine-2-3\.txt: file not found"):
+        load_dataset("smd", smd_root)
