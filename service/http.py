@@ -5,7 +5,9 @@ connection and sends nothing, or sends half its headers, or half its body, holds
 open forever, and enough of them exhaust the process (measured: 800 half-sent requests
 held 40 s, none closed). This protocol gives each request ``SCJEPA_READ_TIMEOUT_S`` for
 its headers (from the connection's start or the request's first byte) and again for its
-body, then answers 408 and closes; headers over 64 KiB get 431. A proxy in front
+body, then answers 408 and closes; headers over 64 KiB get 431 (the request line
+included, however many reads they came in); bytes that do not parse as HTTP get a JSON
+400, not uvicorn's plain text. A proxy in front
 (nginx: ``client_header_timeout``, ``client_body_timeout``) can do the same earlier.
 """
 
@@ -40,6 +42,14 @@ def _raw(status: int, reason: str, what: str) -> bytes:
     return head.encode() + body
 
 
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback to stop parsing a request refused 431."""
+
+
+# "GET " + " HTTP/1.1\r\n": the request line around its target
+REQUEST_LINE_BYTES = 15
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """HttpToolsProtocol plus a read deadline per request phase and a header cap."""
 
@@ -47,6 +57,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     head_bytes = 0
     in_head = True
     heads = 0  # requests whose headers ended on this connection
+    # the request's target and headers as parsed, whatever reads they came in: a head
+    # that arrives whole in one read is not counted by data_received (it cannot tell
+    # the head's bytes from the body's there)
+    parsed_head = 0
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -95,10 +109,40 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                     f"request headers over {MAX_HEADER_BYTES} bytes",
                 )
 
+    def send_400_response(self, msg: str) -> None:
+        """uvicorn's answer to bytes that are not HTTP, as JSON like every error."""
+        if self.transport.is_closing():  # refused already (431): parsing stopped there
+            return
+        self._refuse(
+            400,
+            "Bad Request",
+            "invalid HTTP request: the request line, a header or the chunked body "
+            "framing does not parse",
+        )
+
+    def _count_head(self, n: int) -> None:
+        self.parsed_head += n
+        if self.parsed_head > MAX_HEADER_BYTES:
+            self._refuse(
+                431,
+                "Request Header Fields Too Large",
+                f"request headers over {MAX_HEADER_BYTES} bytes",
+            )
+            raise _HeadTooLarge  # the parser stops: uvicorn answers nothing more
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self.parsed_head = REQUEST_LINE_BYTES
         if self.read_timer is None:  # a new request on a kept-alive connection
             self._arm()
+
+    def on_url(self, url: bytes) -> None:
+        self._count_head(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count_head(len(name) + len(value) + 4)  # ": " and CRLF
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self.in_head = False

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,6 +25,10 @@ from service.inference import WindowError
 from service.store import StoreUnavailable
 
 log = logging.getLogger(__name__)
+
+# no answer: the client left before its body was read (nginx's number for it), counted
+# apart from the service's own 5xx
+CLIENT_LEFT = 499
 
 
 class TimingAndLimits:
@@ -55,15 +60,17 @@ class TimingAndLimits:
                 code = message["status"]
             await send(message)
 
-        limit, received = self.max_body_bytes, 0
+        limit, received, left = self.max_body_bytes, 0, False
 
         async def receive_limited() -> Message:
-            nonlocal received
+            nonlocal received, left
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
+            elif message["type"] == "http.disconnect":
+                left = True
             return message
 
         try:
@@ -77,6 +84,8 @@ class TimingAndLimits:
                 raise
             await handlers.too_large(limit).response()(scope, receive, send_status)
         finally:
+            if left and code in (500, CLIENT_LEFT):  # nothing was answered
+                code = CLIENT_LEFT
             took = time.perf_counter() - start
             route = route_of(scope, root_path)
             series = (scope["method"], route, code)
@@ -128,6 +137,12 @@ async def no_route(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": what}, exc.status_code, headers=exc.headers)
 
 
+async def client_left(request: Request, exc: Exception) -> Response:
+    """The client went away while its body was read: nobody to answer."""
+    assert isinstance(exc, ClientDisconnect)
+    return Response(status_code=CLIENT_LEFT)
+
+
 async def invalid_request(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
     return handlers.invalid(exc.errors()).response()
@@ -157,6 +172,7 @@ def install(app: FastAPI, *, max_body_bytes: int, fast_paths: bool) -> None:
     app.add_exception_handler(StarletteHTTPException, no_route)
     app.add_exception_handler(Refused, refused)
     app.add_exception_handler(BodyTooLarge, body_too_large)
+    app.add_exception_handler(ClientDisconnect, client_left)
     app.add_exception_handler(RequestValidationError, invalid_request)
     app.add_exception_handler(StoreUnavailable, store_unavailable)
     app.add_exception_handler(WindowError, bad_window)

@@ -300,3 +300,144 @@ def test_a_50_mb_body_is_cut_off_at_the_limit(
     declared = post(client, b" " * (50 << 20))  # Content-Length over the limit
     refused(declared, 413, "SCJEPA_MAX_BODY_BYTES")
     assert client.get("/healthz").status_code == 200
+
+
+def _serve_reads(reads: list[bytes]) -> tuple[bytes, bool]:
+    """``scjepa serve``'s HTTP protocol (service.http) on an in-memory transport, each
+    of ``reads`` handed over as one read: what it wrote, and whether it closed."""
+    import asyncio
+
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from service.http import GuardedHttpToolsProtocol
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    class Transport(asyncio.Transport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out, self.closed = bytearray(), False
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            peers = {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}
+            return peers.get(name, default)
+
+        def write(self, data: Any) -> None:
+            if not self.closed:  # as asyncio's: nothing goes out after close()
+                self.out += data
+
+        def is_closing(self) -> bool:
+            return self.closed
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def go() -> Transport:
+        config = Config(app=app, http=GuardedHttpToolsProtocol, lifespan="off")
+        config.load()
+        proto = GuardedHttpToolsProtocol(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        transport = Transport()
+        proto.connection_made(transport)
+        for data in reads:
+            if not transport.closed:
+                proto.data_received(data)
+            await asyncio.sleep(0.02)
+        proto.connection_lost(None)
+        return transport
+
+    transport = asyncio.run(go())
+    return bytes(transport.out), transport.closed
+
+
+@pytest.mark.parametrize("where", ["header", "target"])
+def test_headers_over_64_kib_in_one_read_are_431(where: str) -> None:
+    """Headers (or a request target) over the 64 KiB cap that arrive in one read were
+    served (a header) or answered a plain-text 400 (a target: the URL parser's own
+    limit); the cap counted only reads that left the headers unfinished."""
+    from service.http import MAX_HEADER_BYTES
+
+    big = b"a" * (MAX_HEADER_BYTES + 500)
+    if where == "header":
+        head = b"GET /healthz HTTP/1.1\r\nhost: t\r\nx-big: " + big + b"\r\n\r\n"
+    else:
+        head = b"GET /risk/" + big + b" HTTP/1.1\r\nhost: t\r\n\r\n"
+    for reads in ([head], [head[:1000], head[1000:]]):
+        out, closed = _serve_reads(reads)
+        assert out.startswith(b"HTTP/1.1 431 "), out[:200]
+        assert out.count(b"HTTP/1.1") == 1 and closed
+        assert json.loads(out.partition(b"\r\n\r\n")[2]) == {
+            "detail": f"request headers over {MAX_HEADER_BYTES} bytes"
+        }
+    # under the cap, in one read: served
+    ok = b"GET /healthz HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 60_000 + b"\r\n\r\n"
+    out, _ = _serve_reads([ok])
+    assert out.startswith(b"HTTP/1.1 200 "), out[:200]
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"POST /ingest HTTP/1.1\r\nhost: t\r\ncontent-length: abc\r\n\r\n",
+        b"POST /ingest HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        b"GET /risk/a b HTTP/1.1\r\nhost: t\r\n\r\n",
+    ],
+)
+def test_bytes_that_are_not_http_get_a_json_400(request_bytes: bytes) -> None:
+    """uvicorn answered these with text/plain "Invalid HTTP request received."; every
+    error is JSON (docs/reference/api.md, Errors)."""
+    out, closed = _serve_reads([request_bytes])
+    head, _, text = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ") and closed, out[:200]
+    assert b"content-type: application/json" in head
+    assert json.loads(text)["detail"].startswith("invalid HTTP request")
+    assert out.count(b"HTTP/1.1") == 1
+
+
+def test_a_client_that_leaves_mid_body_is_no_500(hostile: TestClient) -> None:
+    """A client that disconnects before its body is whole gets nothing stored, and the
+    request is counted as 499 (client left), not as a 500 of the service: the fast
+    path answered nothing and was timed as 500, the FastAPI route raised
+    ClientDisconnect into the 500 handler (an "unhandled error" logged)."""
+    from prometheus_client import REGISTRY
+
+    def count(status: str) -> float:
+        labels = {"method": "POST", "route": "/ingest", "status": status}
+        name = "scjepa_http_request_duration_seconds_count"
+        return REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = {s: count(s) for s in ("499", "500")}
+    messages = iter(
+        [
+            {
+                "type": "http.request",
+                "body": b'{"stream": "s", "readi',
+                "more_body": True,
+            },
+            {"type": "http.disconnect"},
+        ]
+    )
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages, {"type": "http.disconnect"})
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": "/ingest", "raw_path": b"/ingest",
+        "root_path": "", "query_string": b"", "server": ("t", 80),
+        "client": ("c", 1), "headers": [(b"content-type", b"application/json")],
+    }  # fmt: skip
+    hostile.portal.call(hostile.app, scope, receive, send)  # type: ignore[union-attr]
+    statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
+    assert statuses in ([], [499]), statuses
+    assert count("499") == before["499"] + 1
+    assert count("500") == before["500"]
+    nothing_stored(hostile, "s")
