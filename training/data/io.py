@@ -9,6 +9,7 @@ not missing values but broken data: they are refused.
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -66,19 +67,22 @@ def numeric(df: pd.DataFrame, path: Path) -> np.ndarray:
     return out.to_numpy(dtype=np.float32)
 
 
-def refuse_short_rows(x: np.ndarray, path: Path, sep: str = ",") -> None:
-    """A header-less file's row with fewer cells than its first row (pandas fills the
-    missing cells with NaN) is a truncated or damaged file, not missing readings:
-    refused, naming the row. An empty cell (``,,``) stays a missing value."""
-    if x.ndim != 2 or not np.isnan(x[:, -1]).any():
+def refuse_short_rows(
+    df: pd.DataFrame, path: Path, *, sep: str = ",", skip: int = 0, header: int = 0
+) -> None:
+    """A row with fewer cells than the file's columns (pandas fills the missing cells
+    with NaN) is a truncated or damaged file, not missing readings: refused, naming the
+    data row. ``skip`` lines above the table (junk), then ``header`` non-blank lines. An
+    empty cell (``,,``) stays a missing value."""
+    if len(df) == 0 or not df.iloc[:, -1].isna().any():
         return  # a short row leaves its last cell NaN
     with path.open(errors="replace") as f:
-        lines = (line for line in f if line.strip())  # pandas skips blank lines
-        for r, line in enumerate(lines):
+        lines = (line for line in islice(f, skip, None) if line.strip())
+        for r, line in enumerate(islice(lines, header, None)):
             n = line.count(sep) + 1
-            if n < x.shape[1]:
+            if n < df.shape[1]:
                 raise DataError(
-                    f"{n} cells, the first row has {x.shape[1]}",
+                    f"{n} cells, the file has {df.shape[1]} columns",
                     file=path,
                     row=r + 1,
                     hint="a truncated or damaged file? copy it again; an empty "

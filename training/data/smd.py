@@ -58,9 +58,9 @@ def load_smd(root: Path, name: str = "smd") -> Dataset:
         )
 
     def series(path: Path) -> tuple[np.ndarray, int]:
-        x = numeric(read_table(path, header=None), path)
-        refuse_short_rows(x, path)
-        return fill_nans(x, path)
+        df = read_table(path, header=None)
+        refuse_short_rows(df, path)
+        return fill_nans(numeric(df, path), path)
 
     entities, n_cols = [], None
     for f in files:

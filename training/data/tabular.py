@@ -18,8 +18,10 @@ Generic:     a directory with ``train.csv|parquet`` and optionally ``test.csv|pa
 
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, replace
+from fnmatch import fnmatch
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from training.data.io import check_labels, fill_nans, numeric, read_table, require_file
+from training.data.io import (
+    check_labels,
+    fill_nans,
+    numeric,
+    read_table,
+    refuse_short_rows,
+    require_file,
+)
 from training.data.types import Dataset, Entity
 from training.data.windows import WINDOW, min_pretrain_steps, min_split_steps
 from training.errors import DataError
@@ -56,6 +65,8 @@ from training.usercsv import (
 def load_psm(root: Path, name: str = "psm") -> Dataset:
     paths = {s: root / f"{s}.csv" for s in ("train", "test", "test_label")}
     frames = {s: read_table(p) for s, p in paths.items()}
+    for s, p in paths.items():
+        refuse_short_rows(frames[s], p, header=1)
     ts = frames["train"].columns[0]
     train, test = frames["train"].drop(columns=ts), frames["test"].drop(columns=ts)
     if list(test.columns) != list(train.columns):
@@ -76,6 +87,8 @@ def load_psm(root: Path, name: str = "psm") -> Dataset:
 
 
 def _read_swat(path: Path) -> pd.DataFrame:
+    """The table below the header line; rows of empty cells only (the ``,,,`` rows
+    some exports end with) are dropped, the index keeps each row's data row - 1."""
     require_file(path)
     with path.open(errors="replace") as f:  # skip junk lines above the real header
         skip = next(
@@ -84,8 +97,9 @@ def _read_swat(path: Path) -> pd.DataFrame:
     if skip is None:
         raise DataError(f"{path}: no header line with a 'Timestamp' column")
     df = read_table(path, skiprows=skip, low_memory=False)
+    refuse_short_rows(df, path, skip=skip, header=1)
     df.columns = [str(c).strip() for c in df.columns]
-    return df
+    return df.dropna(how="all")
 
 
 def _swat_labels(df: pd.DataFrame, path: Path) -> np.ndarray:
@@ -99,19 +113,35 @@ def _swat_labels(df: pd.DataFrame, path: Path) -> np.ndarray:
     if not known.all():
         i = int(np.argmin(known.to_numpy()))
         raise DataError(
-            f"{path}: unknown label {df[col].iloc[i]!r} at data row {i + 1}"
+            f"{path}: unknown label {df[col].iloc[i]!r} at data row {df.index[i] + 1}"
         )
     return (text == "attack").to_numpy(dtype=np.int8)
 
 
 def load_swat(root: Path, name: str = "swat") -> Dataset:
-    def one(pattern: str) -> Path:
-        found = sorted(root.glob(pattern))
-        if not found:
-            raise DataError(f"{root}: no file matching {pattern!r} (SWaT public CSV)")
-        return found[0]
+    notes = []
 
-    tr_path, te_path = one("*Normal*.csv"), one("*Attack*.csv")
+    def one(word: str) -> Path:
+        """The file named like ``*Normal*.csv``, in any case; of several (the
+        releases' v0 and v1), the latest by name."""
+        found = sorted(
+            (p for p in root.glob("*") if p.is_file()),
+            key=lambda p: _natural(p.name),
+        )
+        found = [p for p in found if fnmatch(p.name.lower(), f"*{word}*.csv")]
+        if not found:
+            raise DataError(
+                f"{root}: no file matching '*{word.capitalize()}*.csv' (SWaT public CSV)"
+            )
+        if len(found) > 1:
+            notes.append(
+                f"{len(found)} files match '*{word.capitalize()}*.csv' in {root}: "
+                f"read {found[-1].name} (the latest by name), not "
+                + ", ".join(p.name for p in found[:-1])
+            )
+        return found[-1]
+
+    tr_path, te_path = one("normal"), one("attack")
     tr, te = _read_swat(tr_path), _read_swat(te_path)
     labels = _swat_labels(te, te_path)
     drop = [c for c in tr.columns if c.lower() == "timestamp" or "attack" in c.lower()]
@@ -120,7 +150,14 @@ def load_swat(root: Path, name: str = "swat") -> Dataset:
         raise DataError(f"{te_path}: missing columns {missing[:5]}")
     x_tr, n_tr = fill_nans(numeric(tr[channels], tr_path), tr_path, channels)
     x_te, n_te = fill_nans(numeric(te[channels], te_path), te_path, channels)
-    return Dataset(name, channels, [Entity("swat", x_tr, x_te, labels, n_tr + n_te)])
+    return Dataset(
+        name, channels, [Entity("swat", x_tr, x_te, labels, n_tr + n_te)], notes=notes
+    )
+
+
+def _natural(name: str) -> list[Any]:
+    """``v2`` before ``v10``."""
+    return [int(t) if t.isdigit() else t.lower() for t in re.split(r"(\d+)", name)]
 
 
 def _find(root: Path, stem: str) -> Path | None:

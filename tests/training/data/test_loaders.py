@@ -66,6 +66,43 @@ def test_swat_quirks(swat_root: Path) -> None:
     assert e.labels.sum() == 50  # "Attack" and the "A ttack" typo
 
 
+def test_swat_several_releases_read_the_latest_in_any_case(swat_root: Path) -> None:
+    """Before: of SWaT_Dataset_Normal_v0 and _v1 the loader took v0 silently, and a
+    lower-case name was not found."""
+    base = swat_root / "SWaT"
+    v1 = base / "SWaT_Dataset_Normal_v1.csv"
+    lines = v1.read_text().splitlines(keepends=True)
+    (base / "SWaT_Dataset_Normal_v0.csv").write_text("".join(lines[:-100]))
+    ds = load_dataset("swat", swat_root)
+    assert len(ds.entities[0].train) == 300
+    assert any("read SWaT_Dataset_Normal_v1.csv" in n for n in ds.notes)
+    (base / "SWaT_Dataset_Normal_v0.csv").unlink()
+    v1.rename(base / "swat_dataset_normal_v1.csv")
+    assert len(load_dataset("swat", swat_root).entities[0].train) == 300
+
+
+def test_swat_trailing_empty_rows_are_dropped(swat_root: Path) -> None:
+    """Before: an export ending in ',,,' rows was refused on the test file ('unknown
+    label nan') and forward-filled on the train file."""
+    for name in ("SWaT_Dataset_Normal_v1.csv", "SWaT_Dataset_Attack_v0.csv"):
+        path = swat_root / "SWaT" / name
+        path.write_text(path.read_text() + ("," * 52 + "\n") * 3)
+    e = load_dataset("swat", swat_root).entities[0]
+    assert (len(e.train), len(e.test), e.imputed) == (300, 300, 0)
+
+
+@pytest.mark.parametrize("name", ["train.csv", "test.csv"])
+def test_psm_truncated_row_is_refused(psm_root: Path, name: str) -> None:
+    """Before: a file cut mid-row (an interrupted copy) was forward-filled."""
+    path = psm_root / "PSM" / name
+    text = path.read_text()
+    path.write_text(text[: text.rindex("\n", 0, len(text) - 1) + 40])
+    with pytest.raises(
+        DataError, match=rf"{name}, row \d+: \d+ cells, the file has 26"
+    ):
+        load_dataset("psm", psm_root)
+
+
 def test_generic_csv_single_file_with_entities(
     tmp_path: Path, rng: np.random.Generator
 ) -> None:
@@ -206,7 +243,7 @@ def test_smd_truncated_row_is_refused(smd_root: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(
         DataError,
-        match=r"machine-1-2\.txt, row 330: 2 cells, the first row has 4; hint: a truncated",
+        match=r"machine-1-2\.txt, row 330: 2 cells, the file has 4 columns; hint: a truncated",
     ):
         load_dataset("smd", smd_root)
     # an empty cell stays a missing value, forward-filled and counted
