@@ -117,7 +117,7 @@ def build_artifact(
         shutil.rmtree(work)  # a fresh run, not a resume of an older one
     # an older model stays unusable until the new one is complete (manifest last)
     (artifact / "manifest.json").unlink(missing_ok=True)
-    cfg = load_config(FAST, ["loss.diversity=1.0", *overrides])
+    cfg = load_config(FAST, ["loss.diversity=1.0", "loss.reduce=mean", *overrides])
     pairs = pretrain_pairs(
         ds,
         window=cfg.data.window,

@@ -30,6 +30,7 @@ class DataConfig:
 
 
 REC_SCALES = ("raw", "window")
+REDUCTIONS = ("sum", "mean")
 
 
 @dataclass
@@ -55,6 +56,10 @@ class LossConfig:
     # L_pred goes with the square of the data's units. window: on the RevIN scale of
     # each window and channel, the same in any units.
     rec_scale: str = "raw"
+    # A squared norm |a - b|^2 of a latent (over D) or a patch (over L). sum: the
+    # spec's norm. mean: the mean of the squared entries (beyond the paper; every
+    # published run and configs/improved.yaml), so no term scales with D or L.
+    reduce: str = "sum"
     # -- ablations, one switch each (architecture ones live in ModelConfig)
     kl: bool = True  # False: MSE only (gamma * MSE on fine and coarse latents)
     rec: bool = True  # False: no reconstruction term (decoder unused)
@@ -64,6 +69,9 @@ class LossConfig:
     def __post_init__(self) -> None:
         assert self.rec_scale in REC_SCALES, (
             f"rec_scale {self.rec_scale!r}: expected one of {', '.join(REC_SCALES)}"
+        )
+        assert self.reduce in REDUCTIONS, (
+            f"reduce {self.reduce!r}: expected one of {', '.join(REDUCTIONS)}"
         )
 
 
@@ -189,6 +197,7 @@ RULES: dict[str, Rule] = {
         ]
     },
     "loss.rec_scale": Rule(choices=REC_SCALES),
+    "loss.reduce": Rule(choices=REDUCTIONS),
     **{f"loss.{k}": ANY for k in ("kl", "rec", "pred", "code")},
     # optim
     "optim.lr": NON_NEGATIVE,

@@ -199,6 +199,10 @@ def read_resume(path: Path) -> dict[str, Any]:
     return ck
 
 
+# what a checkpoint written before a setting existed was trained with
+BEFORE_KEYS: dict[str, dict[str, Any]] = {"loss": {"reduce": "mean"}}
+
+
 def resume_conflicts(
     ck: dict[str, Any], cfg: TrainConfig, pairs: Pairs, fingerprint: dict[str, Any]
 ) -> list[str]:
@@ -209,7 +213,8 @@ def resume_conflicts(
     defaults, new = TrainConfig().to_dict(), cfg.to_dict()
     old = ck.get("train_config") or {}
     for section in [*new, *(k for k in old if k not in new)]:
-        o = defaults.get(section, {}) | (old.get(section) or {})
+        o = defaults.get(section, {}) | BEFORE_KEYS.get(section, {})
+        o |= old.get(section) or {}
         n = new.get(section, {})
         for k in [*o, *(k for k in n if k not in o)]:
             key, a, b = f"{section}.{k}", o.get(k, "(none)"), n.get(k, "(none)")

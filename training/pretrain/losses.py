@@ -2,9 +2,10 @@
 
 L = L_pred + L_code + lambda_r * L_rec   (docs/method.md, "Loss")
 
-Reductions: a squared norm |a - b|^2 of a latent (D) or a patch (L) is the MEAN of its
-squared entries, so no term scales with D or L; terms defined per patch are SUMMED over
-the P patches (the paper's formulas) and every term is averaged over the batch.
+Reductions: a squared norm |a - b|^2 of a latent (D) or a patch (L) is the sum of its
+squared entries (the spec), or with ``loss.reduce=mean`` their MEAN, so that no term
+scales with D or L (configs/improved.yaml); terms defined per patch are SUMMED over the
+P patches (the paper's formulas) and every term is averaged over the batch.
 """
 
 from __future__ import annotations
@@ -22,15 +23,22 @@ def kl_div(p_target: Tensor, logits: Tensor) -> Tensor:
     return kl.sum((1, 2)).mean()
 
 
-def patch_sq_err(a: Tensor, b: Tensor) -> Tensor:
-    """sum_patches |a - b|^2 (mean over the last axis), batch mean. (N, n, F) each."""
-    return (a - b).pow(2).mean(-1).sum(-1).mean()
+def sq_norm(d: Tensor, reduce: str) -> Tensor:
+    """|d|^2 over the last axis: the sum of squares, or their mean (``reduce``)."""
+    sq = d.pow(2)
+    return sq.sum(-1) if reduce == "sum" else sq.mean(-1)
 
 
-def code_terms(h: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-    """VQ-style terms: commit = |sg(z) - h|^2 (moves E), quant = |z - sg(h)|^2 (moves Q)."""
-    commit = (z.detach() - h).pow(2).mean()
-    quant = (z - h.detach()).pow(2).mean()
+def patch_sq_err(a: Tensor, b: Tensor, reduce: str) -> Tensor:
+    """sum_patches |a - b|^2, batch mean. (N, n, F) each."""
+    return sq_norm(a - b, reduce).sum(-1).mean()
+
+
+def code_terms(h: Tensor, z: Tensor, reduce: str) -> tuple[Tensor, Tensor]:
+    """VQ-style terms: commit = |sg(z) - h|^2 (moves E), quant = |z - sg(h)|^2 (moves Q),
+    per token, averaged over the tokens. (..., D) each."""
+    commit = sq_norm(z.detach() - h, reduce).mean()
+    quant = sq_norm(z - h.detach(), reduce).mean()
     return commit, quant
 
 
@@ -62,13 +70,13 @@ def covariance_penalty(h: Tensor) -> Tensor:
     return off.pow(2).sum() / h.shape[-1]
 
 
-def rec_loss(online: dict[str, Tensor], x: Tensor, scale: str) -> Tensor:
+def rec_loss(online: dict[str, Tensor], x: Tensor, scale: str, reduce: str) -> Tensor:
     """sum_patches |X_hat - X|^2, (N, P, L) against the window x (N, T): on the raw
     (de-normalised) scale, or on the window's RevIN scale (``scale="window"``)."""
     if scale == "window":
-        return patch_sq_err(online["x_hat_norm"], online["x_norm"])
+        return patch_sq_err(online["x_hat_norm"], online["x_norm"], reduce)
     x_hat = online["x_hat"]
-    return patch_sq_err(x_hat, x.view(x_hat.shape))
+    return patch_sq_err(x_hat, x.view(x_hat.shape), reduce)
 
 
 def lambda_r(
@@ -101,9 +109,11 @@ def scjepa_loss(
     # -- predictive: fine (P x K) and coarse (1 x K) assignments of W_{t+1}
     if cfg.pred:
         assert target is not None, "the predictive objective needs the target pass"
-        t["mse_fine"] = patch_sq_err(online["z_hat"], target["z_fine"])
+        t["mse_fine"] = patch_sq_err(online["z_hat"], target["z_fine"], cfg.reduce)
         if "coarse" in online:
-            t["mse_coarse"] = patch_sq_err(online["z_hat_coarse"], target["z_coarse"])
+            t["mse_coarse"] = patch_sq_err(
+                online["z_hat_coarse"], target["z_coarse"], cfg.reduce
+            )
         if has_codes and cfg.kl:
             t["kl_fine"] = kl_div(target["probs_fine"], online["fine"])
             if "coarse" in online:
@@ -124,7 +134,7 @@ def scjepa_loss(
     if has_codes:
         t["ent_sample"], t["ent_batch"] = entropy_terms(online["probs"])
         if cfg.code:
-            t["commit"], t["quant"] = code_terms(online["h"], online["z"])
+            t["commit"], t["quant"] = code_terms(online["h"], online["z"], cfg.reduce)
             code = cfg.commit * t["commit"] + cfg.quant * t["quant"]
             code = code + cfg.entropy * t["ent_sample"] - cfg.diversity * t["ent_batch"]
     if cfg.code and cfg.variance > 0:
@@ -136,7 +146,7 @@ def scjepa_loss(
 
     # -- reconstruction of W_t from z
     if cfg.rec:
-        t["rec"] = rec_loss(online, x, cfg.rec_scale)
+        t["rec"] = rec_loss(online, x, cfg.rec_scale, cfg.reduce)
     lam = lam_r if cfg.rec else 0.0
 
     loss = pred + code + lam * t["rec"]

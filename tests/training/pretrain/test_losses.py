@@ -15,6 +15,7 @@ from model import SCJEPA, ModelConfig, TargetEncoder
 from training.errors import UserError
 from training.pretrain.config import LossConfig, from_dict
 from training.pretrain.losses import (
+    code_terms,
     covariance_penalty,
     entropy_terms,
     kl_div,
@@ -42,10 +43,18 @@ def test_kl_matches_torch_and_vanishes_on_equal_inputs() -> None:
     assert kl_div(p_t, logits_p) > 0
 
 
-def test_reductions_sum_patches_mean_features() -> None:
+def test_reductions_sum_patches_and_features_as_the_spec() -> None:
+    """|a - b|^2 is the squared norm (the spec): summed over the features, then over
+    the patches; ``mean`` (configs/improved.yaml) averages the features instead.
+    Before, the mean was the only reduction, also in configs/paper.yaml."""
     a = torch.zeros(2, 5, 4)
     b = torch.ones(2, 5, 4) * 2  # squared error 4 everywhere
-    assert patch_sq_err(a, b).item() == pytest.approx(5 * 4.0)  # 5 patches x mean 4
+    assert patch_sq_err(a, b, "sum").item() == pytest.approx(5 * 16.0)  # 5 x |.|^2
+    assert patch_sq_err(a, b, "mean").item() == pytest.approx(5 * 4.0)  # 5 x mean 4
+    h, z = torch.zeros(3, 5, 4), torch.ones(3, 5, 4)
+    assert [t.item() for t in code_terms(h, z, "sum")] == [4.0, 4.0]
+    assert [t.item() for t in code_terms(h, z, "mean")] == [1.0, 1.0]
+    assert LossConfig().reduce == "sum"
     uniform = torch.full((3, 5, 16), 1 / 16)
     sample, batch = entropy_terms(uniform)
     assert sample.item() == pytest.approx(math.log(16), rel=1e-5)
@@ -129,10 +138,10 @@ def test_window_scale_reconstruction_is_the_same_in_any_units() -> None:
     torch.testing.assert_close(
         rec(1000 * x + 50, raw), 1e6 * rec(x, raw), rtol=1e-3, atol=0
     )
-    # the raw error over each window's RevIN variance, summed over patches
+    # the raw error over each window's RevIN variance, summed over steps (the spec's sum)
     out = model(x, predict=False)
     var = x.var(-1, unbiased=False) + model.cfg.revin_eps  # (N,)
-    err = (out["x_hat"] - x.view(out["x_hat"].shape)).pow(2).mean(-1).sum(-1)
+    err = (out["x_hat"] - x.view(out["x_hat"].shape)).pow(2).sum((-2, -1))
     torch.testing.assert_close(base, (err / var).mean(), rtol=1e-4, atol=0)
 
 

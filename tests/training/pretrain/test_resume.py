@@ -106,6 +106,19 @@ def test_resume_refuses_another_config(
     assert _files(out) == before  # config.yaml, last.pt, metrics.jsonl untouched
 
 
+def test_a_checkpoint_from_before_loss_reduce_was_trained_with_the_mean() -> None:
+    """loss.reduce came after runs trained with the mean over D (and L): such a run
+    resumes under loss.reduce=mean and refuses the spec's sum, not the other way."""
+    cfg = tiny_train_config()
+    old = cfg.to_dict()
+    del old["loss"]["reduce"]
+    ck = {"train_config": old}
+    pairs = random_pairs()
+    mean = tiny_train_config(loss={"reduce": "mean"})
+    assert loop.resume_conflicts(ck, mean, pairs, {}) == []
+    assert loop.resume_conflicts(ck, cfg, pairs, {}) == ["loss.reduce mean -> sum"]
+
+
 def test_resume_refuses_other_data_and_keeps_the_corpus(tmp_path: Path) -> None:
     """skab@0 then skab@1: other entities of one data set; evaluate's leakage check
     reads the corpus, so a resume must not replace it. Refused even where the run has
