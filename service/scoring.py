@@ -70,9 +70,9 @@ class StreamQuotaExceeded(Exception):
 
     def __init__(self, tenant: str, streams: list[str], limit: int) -> None:
         super().__init__(
-            f"tenant {tenant!r} already has {limit} live streams, the limit "
-            f"(SCJEPA_MAX_STREAMS_PER_TENANT); new stream(s) {streams[:5]} refused: "
-            "a stream idle for SCJEPA_STREAM_TTL_S frees its place"
+            f"new stream(s) {streams[:5]} would take tenant {tenant!r} past its limit "
+            f"of {limit} live streams (SCJEPA_MAX_STREAMS_PER_TENANT): refused; a "
+            "stream idle for SCJEPA_STREAM_TTL_S frees its place"
         )
         self.streams = streams
 

@@ -314,7 +314,10 @@ class MemoryStore(Store):
         self._expire(1000)
         names = self._names.get(tenant, [])
         i = bisect.bisect_right(names, after) if after is not None else 0
-        return [n for n in names[i : i + limit] if self._get((tenant, n))]
+        # expired names (past the 1,000 expired above) are skipped, not counted: a
+        # short page ends the listing
+        live = (n for n in names[i:] if self._get((tenant, n)))
+        return list(itertools.islice(live, limit))
 
     async def summary(self, threshold: float) -> Summary:
         self._expire()

@@ -111,7 +111,14 @@ if built and built ~= layout then
   redis.call('DEL', rows_k, seen, state, risk, pend)  -- 'fresh': the stream starts over
   epoch, max_s = new_epoch(tonumber(epoch) or 0), false
 elseif not epoch then  -- a new stream (or one forgotten after the TTL)
-  epoch = redis.call('EXISTS', state) == 1 and '0' or new_epoch(0)
+  if redis.call('EXISTS', state) == 1 then epoch = '0'
+  else
+    epoch = new_epoch(0)
+    -- records of the stream's previous life (written late by a scorer after Redis
+    -- lost its data, or left by an eviction): its window numbers begin again, and
+    -- the old records would win over theirs and be GET /risk's newest
+    redis.call('DEL', risk)
+  end
 end
 local n0 = tonumber(redis.call('HGET', state, 'n') or '0')
 local last_s = redis.call('HGET', state, 'last_ts')
@@ -221,6 +228,13 @@ for s = 1, #new_rows, 4000 do
 end
 local queued, shed = {}, 0
 local first = math.max(n0 + 1, W)
+local base = 1  -- the number of the oldest reading the rows list holds
+if total >= first then
+  base = total - redis.call('LLEN', rows_k) + 1
+  -- rows lost while the state stayed (evicted key by key under an LRU
+  -- maxmemory-policy): a window is cut from rows held only, once W of them are
+  first = math.max(first, base + W - 1)
+end
 first = W + math.ceil((first - W) / hop) * hop
 local count = 0
 for n = first, total, hop do count = count + 1 end
@@ -233,8 +247,6 @@ if count > 0 then
   shed = count - keep
   local last_n = first + (count - 1) * hop
   local first_n = last_n - (keep - 1) * hop
-  local held = redis.call('LLEN', rows_k)
-  local base = total - held + 1
   local rows = redis.call('LRANGE', rows_k, first_n - W + 1 - base, last_n - base)
   for k = 0, keep - 1 do
     local n = first_n + k * hop
@@ -788,7 +800,7 @@ class RedisStore(Store):
     ) -> list[list[bool]]:
         """Two round trips: the record scripts, then (once they are written) the
         newest risks, the acknowledgements and the news, packed together on the
-        store's own connections (:meth:`_run`) as the scripts are."""
+        store's own connections (:meth:`_finish`) as the scripts are."""
         calls = []
         for tenant, stream, records in items:
             args: list[Any] = [self.history_len, self.ttl_s]
@@ -808,21 +820,43 @@ class RedisStore(Store):
             self.cluster
         ):  # a Cluster pipeline takes neither PUBLISH nor other slots' keys
             if latest:
-                await self._call(
-                    "put_risks", self.client.zadd(self._global("latest"), latest)
-                )
+                try:
+                    await self._call(
+                        "put_risks", self.client.zadd(self._global("latest"), latest)
+                    )
+                except StoreUnavailable as e:  # the gauges' index only: see below
+                    log.warning("scorer: newest risks not noted: %s", e)
             await self.ack_work(list(ack))
             return written
         commands = []
         if latest:
             pairs = [x for member, risk in latest.items() for x in (risk, member)]
             commands.append(["ZADD", self._global("latest"), *pairs])
-        commands += self._ack_commands(ack)
+        acks = self._ack_commands(ack)
+        at = slice(len(commands), len(commands) + len(acks))
+        commands += acks
         if publish and news:
             commands.append(["PUBLISH", self._channel, _news(news)])
         if commands:
-            await self._call("put_risks", self._run(commands))
+            failed = await self._call("put_risks", self._finish(commands, at))
+            if failed:  # counted as a failed operation, and logged
+                metrics.STORE_ERRORS.labels(op="put_risks").inc()
+                log.warning("scorer: newest risks or news not written: %s", failed[0])
         return written
+
+    async def _finish(self, commands: list[list[Any]], acks: slice) -> list[Any]:
+        """The scorer's second round trip (:meth:`_send`: pipelined, each command runs
+        whatever the others' replies); an error reply to an acknowledgement fails it
+        (the windows stay pending: claimed and scored again). Once they are
+        acknowledged the windows are done, so an error reply to the gauges' index of
+        newest risks (a Redis at maxmemory refuses that ZADD, OOM, not XACK or XDEL)
+        or to the news is returned, not raised: raised, the scorer counted and told
+        no one of windows nobody would claim again."""
+        replies = await self._send([_resp(c) for c in commands])
+        for reply in replies[acks]:
+            if isinstance(reply, Exception):
+                raise reply
+        return [r for r in replies if isinstance(r, Exception)]
 
     async def scored(
         self, tenant: str, items: list[tuple[str, list[int]]]
@@ -893,15 +927,18 @@ class RedisStore(Store):
 
     # -- the work queue
     async def ensure_groups(self) -> None:
-        """Create the consumer group on every partition (an existing one is kept)."""
-        for key in self.work_keys:
+        """Create the consumer group on every partition (an existing one is kept, and
+        is no store error: every scorer start and queue reader finds them there)."""
+
+        async def create(key: str) -> None:
             try:
-                await self._call(
-                    "work", self.client.xgroup_create(key, GROUP, "0", mkstream=True)
-                )
-            except StoreUnavailable as e:
+                await self.client.xgroup_create(key, GROUP, "0", mkstream=True)
+            except ResponseError as e:
                 if "BUSYGROUP" not in str(e):
                     raise
+
+        for key in self.work_keys:
+            await self._call("work", create(key))
 
     async def _read(self, coro: Awaitable[T]) -> T:
         """A queue read; a missing group (a Redis that lost its data) is recreated."""

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from pydantic import ValidationError
 from support.service_helpers import AnyRedis
 
+from service import metrics
 from service.batcher import Batcher
 from service.config import Settings
 from service.inference import Scores
@@ -160,6 +162,28 @@ def test_redis_pool_queues_instead_of_failing(any_redis: AnyRedis) -> None:
             await store.close()
 
     asyncio.run(burst())
+
+
+def test_groups_already_there_are_no_store_error(any_redis: AnyRedis) -> None:
+    """Before: every scorer start (a call a queue reader) counted each existing
+    group's BUSYGROUP reply in scjepa_store_errors_total{op="work"}, 16 a start, and
+    two restarts fired the critical ScjepaStoreErrors page with nothing wrong."""
+    errors = metrics.STORE_ERRORS.labels(op="work")
+
+    async def twice() -> None:
+        store = RedisStore(any_redis.url, prefix=uuid.uuid4().hex, ttl_s=60,
+                           history_len=10, dedupe_horizon=1000, timeout_s=5.0,
+                           partitions=4)  # fmt: skip
+        try:
+            await store.ensure_groups()
+            before = errors._value.get()
+            await store.ensure_groups()
+            await store.ensure_groups()
+            assert errors._value.get() == before
+        finally:
+            await store.close()
+
+    asyncio.run(twice())
 
 
 def test_a_burst_of_every_kind_of_call_queues_for_the_pool(any_redis: AnyRedis) -> None:
@@ -374,9 +398,12 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
     any_redis: AnyRedis,
 ) -> None:
     """The scorer's second round trip (newest risks, acknowledgements, news) is packed
-    on the store's own connections: an error reply to it (here WRONGTYPE: the newest-
-    risk index made a string) fails the call as StoreUnavailable, counted under its
-    operation, as the pipeline's did; the records of the first round trip stay."""
+    on the store's own connections: an error reply to an acknowledgement (here
+    WRONGTYPE: the partition made a string) fails the call as StoreUnavailable,
+    counted under its operation, as the pipeline's did; the records of the first
+    round trip stay. An error reply to the newest-risk index only (a Redis at
+    maxmemory refuses its ZADD, not XACK) is counted, not raised: the windows are
+    acknowledged, done."""
     from service import metrics
     from service.store import StoreUnavailable
 
@@ -387,18 +414,25 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
         try:
             await store.ensure_groups()
             await store.register("t", ["a"], 10)
-            x = np.ones((10, 2), np.float32)
-            await store.append("t", "a", T0 + np.arange(10.0), x, window=10, hop=10,
+            x = np.ones((20, 2), np.float32)
+            await store.append("t", "a", T0 + np.arange(20.0), x, window=10, hop=10,
                                max_queued=100)  # fmt: skip
-            (item,) = await store.read_work("c", 10, 0.1)
+            first, second = await store.read_work("c", 10, 0.1)
             await store.client.set(store._global("latest"), "not a sorted set")
             before = errors._value.get()
-            rec = [("t", "a", [(item.window.n, "rec", 0.5)])]
-            with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
-                await store.put_scored(rec, ack=[item.id], publish=True)
+            rec = [("t", "a", [(first.window.n, "rec", 0.5)])]
+            assert await store.put_scored(rec, ack=[first.id], publish=True) == [[True]]
             assert errors._value.get() == before + 1
-            assert await store.scored("t", [("a", [item.window.n])]) == [
-                {item.window.n: "rec"}
+            assert (await store.queue_stats()).depth == 1  # acknowledged: gone
+
+            await store.client.delete(store._global("latest"))
+            work = store.work_keys[int(second.id.partition("-")[0])]
+            await store.client.set(work, "not a stream")
+            rec = [("t", "a", [(second.window.n, "rec2", 0.5)])]
+            with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
+                await store.put_scored(rec, ack=[second.id], publish=True)
+            assert await store.scored("t", [("a", [10, 20])]) == [
+                {10: "rec", 20: "rec2"}
             ]
         finally:
             await store.close()
@@ -600,7 +634,6 @@ def test_a_call_cut_short_leaves_no_reply_behind(tmp_path: Path) -> None:
     mid-handshake or mid-call is closed, not reused with a reply still to come)."""
     import os
     import signal
-    import time
 
     from support.service_helpers import RedisServer as Server
 
@@ -768,3 +801,144 @@ def test_a_refused_registration_notes_nothing(store_url: str | None) -> None:
             await store.close()
 
     assert asyncio.run(main()) == ([], ["c"], ["a"], [])
+
+
+def test_a_stream_whose_rows_were_evicted_goes_on(any_redis: AnyRedis) -> None:
+    """A stream's buffered rows lost while its state stayed (a Redis under an LRU
+    maxmemory-policy evicts key by key): its next appends are stored and counted,
+    and windows are cut again once a window of rows is held, from those rows only.
+    The script failed on the missing rows (every ingest of the stream 503 after its
+    readings were pushed untrimmed), and later cut windows from the wrong rows."""
+    x = np.arange(400 * 2, dtype=np.float32).reshape(400, 2)
+    ts = T0 + np.arange(400.0)
+
+    async def main() -> tuple[list[AppendResult], list[WorkItem], int]:
+        store = fresh_store(any_redis.url, dedupe_horizon=1000, partitions=2)
+        assert isinstance(store, RedisStore)
+        out = []
+        try:
+            await store.ensure_groups()
+
+            async def add(a: int, b: int) -> None:
+                out.append(await store.append("t", "s", ts[a:b], x[a:b], window=50,
+                                              hop=10, max_queued=1000))  # fmt: skip
+
+            await add(0, 150)
+            while await store.read_work("c", 100, 0):
+                pass
+            await store.client.delete(store._key("t", "s", "rows"))  # evicted
+            for a in range(150, 250, 20):
+                await add(a, a + 20)
+            rows = await store.client.llen(store._key("t", "s", "rows"))
+            return out, await store.read_work("c", 100, 0), rows
+        finally:
+            await store.close()
+
+    out, items, rows = asyncio.run(main())
+    assert [(r.accepted, r.total) for r in out] == [(150, 150)] + [
+        (20, 150 + 20 * k) for k in range(1, 6)
+    ]
+    assert rows == 50  # trimmed to the window again
+    # 100 rows held from reading 151 on: the first window is 200, cut from them only
+    assert [it.window.n for it in items] == [200, 210, 220, 230, 240, 250]
+    for it in items:
+        n = it.window.n
+        np.testing.assert_array_equal(it.window.values, x[n - 50 : n])
+
+
+def test_windows_acknowledged_despite_a_failed_gauge_write_are_told(
+    any_redis: AnyRedis, artifact_dir: Path
+) -> None:
+    """The scorer's second round trip (the newest-risk index, the acknowledgements)
+    whose index write fails (a Redis at maxmemory refuses that ZADD, OOM, but not
+    XACK / XDEL; here the index made another type): the windows' records are
+    written and acknowledged, so they are done, counted and told to the listeners.
+    The call raised: nobody was told, and, acknowledged, nothing claimed them again."""
+    from fastapi.testclient import TestClient
+
+    from service import metrics
+    from service.main import create_app
+    from service.worker import ScoredWindow
+
+    settings = Settings(artifact=artifact_dir, redis_url=any_redis.url,
+                        key_prefix=f"t{uuid.uuid4().hex[:8]}", claim_timeout_s=0.3,
+                        hop=10)  # fmt: skip
+    heard: list[int] = []
+
+    async def listen(windows: Any) -> None:
+        heard.extend(w.window_n for w in windows if isinstance(w, ScoredWindow))
+
+    scored = metrics.WINDOWS_SCORED._value
+    with TestClient(create_app(settings)) as client:
+        app: Any = client.app
+        app.state.worker.listeners.append(listen)
+        any_redis.client().set(f"{settings.key_prefix}:{{global}}:latest", "not a zset")
+        before = scored.get()
+        body = {"stream": "s", "readings": [{"ts": T0 + i, "values": [1, 2, 3, float(i)]}
+                                            for i in range(120)]}  # fmt: skip
+        r = client.post("/ingest", json=body)
+        assert r.status_code == 200 and r.json()["results"][0]["windows_queued"] == 3
+        deadline = time.monotonic() + 10
+        while sorted(set(heard)) != [100, 110, 120]:
+            assert time.monotonic() < deadline, heard
+            time.sleep(0.05)
+        assert scored.get() - before >= 3
+        r = client.get("/metrics")
+        assert 'scjepa_store_errors_total{op="put_risks"}' in r.text
+
+
+def test_a_stream_started_over_ignores_its_previous_lifes_records(
+    any_redis: AnyRedis,
+) -> None:
+    """Redis lost a stream's data (restarted without persistence) while a scorer held
+    its windows: the scorer's late write puts the old records back, with no state.
+    The stream that starts over (its window numbers beginning again) records its own
+    windows and they are its newest: the old records won the first write and stayed
+    GET /risk's newest until the new count passed theirs."""
+    x = np.ones((150, 2), np.float32)
+    ts = T0 + np.arange(150.0)
+
+    async def main() -> tuple[list[list[bool]], str | None, int]:
+        store = fresh_store(any_redis.url, dedupe_horizon=1000, partitions=2)
+        assert isinstance(store, RedisStore)
+        try:
+            await store.ensure_groups()
+            await store.append("t", "s", ts[:100], x[:100], window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            old = await store.read_work("c", 100, 0)  # held by a scorer
+            await store.client.delete(*[store._key("t", "s", k) for k in
+                                        ("rows", "seen", "state", "risk")])  # fmt: skip
+            await store.put_scored([("t", "s", [(it.window.n, f"old-{it.window.n}",
+                                                 0.9) for it in old])])  # fmt: skip
+            await store.append("t", "s", ts[100:], x[100:], window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            new = await store.read_work("c", 100, 0)
+            flags = await store.put_scored([("t", "s", [(it.window.n,
+                                             f"new-{it.window.n}", 0.1) for it in new])])  # fmt: skip
+            state, rec = await store.latest("t", "s")
+            assert state is not None
+            return flags, rec, state.total
+        finally:
+            await store.close()
+
+    flags, rec, n = asyncio.run(main())
+    assert n == 50 and flags == [[True] * 5]
+    assert rec == "new-50"
+
+
+def test_memory_store_pages_past_expired_streams() -> None:
+    """Before: past the 1,000 idle streams dropped a call, expired names were cut
+    from the page after it was sliced: a page of none (with live streams left) and
+    GET /streams answered next: null."""
+    store = MemoryStore(ttl_s=1, history_len=10)
+
+    async def main() -> tuple[list[str], list[str]]:
+        old = [f"a{i:05d}" for i in range(3500)]
+        assert await store.register("t", old, 10_000) == []
+        time.sleep(1.2)
+        new = [f"b{i:02d}" for i in range(30)]
+        assert await store.register("t", new, 10_000) == []
+        return new, await store.streams("t", None, 10)
+
+    new, page = asyncio.run(main())
+    assert page == new[:10]

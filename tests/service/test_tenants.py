@@ -277,6 +277,7 @@ def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> 
     r = post(client, body("d", series(2)), HA)
     assert r.status_code == 403
     assert "SCJEPA_MAX_STREAMS_PER_TENANT" in r.json()["detail"] and "'d'" in r.text
+    assert "past its limit of 3 live streams" in r.json()["detail"]  # not "has 3"
     batch = {"streams": [body("a", series(2, start=2), 2), body("e", series(2))]}
     assert post(client, batch, HA).status_code == 403  # nothing of it stored
     assert client.get("/risk/a", headers=HA).json()["readings_total"] == 2
