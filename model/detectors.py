@@ -35,8 +35,12 @@ KNN_K = 5
 
 
 def channel_stats(x: Tensor) -> Tensor:
-    """(B, T, V) -> (B, 6 * V): per channel mean, std, min, max, last value, slope,
-    statistic-major (as training.evaluate.features.channel_stats(x).reshape(B, -1))."""
+    """(B, T, V) -> (B, 6 * V) float64: per channel mean, std, min, max, last value,
+    slope, statistic-major (as training.evaluate.features.channel_stats(x).reshape(B,
+    -1)). In float64, as model/stats.py: in float32 a channel at 1e5 loses its slope
+    and spread to the rounding of its level, and PyTorch and onnxruntime round in
+    different orders (the kNN score of such a window moved by 3e-3)."""
+    x = x.double()
     t = torch.arange(x.shape[1], dtype=x.dtype, device=x.device)
     tc = (t - t.mean()) / ((t - t.mean()) ** 2).sum()
     slope = torch.einsum("t,btv->bv", tc, x)
@@ -51,7 +55,7 @@ class Detectors(nn.Module):
     """Raw window (B, T, V kept channels) [+ SC-JEPA scores] -> (B, n) z-scored scores."""
 
     knn_bank: Tensor  # (N, 6 V) z-scored statistics of official-train windows
-    knn_mean: Tensor  # (6 V,) their scaling
+    knn_mean: Tensor  # (6 V,) float64: their scaling
     knn_std: Tensor
     pca_mean: Tensor  # (T V,)
     pca_components: Tensor  # (k, T V)
@@ -65,13 +69,16 @@ class Detectors(nn.Module):
         self.names = tuple(n for n in DETECTORS if n in names)
         self.k = int(params.get("knn_k", KNN_K))
 
-        def buf(key: str) -> None:
-            value = torch.as_tensor(np.asarray(params[key]), dtype=torch.float32)
+        def buf(key: str, dtype: torch.dtype = torch.float32) -> None:
+            value = torch.as_tensor(np.asarray(params[key]), dtype=dtype)
             self.register_buffer(key, value)
 
         if "knn" in self.names:
-            for key in ("knn_bank", "knn_mean", "knn_std"):
-                buf(key)
+            buf("knn_bank")
+            # float64 as the statistics they scale: a level of 1e5 kept in float32
+            # is 0.008 off, which a spread of 0.1 across windows makes 0.08 sigma
+            buf("knn_mean", torch.float64)
+            buf("knn_std", torch.float64)
         if "pca" in self.names:
             for key in ("pca_mean", "pca_components"):
                 buf(key)
@@ -97,7 +104,7 @@ class Detectors(nn.Module):
     def knn_distance(self, x: Tensor, skip_self: bool = False) -> Tensor:
         """Mean distance to the k nearest bank windows (B,); ``skip_self`` drops the
         nearest (the window itself, when ``x`` is in the bank)."""
-        f = (channel_stats(x) - self.knn_mean) / self.knn_std  # (B, F)
+        f = ((channel_stats(x) - self.knn_mean) / self.knn_std).float()  # (B, F)
         bank = self.knn_bank
         d2 = (
             (f * f).sum(1, keepdim=True)

@@ -12,10 +12,17 @@ from torch import Tensor
 
 
 def revin(x: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor, Tensor]:
-    """Normalise over the last (time) axis. x: (..., T) -> (x_norm, mean, std), stats (..., 1)."""
-    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-    std = torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps)  # (..., 1)
-    return (x - mean) / std, mean, std
+    """Normalise over the last (time) axis. x: (..., T) -> (x_norm, mean, std), stats (..., 1).
+
+    In float64, returned in x's dtype: in float32 the mean of a channel flat at
+    98765.43 misses it by an ulp, and (x - mean) / sqrt(var + eps) turns that rounding
+    into +-2.5, noise whose sign follows the summation order, so PyTorch and
+    onnxruntime read a flat (forward-filled) channel as two different spiky ones. In
+    float64 a flat channel is exactly 0 in both."""
+    x64 = x.double()
+    mean = x64.mean(dim=-1, keepdim=True)  # (..., 1)
+    std = torch.sqrt(x64.var(dim=-1, keepdim=True, unbiased=False) + eps)  # (..., 1)
+    return ((x64 - mean) / std).to(x.dtype), mean.to(x.dtype), std.to(x.dtype)
 
 
 def revin_inverse(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:

@@ -153,6 +153,8 @@ def calibrate(
         )
     if not 0.0 < calibration_frac < 1.0:
         raise UserError(f"--calibration-frac {calibration_frac}: between 0 and 1")
+    if stride is not None and stride < 1:  # 0 would fall back on the default
+        raise UserError(f"--stride {stride}: a window every stride >= 1 steps")
     if model.codebook is None and set(names) - {"knn", "pca"}:
         raise UserError(
             f"--detectors {features}: the checkpoint has no codebook, so no "
@@ -275,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
     from training.data.cli import table_options
     from training.pretrain.checkpoint import file_sha256, load_model
 
+    if args.out.is_dir():
+        raise UserError(f"--out {args.out}: a folder; give the probe file to write")
     model = load_model(args.checkpoint)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
     probe = calibrate(
@@ -286,7 +290,10 @@ def run(args: argparse.Namespace) -> int:
         checkpoint=str(args.checkpoint),
     )
     probe.checkpoint_sha256 = file_sha256(args.checkpoint)
-    probe.save(args.out)
+    try:
+        probe.save(args.out)
+    except OSError as e:  # a file where its folder should be, no permission
+        raise UserError(f"--out {args.out}: cannot write it ({e.strerror})") from None
     lf = probe.metrics["label_free"]
     print(
         f"wrote {args.out}: {lf['detectors']} on {lf['reference_windows']} reference "

@@ -77,3 +77,26 @@ def test_scjepa_window_scores() -> None:
     assert (scores["surprise"] >= -1e-5).all()  # a KL divergence
     want = ReconstructionError(model)(x.numpy())
     np.testing.assert_allclose(scores["recon"].numpy(), want, atol=1e-4)
+
+
+def test_knn_score_of_a_channel_at_a_high_level_is_exact() -> None:
+    """A channel at 1e5 under small noise (a pressure in Pa): its statistics taken in
+    float32 lose the spread and slope to the rounding of the level, which PyTorch and
+    onnxruntime round in different orders (the served kNN score moved by 3e-3). In
+    float64 the score is the scikit-learn one on float64 statistics."""
+    rng = np.random.default_rng(8)
+
+    def windows(n: int) -> np.ndarray:
+        x = rng.normal(size=(n, 100, 3)) * [1.0, 0.5, 0.2]
+        x[:, :, 2] += 101325.0 + np.linspace(0, 1, 100)[:, None].T  # a slow drift
+        return x.astype(np.float32)
+
+    normal, x = windows(120), windows(9)
+    det = Detectors(("knn",), fit_detector_params(normal, ("knn",)))
+    with torch.no_grad():
+        knn = det.knn_distance(torch.from_numpy(x)).numpy()
+    f_tr = np_channel_stats(normal).reshape(120, -1)
+    mean, std = f_tr.mean(0), f_tr.std(0) + 1e-6
+    nn_ = NearestNeighbors(n_neighbors=5).fit((f_tr - mean) / std)
+    want = nn_.kneighbors((np_channel_stats(x).reshape(9, -1) - mean) / std)[0]
+    np.testing.assert_allclose(knn, want.mean(1), rtol=1e-5)

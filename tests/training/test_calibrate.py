@@ -175,3 +175,28 @@ def test_calibrate_errors_are_one_line(
     # nor labelled windows to keep an int8 variant on
     assert main([*exp, "--out", str(tmp_path / "a"), "--int8"]) == 2
     assert "--int8/--fp16" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_a_bad_stride_or_out_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--stride 0 fell back on the default stride without a word, a negative one
+    ended in a numpy traceback, and --out naming a folder in torch's; each is one
+    line now, before anything is computed or written."""
+    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
+    x = _normal(np.random.default_rng(3), 3000)
+    df = pd.DataFrame(x, columns=CHANNELS)
+    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
+    df.to_csv(tmp_path / "plant.csv", index=False)
+    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
+            "--checkpoint", str(ckpt)]  # fmt: skip
+    out = tmp_path / "p.pt"
+    for stride in ("0", "-5"):
+        assert main([*base, "--out", str(out), "--stride", stride]) == 2
+        err = capsys.readouterr().err
+        assert f"--stride {stride}" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "dir").mkdir()
+    assert main([*base, "--out", str(tmp_path / "dir")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "folder" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()

@@ -386,7 +386,7 @@ def test_export_artifact_called_directly(
     )
     assert load_manifest(tmp_path / "art") == m
     assert (m.name, m.window, m.hop) == ("direct", model.cfg.seq_len, 20)
-    assert set(m.eval_metrics["onnx_parity"]) == {"random_b1", "random_b64"}
+    assert set(m.eval_metrics["onnx_parity"]) == {"random_b1", "random_b64", "edge"}
     assert m.training_data_fingerprint == probe.data_fingerprint != "unknown"
     steps = [
         ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("export [")
@@ -394,7 +394,7 @@ def test_export_artifact_called_directly(
     assert [ln.split("]")[0] for ln in steps] == [
         f"export [{k}/4" for k in (1, 2, 3, 4)
     ]
-    assert "parity with PyTorch on 65 windows" in steps[2]
+    assert "parity with PyTorch on 81 windows" in steps[2]
 
 
 @pytest.mark.parametrize(
@@ -778,6 +778,49 @@ def test_tree_parity_is_held_on_the_graphs_own_features(tmp_path: Path) -> None:
     assert parity_failure({"x": par}, trees=True) is None
     # a smooth probe's risk is held end to end
     assert "max |risk difference|" in str(parity_failure({"x": par}, trees=False))
+
+
+def test_parity_on_flat_channels_and_extreme_levels(tmp_path: Path) -> None:
+    """A channel flat within the window (a forward-filled sensor) at 98765.43: RevIN's
+    float32 mean missed it by an ulp and made +-2.5 spikes of it, different ones in
+    PyTorch and in onnxruntime (features 1e3 times their tolerance, a tree or
+    label-free risk off by up to 1). RevIN now works in float64: codes, window
+    statistics and every detector agree on the parity check's edge windows, and so
+    do the channel contributions wherever a channel moves."""
+    from model.detectors import Detectors, fit_detector_params
+    from model.export import export_onnx
+    from model.stats import WindowStats
+    from training.evaluate.baselines import window_stats
+    from training.evaluate.probe import build_probe_net
+    from training.export import (
+        EDGE_LEVELS,
+        edge_windows,
+        onnx_outputs,
+        parity,
+        parity_failure,
+    )
+
+    rng = np.random.default_rng(9)
+    normal = (rng.normal(size=(60, 100, 3)) * [1, 3, 0.5] + [0, 10, -2]).astype(
+        np.float32
+    )
+    scale = window_stats(normal).scale
+    stats = WindowStats(scale.mean.tolist(), scale.std.tolist(), 100)
+    names = ("knn", "pca", "surprise", "recon")
+    params = fit_detector_params(normal, ("knn", "pca"))
+    params |= {"scale_mean": np.zeros(4), "scale_std": np.ones(4)}
+    served = _tiny_served(build_probe_net(5 * 8 + 18 + 4, 8, 0.0))
+    served.stats, served.detectors = stats, Detectors(names, params)
+    path = export_onnx(served.eval(), tmp_path / "m.onnx")
+    x = edge_windows(rng, 100, 3)
+    (par,) = parity(served, path, {"edge": x}).values()
+    assert parity_failure({"edge": par}, trees=False) is None
+    assert par["features_excess"] < 0.1 and par["risk_max_abs"] < 1e-5
+    flat = x[: 2 * len(EDGE_LEVELS)]  # one channel, then all, flat at each level
+    (contrib,) = onnx_outputs(path, flat, ("channel_contrib",))
+    with torch.no_grad():
+        ref = served(torch.from_numpy(flat))[1].numpy()
+    np.testing.assert_allclose(contrib, ref, atol=1e-5)
 
 
 def test_parity_catches_a_graph_unlike_pytorch(tmp_path: Path) -> None:
