@@ -42,9 +42,11 @@ class Quantization(BaseModel):
     dtype: Literal["fp32", "int8"] = "fp32"
     int8_sha256: str | None = None  # of model.int8.onnx when the artifact ships one
     int8_method: str | None = None  # e.g. "static QDQ, per-tensor, MinMax calibration"
-    metric_deltas: dict[str, float] = {}  # int8 - fp32 on test, e.g. {"f1": -0.002}
+    # int8 - fp32 on test, e.g. {"f1": -0.002}; None where the figure is undefined
+    # (a test split without an anomalous window has no F1 or AUC)
+    metric_deltas: dict[str, float | None] = {}
     fp16_sha256: str | None = None  # of model.fp16.onnx when the artifact ships one
-    fp16_metric_deltas: dict[str, float] = {}  # fp16 - fp32 on test
+    fp16_metric_deltas: dict[str, float | None] = {}  # fp16 - fp32 on test
 
 
 class Manifest(BaseModel):

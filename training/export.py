@@ -528,7 +528,7 @@ def _export_into(
             v_path.unlink()
             continue
         t = check["test" if "test" in check else "val"]
-        deltas = {k: t["variant"][k] - t["fp32"][k] for k in t["fp32"]}
+        deltas = {k: json_num(t["variant"][k] - t["fp32"][k]) for k in t["fp32"]}
         if key == "int8":
             # dtype and sha256: write_manifest, from the file
             update = {"metric_deltas": deltas, "int8_method": how["method"]}
@@ -678,6 +678,13 @@ def served_threshold(
         ]
     within = f"{own:g} per 1,000 windows" if own else "the budget"
     if rule == "f1":
+        f1 = (probe.metrics.get("val") or {}).get("f1")
+        if f1 is None or not np.isfinite(f1):  # no anomalous validation window
+            raise UserError(
+                "--threshold f1: the probe's validation split has no anomalous "
+                "window, so no F1 threshold was chosen on it: export with a "
+                "false-alarm budget (leave --threshold out)"
+            )
         value = probe.threshold
     elif rule == "cv-budget":
         if cv is None:

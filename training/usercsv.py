@@ -272,8 +272,9 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--train-frac",
         type=float,
-        default=0.5,
-        help="for a single file: leading fraction (in time) used as train",
+        default=None,
+        help="for a single file: leading fraction (in time) used as train (default "
+        "0.5); refused for a folder, whose train and test files are the split",
     )
 
 

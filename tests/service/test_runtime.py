@@ -46,6 +46,15 @@ def test_good_manifest_round_trips(art: Path) -> None:
     assert m.quantization is not None and m.quantization.int8_sha256 == m.onnx_sha256
 
 
+def test_an_undefined_variant_delta_loads(art: Path) -> None:
+    """An int8 variant exported on a test split without an anomalous window has no F1
+    delta (NaN, written null): before, the manifest was written and then refused."""
+    raw = json.loads((art / "manifest.json").read_text())
+    raw["quantization"]["metric_deltas"] = {"f1": None, "roc_auc": -0.001}
+    (art / "manifest.json").write_text(json.dumps(raw))
+    assert load_manifest(art).quantization.metric_deltas["f1"] is None
+
+
 def test_fa_budget_alerts_at_an_operating_point(art: Path) -> None:
     """SCJEPA_FA_BUDGET: the manifest's threshold at that operating point (`scjepa
     export` lists them); a budget without one is refused with the ones there are."""

@@ -497,6 +497,11 @@ def test_threshold_rule(
     assert info["cv_budget_threshold"] is None
     with pytest.raises(UserError, match="choose one of cv-budget, budget, f1"):
         served_threshold(probe, "0.5")
+    # a validation split without an anomalous window chose no F1 threshold (its F1
+    # is n/a): before, --threshold f1 served the "flag nothing" placeholder
+    no_val_f1 = replace(probe, metrics={**probe.metrics, "val": {"f1": float("nan")}})
+    with pytest.raises(UserError, match="no anomalous window"):
+        served_threshold(no_val_f1, "f1")
 
 
 @pytest.fixture(scope="module")

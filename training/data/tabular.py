@@ -496,7 +496,7 @@ def load_table_dataset(
     timestamp_col: str | None = None,
     label_col: str | None = "label",
     entity_col: str | None = None,
-    train_frac: float = 0.5,
+    train_frac: float | None = None,
 ) -> Dataset:
     """A user's own data; see the module docstring for the accepted layouts.
 
@@ -514,6 +514,12 @@ def load_table_dataset(
 
     notes: list[str] = []
     if root.is_dir():
+        if train_frac is not None:
+            raise DataError(
+                "--train-frac cuts a single file given as --root; a folder's split "
+                "is its train and test files",
+                file=root,
+            )
         tr_path = _find(root, "train")
         if tr_path is None:
             raise DataError(
@@ -528,6 +534,7 @@ def load_table_dataset(
             notes.append(f"{test.path.name} has no {label_col!r} column: no test split")
             test = None
     else:
+        train_frac = 0.5 if train_frac is None else train_frac
         if not 0.0 < train_frac < 1.0:
             raise DataError(f"--train-frac must be in (0, 1), got {train_frac}")
         tr_path = root

@@ -143,6 +143,9 @@ def test_generic_parquet_dir(tmp_path: Path, rng: np.random.Generator) -> None:
     te.to_parquet(tmp_path / "test.parquet")
     ds = load_dataset("csv", tmp_path)
     assert ds.entities[0].labels.sum() == 21 and ds.channels == ["a", "b"]
+    # before: --train-frac was ignored for a folder, silently
+    with pytest.raises(DataError, match="--train-frac cuts a single file"):
+        load_dataset("csv", tmp_path, train_frac=0.7)
 
 
 # -- bad inputs: a clear DataError naming the file and the problem ---------------------
