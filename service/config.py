@@ -76,6 +76,10 @@ class Settings(BaseSettings):
     # shared with the event loop; restarted if it dies), thread = an inference thread
     # of this process; auto = process for role scorer, thread for role all
     infer_in: Literal["auto", "process", "thread"] = "auto"
+    # an inference child that has not answered a batch in this many seconds (hung:
+    # a stopped process, a stuck GPU) is killed and restarted; its windows are
+    # claimed again
+    infer_timeout_s: Annotated[float, Field(gt=0)] = 60.0
     # POST /ingest?wait=S waits at most S seconds for its windows' scores; the bound
     max_ingest_wait_s: Annotated[float, Field(ge=0)] = 60.0
     # out-of-order arrival: readings up to this many seconds older than the stream's

@@ -14,7 +14,8 @@ time, then the risks, contributions and codes as raw arrays. The child answers i
 order, so up to ``in_flight`` batches can be queued on it: it starts the next one while
 the parent is still unpacking and writing the last (docs/scaling.md, step 2).
 
-A child that dies (killed, out of memory) fails the batches it holds with
+A child that dies (killed, out of memory), or that leaves a batch unanswered for
+``SCJEPA_INFER_TIMEOUT_S`` (hung: it is killed), fails the batches it holds with
 :class:`InferenceUnavailable`; the scorer leaves their windows pending in the work
 queue (they are claimed again) and :class:`service.reload.ModelSlot` starts a new
 child. The parent keeps what the records need: the manifest and the provider
@@ -130,10 +131,12 @@ class InferenceProcess:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         model: Model,
+        timeout_s: float = 60.0,
     ) -> None:
         self.proc = proc
         self.pid = proc.pid
         self.model = model
+        self.timeout_s = timeout_s  # a batch unanswered this long: the child is hung
         self._reader = reader
         self._writer = writer
         self._waiting: deque[asyncio.Future[Scores]] = deque()
@@ -185,7 +188,7 @@ class InferenceProcess:
             parallel_runs=int(hello["parallel_runs"]),
         )
         model.warmed = True  # load_checked warmed it
-        return cls(proc, reader, writer, model)
+        return cls(proc, reader, writer, model, settings.infer_timeout_s)
 
     @property
     def alive(self) -> bool:
@@ -203,7 +206,21 @@ class InferenceProcess:
         self._waiting.append(fut)
         self._writer.write(_REQUEST.pack(*x.shape))
         self._writer.write(x.data.cast("B"))
-        return await fut
+        try:
+            return await asyncio.wait_for(fut, self.timeout_s)
+        except TimeoutError:
+            # hung (stopped, a stuck GPU): killed, so that its batches fail as a dead
+            # child's do and the slot starts another (SCJEPA_INFER_TIMEOUT_S)
+            log.error(
+                "inference process %s: no answer in %.0f s (SCJEPA_INFER_TIMEOUT_S): "
+                "killed",
+                self.pid,
+                self.timeout_s,
+            )
+            self.proc.kill()
+            raise InferenceUnavailable(
+                f"inference process {self.pid} did not answer in {self.timeout_s:g} s"
+            ) from None
 
     async def _replies(self) -> None:
         r, v = self._reader, self.model.n_channels

@@ -114,6 +114,33 @@ def test_a_killed_child_fails_its_batch_and_is_replaced(artifact_dir: Path) -> N
     asyncio.run(main())
 
 
+def test_a_hung_child_is_killed_and_replaced(artifact_dir: Path) -> None:
+    """Before: a child that stopped answering (SIGSTOP here; a stuck GPU) held its
+    batches forever, scoring stopped and /readyz stayed 200. Now a batch unanswered
+    for SCJEPA_INFER_TIMEOUT_S kills the child; a new one scores."""
+
+    async def main() -> None:
+        settings = Settings(artifact=artifact_dir, infer_timeout_s=1.0)
+        slot = await ModelSlot.open(settings, in_process=False)
+        try:
+            hung = slot.child
+            assert hung is not None and hung.pid is not None
+            assert len(await slot.score(windows(2))) == 2
+            before = restarts("ok")
+            os.kill(hung.pid, signal.SIGSTOP)
+            start = time.monotonic()
+            with pytest.raises(InferenceUnavailable, match="did not answer in 1 s"):
+                await slot.score(windows(2))
+            assert time.monotonic() - start < 30
+            assert hung.proc.poll() == -signal.SIGKILL
+            assert slot.child is not hung and restarts("ok") == before + 1
+            assert len(await slot.score(windows(3))) == 3  # the new child scores
+        finally:
+            await slot.close()
+
+    asyncio.run(main())
+
+
 def test_a_child_revived_on_a_newer_artifact_reports_it(
     artifact_dir: Path, tmp_path: Path
 ) -> None:
