@@ -6,6 +6,7 @@ positive when ``score >= threshold``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -54,11 +55,18 @@ def pr_auc(y: np.ndarray, s: np.ndarray) -> float:
 def confusion(
     y: np.ndarray, s: np.ndarray, threshold: float | np.ndarray
 ) -> dict[str, float]:
+    """Precision, recall, F1 of the anomaly class. On windows without a positive,
+    recall and F1 are undefined: NaN (n/a in the tables, not a zero), and so is
+    precision unless some window was flagged (then 0: every alert false); with
+    positives, a threshold flagging nothing has precision 0 (the usual convention)."""
     y = np.asarray(y).astype(bool)
     pred = np.asarray(s) >= threshold
     tp, fp, fn = int((pred & y).sum()), int((pred & ~y).sum()), int((~pred & y).sum())
+    if not tp + fn:
+        nan = float("nan")
+        return {"precision": 0.0 if fp else nan, "recall": nan, "f1": nan}
     precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
+    recall = tp / (tp + fn)
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
 
@@ -81,7 +89,9 @@ def best_f1_threshold(y: np.ndarray, s: np.ndarray) -> float:
     y = np.asarray(y).astype(bool)
     s = np.asarray(s, dtype=np.float64)
     if not y.any():
-        return float(s.max()) + 1e-12  # nothing to find: predict no positive
+        # nothing to find: predict no positive (above the top score at any scale)
+        top = float(s.max())
+        return top + 1e-12 if top + 1e-12 > top else float(np.nextafter(top, np.inf))
     order = np.argsort(-s, kind="mergesort")
     s_sorted, y_sorted = s[order], y[order]
     tp = np.cumsum(y_sorted)
@@ -132,10 +142,14 @@ def bootstrap_ci(
             metrics(y[i], s[i], t[i] if isinstance(t, np.ndarray) else t)
             for s, t in zip(scores, thresholds, strict=True)
         ]
-        for m in METRICS:
-            samples[m].append(float(np.nanmean([r[m] for r in per_seed])))
+        with warnings.catch_warnings():  # a resample where no seed has the figure
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for m in METRICS:
+                samples[m].append(float(np.nanmean([r[m] for r in per_seed])))
     lo, hi = 100 * alpha / 2, 100 * (1 - alpha / 2)
-    return {
-        m: (float(np.nanpercentile(v, lo)), float(np.nanpercentile(v, hi)))
-        for m, v in samples.items()
-    }
+    with warnings.catch_warnings():  # NaN: no resample has it
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {
+            m: (float(np.nanpercentile(v, lo)), float(np.nanpercentile(v, hi)))
+            for m, v in samples.items()
+        }

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -331,13 +332,16 @@ def _subset(s: Samples, name: str) -> np.ndarray:
 
 
 def _summary(rows: list[dict[str, float]]) -> dict[str, Stat]:
-    return {
-        m: {
-            "mean": float(np.nanmean([r[m] for r in rows])),
-            "std": float(np.nanstd([r[m] for r in rows])),
+    """Mean and std over seeds; NaN (n/a) where no seed has the figure, quietly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # every seed NaN
+        return {
+            m: {
+                "mean": float(np.nanmean([r[m] for r in rows])),
+                "std": float(np.nanstd([r[m] for r in rows])),
+            }
+            for m in METRICS
         }
-        for m in METRICS
-    }
 
 
 def window_row(
@@ -798,14 +802,47 @@ def _probe_config(pairs: list[str]) -> ProbeConfig:
                 f"--probe {kv}: the probe kind is each row's own (the '(trees)' rows "
                 "are the trees; --no-tree-probes leaves them out)"
             )
-        setattr(
-            cfg,
-            key,
-            type(getattr(cfg, key))(value)
-            if not isinstance(getattr(cfg, key), bool)
-            else value.lower() in ("1", "true", "yes"),
-        )
+        default = getattr(cfg, key)
+        kind = type(default)
+        if kind is bool:
+            if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                raise UserError(f"--probe {kv}: {key} is true or false")
+            setattr(cfg, key, value.lower() in ("1", "true", "yes"))
+            continue
+        try:
+            v = kind(value)
+        except ValueError:
+            what = {int: "an integer", float: "a number"}.get(kind, "a value")
+            raise UserError(f"--probe {kv}: {key} takes {what}") from None
+        if kind is str and key in PROBE_CHOICES and v not in PROBE_CHOICES[key]:
+            raise UserError(
+                f"--probe {kv}: {key} is one of {', '.join(PROBE_CHOICES[key])}"
+            )
+        ok, want = PROBE_RANGES.get(key, (lambda _: True, ""))
+        if kind in (int, float) and not (np.isfinite(v) and ok(v)):
+            raise UserError(f"--probe {kv}: {key} must be {want}")
+        setattr(cfg, key, v)
     return cfg
+
+
+# --probe values: the text settings' choices, the numbers' ranges
+PROBE_CHOICES = {
+    "select_on": ("val_loss", "val_auc"),
+    "calibration": ("platt", "none"),
+    "tree_select_on": ("none", "val_loss", "val_auc"),
+}
+PROBE_RANGES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "hidden": (lambda v: v >= 1, ">= 1"),
+    "dropout": (lambda v: 0 <= v < 1, ">= 0 and < 1"),
+    "lr": (lambda v: v > 0, "> 0"),
+    "weight_decay": (lambda v: v >= 0, ">= 0"),
+    "max_epochs": (lambda v: v >= 1, ">= 1"),
+    "patience": (lambda v: v >= 1, ">= 1"),
+    "max_trees": (lambda v: v >= 1, ">= 1"),
+    "tree_lr": (lambda v: v > 0, "> 0"),
+    "max_leaves": (lambda v: v >= 2, ">= 2"),
+    "max_features": (lambda v: 0 < v <= 1, "> 0 and <= 1"),
+}
 
 
 def _checkpoint(spec: str, fold: int, ds: Dataset) -> Path:
@@ -870,10 +907,22 @@ def run(args: argparse.Namespace) -> int:
     from training.pretrain.checkpoint import corpus_overlap, file_sha256
 
     started = time.time()
+    # (before any work: a bad value is one line, not a traceback minutes later)
+    if args.seeds < 1:
+        raise UserError(f"--seeds {args.seeds}: must be >= 1")
+    if args.n_boot < 0:
+        raise UserError(f"--n-boot {args.n_boot}: must be >= 0 (0: no intervals)")
+    if args.threads < 0:
+        raise UserError(f"--threads {args.threads}: must be >= 0 (0 = all cores)")
+    if not (np.isfinite(args.fa_budget) and args.fa_budget >= 0):
+        raise UserError(
+            f"--fa-budget {args.fa_budget:g}: false alarms per 1,000 windows, a "
+            "number >= 0"
+        )
+    probe_cfg = _probe_config(args.probe)
     if args.threads:
         limit_threads(args.threads)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
-    probe_cfg = _probe_config(args.probe)
     if args.ts2vec_iters < 0:
         raise UserError(f"--ts2vec-iters {args.ts2vec_iters}: must be >= 0")
     for flag in ("stride", "lookback", "fit_stride"):

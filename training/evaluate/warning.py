@@ -546,10 +546,10 @@ def rotation_null(
 
 def best_baselines(rows: dict[str, Any]) -> dict[str, str | None]:
     """The best baseline row, chosen on validation: highest validation PR AUC (window
-    metrics); highest validation warned rate at the budget, then fewest validation
-    false alarms (event metrics). Floors, SC-JEPA rows and the rows measuring what
-    SC-JEPA adds (suffix "(no SC-JEPA)": refits of served-model candidates) are not
-    candidates."""
+    metrics; none where no row has one); highest validation warned rate at the
+    budget, then fewest validation false alarms (event metrics). Floors, SC-JEPA
+    rows and the rows measuring what SC-JEPA adds (suffix "(no SC-JEPA)": refits of
+    served-model candidates) are not candidates."""
     cands = [
         n
         for n in rows
@@ -557,7 +557,10 @@ def best_baselines(rows: dict[str, Any]) -> dict[str, str | None]:
         and n not in FLOORS
         and not n.endswith("(no SC-JEPA)")
     ]
-    window = max(cands, key=lambda n: rows[n]["val"]["pr_auc"]["mean"], default=None)
+    # (a validation split without a positive window has no PR AUC: no best baseline,
+    # not the first row listed)
+    ranked = [n for n in cands if np.isfinite(rows[n]["val"]["pr_auc"]["mean"])]
+    window = max(ranked, key=lambda n: rows[n]["val"]["pr_auc"]["mean"], default=None)
 
     def ev_key(n: str) -> tuple[float, float]:
         v = rows[n].get("val_events", {})
