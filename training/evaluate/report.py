@@ -83,10 +83,17 @@ TITLE = "Results: anomaly prediction on the benchmarks"
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out and args.out.is_dir():
+        raise UserError(f"--out {args.out}: a folder, not a markdown file")
     text = render(args)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        try:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text)
+        except OSError as e:
+            raise UserError(
+                f"--out {args.out}: cannot write ({e.strerror or e})"
+            ) from None
     else:
         sys.stdout.write(text)
     return 0
@@ -105,9 +112,17 @@ def render(args: argparse.Namespace) -> str:
             )
         try:
             res = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"{path}: not valid JSON ({e})") from None
+        if not isinstance(res, dict) or not (
+            res.get("kind") == skab_protocol.KIND or "dataset" in res
+        ):
+            raise UserError(
+                f"{path}: not a results file of `scjepa evaluate` or `scjepa "
+                "skab-protocol` (no dataset named)"
+            )
         res["_dir"] = d  # where its figures are (not written anywhere)
+        res["_path"] = str(path)
         if res.get("kind") == skab_protocol.KIND:
             own.append(res)
             continue
@@ -118,13 +133,19 @@ def render(args: argparse.Namespace) -> str:
             sections.append(markdown(merge(parts), _figure(parts, args.out)))
         except ValueError as e:
             raise UserError(str(e)) from None
+        except (KeyError, TypeError, IndexError) as e:
+            raise UserError(_incomplete(parts, e)) from None
     for res in own:
         ckpt = Path(res["checkpoint"]).parent.name if res.get("checkpoint") else ""
+        try:
+            table = skab_protocol.markdown(res)
+        except (KeyError, TypeError, IndexError, ValueError) as e:
+            raise UserError(_incomplete([(res, "")], e)) from None
         sections.append(
             "### SKAB under its own protocol (`scjepa skab-protocol`"
             + (f"; SC-JEPA: {ckpt}" if ckpt else "")
             + ")\n\n"
-            + skab_protocol.markdown(res)
+            + table
             + f"\ncommand `{res.get('command', 'scjepa skab-protocol')}`, wall time "
             f"{res.get('wall_s', 0):.0f} s.\n"
         )
@@ -134,7 +155,10 @@ def render(args: argparse.Namespace) -> str:
         if not args.notes.is_file():
             raise UserError(f"{args.notes}: notes file not found")
         cmd += f" --notes {shlex.quote(str(args.notes))}"
-        text = notes_pointer(args.notes, args.out)
+        try:
+            text = notes_pointer(args.notes, args.out)
+        except (OSError, UnicodeDecodeError) as e:
+            raise UserError(f"--notes {args.notes}: cannot read ({e})") from None
     if args.title != TITLE:
         cmd += f" --title {shlex.quote(args.title)}"
     if args.out:
@@ -147,6 +171,13 @@ def render(args: argparse.Namespace) -> str:
         + "\n\n".join(sections)
         + "\n"
     )
+
+
+def _incomplete(parts: list[tuple[dict, str]], e: Exception) -> str:
+    """One line for results files that lack what their table needs."""
+    files = ", ".join(r["_path"] for r, _ in parts)
+    what = f"no {e.args[0]!r}" if isinstance(e, KeyError) else str(e)
+    return f"{files}: incomplete results ({what}); written by another version?"
 
 
 def _figure(parts: list[tuple[dict, str]], out: Path | None) -> str | None:

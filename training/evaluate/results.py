@@ -265,6 +265,7 @@ def markdown(res: Mapping[str, Any], figure: str | None = None) -> str:
             f"| *paper (its own protocol)* | {paper[0] / 100:.4f} | {paper[1] / 100:.4f} | | | | | | | |"
         )
     lines.append("")
+    lines += subset_lines(res)
     lines += _footer(res)
     return "\n".join(lines)
 
@@ -321,6 +322,49 @@ def _diff(d: Mapping[str, Any] | None, nd: int = 3) -> str:
     lo, hi = d["ci95"]
     mark = "" if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 <= hi else " *"
     return f"{d['diff']:+.{nd}f} {_ci(d['ci95'], nd)}{mark}"
+
+
+def _vs(paired: Mapping[str, Any] | None, best: str | None) -> str:
+    """ " (vs NAME)" when a row's paired difference is with another row than the
+    table's named best baseline (a page merging runs: each run's rows are compared
+    with that run's own best baseline), else ""."""
+    vs = (paired or {}).get("vs")
+    return f" (vs {vs})" if vs and vs != best else ""
+
+
+def subset_lines(res: Mapping[str, Any]) -> list[str]:
+    """Evaluation.md item 6: the window metrics on the onsets (current window normal)
+    and the continuations (current window anomalous) of the test split, with their
+    window and positive counts ("n too small" below MIN_EVENTS positives)."""
+    rows = res["rows"]
+    if not rows:
+        return []
+    first = next(iter(rows.values()))
+    head = "; ".join(
+        f"{s}s: {first[s]['n']} windows, {first[s]['positives']} positive"
+        for s in ("onset", "continuation")
+    )
+    metrics = ("f1", "roc_auc", "pr_auc", "precision", "recall")
+    label = {"f1": "F1", "roc_auc": "ROC AUC", "pr_auc": "PR AUC"}
+    cols = [
+        f"{s} {label.get(m, m)}" for s in ("onset", "continuation") for m in metrics
+    ]
+    lines = [
+        f"Onsets (current window normal) and continuations (current window already "
+        f"anomalous), item 6: {head}; the same metrics at the same thresholds, mean ± "
+        f"std over seeds; '{TOO_SMALL}' below {MIN_EVENTS} positives.",
+        "",
+        "| method | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
+    for name, row in rows.items():
+        cells = []
+        for s in ("onset", "continuation"):
+            r = row[s]
+            small = r.get("positives", 0) < MIN_EVENTS
+            cells += [TOO_SMALL if small else _cell(r[m]) for m in metrics]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
 
 
 def _quart(q: list[float] | None) -> str:
@@ -517,6 +561,7 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             "| candidate | reads | val warned rate | val FA / 1,000 | val PR AUC | val ROC AUC | test PR AUC | test ROC AUC | test warned / events (FA / 1,000) | Δ test PR AUC | Δ test warned rate |",
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
+    best = res.get("best_baseline") or {}
     for e in board["rows"]:
         name = _merged_name(rows, e["row"])
         if name is None:
@@ -563,10 +608,13 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
             *([_warned_cell(r.get("events", {}).get(CV_KIND))] if cv and cross else []),
             TOO_SMALL
             if small_w
-            else _diff(paired.get("window", {}).get("pr_auc")) or "(best baseline)",
+            else _diff(paired.get("window", {}).get("pr_auc"))
+            + _vs(paired.get("window"), best.get("window"))
+            or "(best baseline)",
             TOO_SMALL
             if small_e
             else _diff(paired.get("events", {}).get("warned_rate"))
+            + _vs(paired.get("events"), best.get("events"))
             or "(best baseline)",
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -728,12 +776,13 @@ def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
                 TOO_SMALL if r["positives"] < MIN_EVENTS else _cell(r["roc_auc"])
             )
         small = a["positives"] < MIN_EVENTS
+        pw = row.get("paired", {}).get("window", {})
         delta = (
             "(best baseline)"
             if name == best.get("window")
             else TOO_SMALL
             if small
-            else _diff(row.get("paired", {}).get("window", {}).get("pr_auc"))
+            else _diff(pw.get("pr_auc")) + (_vs(pw, best.get("window")) if pw else "")
         )
         cells = [
             _cell(a["f1"]),
@@ -760,6 +809,7 @@ def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
             f"| *paper (its own protocol)* | {paper[0] / 100:.4f} | {paper[1] / 100:.4f} |"
             + " |" * 9
         )
+    lines += ["", *subset_lines(res)[:-1]]
     spd = ev.get("steps_per_day")
     t = ev["test"]
     lines += [
@@ -801,13 +851,15 @@ def markdown_events(res: Mapping[str, Any], figure: str | None = None) -> str:
             if "false_alarms_per_day" in b
             else "-"
         )
+        pe = row.get("paired", {}).get("events", {})
         delta = (
             "(best baseline)"
             if name == best.get("events")
             else (
                 TOO_SMALL
                 if small
-                else _diff(row.get("paired", {}).get("events", {}).get("warned_rate"))
+                else _diff(pe.get("warned_rate"))
+                + (_vs(pe, best.get("events")) if pe else "")
             )
         )
         at_val = (

@@ -68,6 +68,7 @@ from training.evaluate.events import (
     threshold_at_budget,
 )
 from training.evaluate.external import SKAB_PUBLISHED, skab_binary
+from training.evaluate.results import git_commit
 
 KIND = "skab-protocol"  # results.json's mark, for `scjepa report`
 TRAIN_ROWS = 400  # SKAB's notebooks: train_test_split(train_size=400, shuffle=False)
@@ -78,6 +79,8 @@ BUDGET = 1.0  # the threshold's
 N_SHIFTS = 1000
 GRID = list(itertools.product((0.95, 0.99, 1.0), (1.0, 4 / 3, 2.0), (1, 5)))
 BASELINES = ("T²+Q (PCA)", "kNN, raw windows", "kNN, window statistics")
+# kNN, window statistics reads windows of up to 100 rows: two of them in the reference
+MIN_TRAIN_ROWS = 101
 
 # (reference scores (n_ref, c), all rows' scores (n_rows, c)) of one run, NaN where
 # no window ends yet; a row is flagged when any column exceeds its limit
@@ -306,6 +309,11 @@ def scjepa_scorers(
         model = SCJEPA(model.cfg)
     model.eval()
     w = model.cfg.seq_len
+    if n_ref <= w:
+        raise UserError(
+            f"--train-rows {n_ref}: the checkpoint's window is {w} rows; the reference "
+            "needs more"
+        )
     cache: dict[str, tuple[np.ndarray, dict[str, np.ndarray], np.ndarray]] = {}
 
     @torch.no_grad()
@@ -435,6 +443,21 @@ def evaluate(
     }
 
 
+def _writable_folder(out: Path) -> None:
+    """Make ``--out`` (and its parents) and check it can take the results; one line
+    naming the option when not."""
+    import os
+
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot make it ({e.strerror or e})") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: not writable")
+
+
 def _plain(v: Any) -> Any:
     return float(v) if isinstance(v, (float, np.floating)) else v
 
@@ -510,24 +533,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--train-rows",
         type=int,
         default=TRAIN_ROWS,
-        help="each run's reference: its first rows (SKAB's notebooks: 400)",
+        help="each run's reference: its first rows (SKAB's notebooks: 400; at least "
+        f"{MIN_TRAIN_ROWS}, the longest detector window + 1, and more than the "
+        "checkpoint's window)",
     )
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--out", type=Path, required=True, help="results folder")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.train_rows < MIN_TRAIN_ROWS:
+        raise UserError(
+            f"--train-rows {args.train_rows}: at least {MIN_TRAIN_ROWS} (the longest "
+            f"detector window, {MIN_TRAIN_ROWS - 1} rows, and one more)"
+        )
+    if args.n_boot < 1:
+        raise UserError(f"--n-boot {args.n_boot}: at least 1")
+    _writable_folder(args.out)  # before the evaluation, not after it
     t0 = time.time()
     res = evaluate(args.root, args.checkpoint, args.train_rows, args.n_boot)
+    # evaluation.md item 8: a results file records its data set and code version too
+    res["dataset"] = "skab"
+    res["git_commit"] = git_commit()
     res["wall_s"] = round(time.time() - t0, 1)
     res["command"] = "scjepa skab-protocol " + " ".join(
         f"--{k.replace('_', '-')} {v}"
         for k, v in vars(args).items()
         if k in ("root", "checkpoint", "train_rows", "n_boot", "out") and v is not None
     )
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     text = markdown(res)
-    (args.out / "table.md").write_text(text)
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+        (args.out / "table.md").write_text(text)
+    except OSError as e:
+        raise UserError(f"--out {args.out}: cannot write ({e.strerror or e})") from None
     print(text, end="")
     return 0

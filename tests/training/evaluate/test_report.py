@@ -200,3 +200,59 @@ def test_undefined_figures_read_n_a_not_nan() -> None:
     served = [ln for ln in points.split("\n\n")[1].splitlines() if "| 0 / 0 |" in ln]
     assert served and all(ln.endswith("| - |") for ln in served)
     assert all("| 0 / 0 | n/a |" in ln for ln in served)
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("{}", "not a results file"),
+        ("[1, 2]", "not a results file"),
+        ('{"dataset": "msl"}', "incomplete results (no 'splits')"),
+        ('{"kind": "skab-protocol"}', "incomplete results (no 'protocol')"),
+        (b"\xff\xfe", "not valid JSON"),
+    ],
+)
+def test_a_file_that_is_not_a_result_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | bytes, says: str
+) -> None:
+    """A results.json from elsewhere (or cut short) ended in a KeyError or TypeError
+    traceback; now one line names the file."""
+    d = tmp_path / "res"
+    d.mkdir()
+    path = d / "results.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    assert main(["report", str(d)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: {says}" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_out_that_cannot_be_written_is_one_line(
+    layout: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    res, _notes, out = layout
+    blocker = out.parent / "a-file"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("")
+    for bad, says in (
+        (out.parent, "a folder, not a markdown file"),
+        (blocker / "results.md", "cannot write"),
+    ):
+        assert main(["report", str(res), "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {bad}: {says}" in err and len(err.strip().splitlines()) == 1
+    # a folder that does not exist yet is made
+    deep = out.parent / "new" / "deeper" / "results.md"
+    assert main(["report", str(res), "--out", str(deep)]) == 0 and deep.is_file()
+
+
+def test_notes_that_are_not_text_are_one_line(
+    layout: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    res, notes, _ = layout
+    notes.write_bytes(b"\xff\xfe notes")
+    assert main(["report", str(res), "--notes", str(notes)]) == 2
+    err = capsys.readouterr().err
+    assert f"--notes {notes}: cannot read" in err and len(err.strip().splitlines()) == 1

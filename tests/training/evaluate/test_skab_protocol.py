@@ -112,3 +112,39 @@ def test_segment_scales_each_run_by_its_reference() -> None:
 def test_a_run_no_longer_than_its_reference_is_refused(skab_root: Path) -> None:
     with pytest.raises(Exception, match="not more than --train-rows 1000"):
         sp.evaluate(skab_root, None, n_ref=1000, n_boot=2)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--train-rows", "0"], "--train-rows 0: at least 101"),
+        (["--train-rows", "-5"], "--train-rows -5: at least 101"),
+        (["--train-rows", "100"], "--train-rows 100: at least 101"),
+        (["--n-boot", "0"], "--n-boot 0: at least 1"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    """--train-rows 0 ended in a ValueError traceback (a zero-size reduction), a
+    negative one in an AssertionError, --n-boot 0 in an IndexError after the whole
+    evaluation; now one line, before the data are read."""
+    out = tmp_path / "own"
+    args = ["skab-protocol", "--root", str(tmp_path / "no-data"), *argv]
+    assert main([*args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_out_that_cannot_be_made_is_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--out under a file (or a file itself) failed with a traceback after the whole
+    evaluation; now it is refused before the data are read."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for bad in (blocker, blocker / "own"):
+        args = ["skab-protocol", "--root", str(tmp_path / "no-data")]
+        assert main([*args, "--out", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"--out {bad}:" in err and len(err.strip().splitlines()) == 1
