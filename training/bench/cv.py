@@ -20,14 +20,14 @@ equal the first run's to the bit (features on N threads may differ in the last b
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import resource
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from training.bench import nonneg_int, positive_int
 
 CANDIDATES = (  # cheapest first
     "stats (trees)",
@@ -43,10 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--checkpoint",
         help="the fold's pre-trained model (default: an untrained `improved` one)",
     )
-    p.add_argument("--fold", type=int, default=0)
-    p.add_argument("--jobs", type=int, default=2, help="worker processes (>= 2)")
-    p.add_argument("--cv-blocks", type=int, default=4)
-    p.add_argument("--cv-seeds", type=int, default=3)
+    p.add_argument("--fold", type=nonneg_int, default=0)
+    p.add_argument(
+        "--jobs", type=positive_int, default=2, help="worker processes (>= 2)"
+    )
+    p.add_argument("--cv-blocks", type=positive_int, default=4)
+    p.add_argument("--cv-seeds", type=positive_int, default=3)
     p.add_argument(
         "--candidates",
         default=",".join(CANDIDATES),
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from threadpoolctl import threadpool_limits
 
     from model import SCJEPA
-    from training.bench import cpu_model
+    from training.bench import check_json, load_after, machine, write_json
     from training.data import load_dataset, n_folds
     from training.errors import UserError
     from training.evaluate.baselines import window_stats
@@ -83,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
             )
     if args.jobs < 2:
         raise UserError(f"--jobs {args.jobs}: compares 1 worker with N >= 2")
+    if args.cv_blocks < 3:
+        raise UserError(f"--cv-blocks {args.cv_blocks}: at least 3")
+    if args.checkpoint and not Path(args.checkpoint).is_file():
+        raise UserError(f"--checkpoint {args.checkpoint}: not found")
+    check_json(args.json)
     ds = load_dataset(args.dataset, args.root)
     events = event_config(ds)
     if not 0 <= args.fold < n_folds(ds):
@@ -134,10 +141,11 @@ def run(args: argparse.Namespace) -> int:
             "dense": int(sum(len(b.dense) for b in blocks)),
         },
         "jobs": n,
+        **machine(),  # cpu, cores, load_before, commit
         "cores": usable_cores(),
-        "cpu": cpu_model(),
         "torch": torch.__version__,
-        "load_before": os.getloadavg(),
+        "baseline": "serial_n (and serial_1): the same fits one after another in "
+        "this process; ratios speedup_vs_serial_n, speedup_vs_serial_1",
         "runs": "serial_1: one fit after another on 1 thread; serial_n: the same on "
         "N threads (evaluate --threads N before the workers); forked_n: N workers "
         "of 1 thread, the features computed here on N threads (evaluate --threads N "
@@ -175,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
             + " to the bit (features on 1 thread)",
             flush=True,
         )
-    out["load_after"] = os.getloadavg()
+    out["load_after"] = load_after()
     # peak resident memory (Linux: KiB): this process, and the largest worker
     out["peak_rss_mb"] = round(
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -183,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     out["worker_peak_rss_mb"] = round(kids / 1024)
     if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+        write_json(args.json, out)
     return 0 if all(r["risks_equal"] for r in out["candidates"].values()) else 1
 
 

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from training.bench import positive_float, positive_int
+
 if TYPE_CHECKING:  # imported where they run: `scjepa bench --help` loads no torch
     import torch
     from torch import nn
@@ -621,14 +623,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64,128,256")
     p.add_argument(
         "--seconds",
-        type=float,
+        type=positive_float,
         default=2.0,
         help="timing budget per runtime and batch size: the run times every runtime "
         "(and the matmul peak) at every batch size, about runtimes x batch sizes x "
         "SECONDS in all (printed at the start), plus set-up",
     )
     p.add_argument(
-        "--threads", type=int, default=2, help="intra-op threads for both runtimes"
+        "--threads",
+        type=positive_int,
+        default=2,
+        help="intra-op threads for both runtimes",
     )
     p.add_argument(
         "--devices",
@@ -642,6 +647,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from model.config import ModelConfig
+    from training.bench import (
+        check_json,
+        load_after,
+        machine,
+        read_manifest,
+        write_json,
+    )
     from training.errors import UserError
 
     try:
@@ -650,14 +662,21 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(
             f"--batch-sizes {args.batch_sizes!r}: integers, e.g. 1,8,64"
         ) from None
-    if min(sizes) < 1 or args.seconds <= 0:
-        raise UserError("--batch-sizes must be >= 1 and --seconds > 0")
+    if not sizes or min(sizes) < 1:
+        raise UserError(f"--batch-sizes {args.batch_sizes!r}: each must be >= 1")
     devices = {d.strip() for d in args.devices.split(",") if d.strip()}
     if not devices or not devices <= {"cpu", "cuda"}:
         raise UserError(f"--devices {args.devices!r}: cpu, cuda or cpu,cuda")
-    if not (args.artifact / "manifest.json").is_file():
-        raise UserError(f"{args.artifact}: no manifest.json (an exported artifact)")
-    res = bench_artifact(args.artifact, sizes, args.seconds, args.threads, devices)
+    read_manifest(args.artifact, ("model_config", "channel_mask", "threshold"))
+    if not (args.artifact / "model.onnx").is_file():
+        raise UserError(f"--artifact {args.artifact}: no model.onnx")
+    check_json(args.json)
+    check_json(args.figure, "--figure")
+    ran_on = machine()
+    res = ran_on | bench_artifact(
+        args.artifact, sizes, args.seconds, args.threads, devices
+    )
+    res["cpu_model"], res["load_after"] = ran_on["cpu"], load_after()
     if args.figure:
         manifest = json.loads((args.artifact / "manifest.json").read_text())
         cfg = ModelConfig(**manifest["model_config"])
@@ -665,6 +684,5 @@ def run(args: argparse.Namespace) -> int:
             cfg, len(manifest["channel_mask"]), args.figure, args.seconds / 2
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(res, indent=2) + "\n")
+        write_json(args.json, res, indent=2)
     return 0

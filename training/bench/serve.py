@@ -46,7 +46,18 @@ import httpx
 import msgspec
 import numpy as np
 
-from training.bench import cpu_model
+from training.bench import (
+    load_after,
+    machine,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+    read_manifest,
+    write_json,
+)
+from training.bench import service_env as parse_service_env
+from training.errors import UserError
 
 JSON, MSGPACK = "application/json", "application/msgpack"  # POST /ingest bodies
 MEDIA = {"json": JSON, "msgpack": MSGPACK}
@@ -62,8 +73,8 @@ def free_port() -> int:
 def redis_server() -> Any:
     exe = shutil.which("redis-server")
     if exe is None:
-        raise SystemExit(
-            "bench serve needs redis-server on the PATH (apt-get install redis-server)"
+        raise UserError(
+            "this bench needs redis-server on the PATH (apt-get install redis-server)"
         )
     port, tmp = free_port(), tempfile.mkdtemp()
     proc = subprocess.Popen(
@@ -509,6 +520,15 @@ def risk_probe(
     return asyncio.run(risk_at_rate(url, streams, rate, seconds))
 
 
+def ignore_sigint() -> None:
+    """A worker's initializer: Ctrl-C reaches the whole process group, and the parent
+    (which catches it) shuts its workers down, so a worker leaves SIGINT alone rather
+    than printing a traceback of its own."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @contextmanager
 def probe_process() -> Any:
     """A started worker process for :func:`risk_probe` (spawned and imported up front,
@@ -516,7 +536,9 @@ def probe_process() -> Any:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint
+    )
     try:
         pool.submit(free_port).result()
         yield pool
@@ -683,17 +705,19 @@ def standalone_windows_per_s(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", type=Path, required=True, help="model artifact folder")
     p.add_argument(
-        "--streams", type=int, default=200, help="streams for the scoring run"
+        "--streams", type=positive_int, default=200, help="streams for the scoring run"
     )
     p.add_argument(
         "--readings-per-request",
-        type=int,
+        type=positive_int,
         default=100,
         help="readings per POST /ingest in the ingest run (the scoring runs send one "
         "window per request, at hop = window)",
     )
-    p.add_argument("--requests", type=int, default=2000, help="requests per ingest run")
-    p.add_argument("--concurrency", type=int, default=8, help="ingest clients")
+    p.add_argument(
+        "--requests", type=positive_int, default=2000, help="requests per ingest run"
+    )
+    p.add_argument("--concurrency", type=positive_int, default=8, help="ingest clients")
     p.add_argument(
         "--ingest-body",
         default="json,msgpack",
@@ -703,21 +727,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--score-concurrency",
-        type=int,
+        type=nonneg_int,
         default=0,
         help="clients in the saturating scoring run (default 2 x max-batch: enough "
         "windows in flight for full micro-batches, as with many streams)",
     )
     p.add_argument(
         "--scoring-rate",
-        type=float,
+        type=nonneg_float,
         default=0.0,
         help="windows/s of the fixed-rate scoring load under which GET /risk is "
         "measured (default: --scoring-fraction of the capacity)",
     )
     p.add_argument(
         "--scoring-fraction",
-        type=float,
+        type=positive_float,
         default=0.6,
         help="fixed-rate scoring load as a fraction of the capacity measured in the "
         "same run: the lower of the saturated end-to-end rate and the scorer tier's "
@@ -725,19 +749,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=1,
         help="onnxruntime intra-op threads (service and standalone)",
     )
-    p.add_argument("--max-batch", type=int, default=64)
+    p.add_argument("--max-batch", type=positive_int, default=64)
     p.add_argument(
         "--risk-rate",
-        type=float,
+        type=positive_float,
         default=500.0,
         help="GET /risk requests/s during scoring",
     )
     p.add_argument(
-        "--risk-seconds", type=float, default=5.0, help="length of a GET /risk run"
+        "--risk-seconds",
+        type=positive_float,
+        default=5.0,
+        help="length of a GET /risk run",
     )
     p.add_argument(
         "--service-env",
@@ -761,11 +788,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--drain-windows",
-        type=int,
+        type=positive_int,
         default=4000,
         help="windows queued for the scorer-throughput run (queue never empty)",
     )
-    p.add_argument("--json", type=Path)
+    p.add_argument("--json", type=Path, help="write the results here")
 
 
 def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
@@ -795,15 +822,14 @@ def run(args: argparse.Namespace) -> int:
     from service.config import Settings
     from service.inference import CPU_CHUNK_TOKENS
 
-    manifest = json.loads((args.artifact / "manifest.json").read_text())
+    manifest = read_manifest(args.artifact, ("n_channels", "window"))
     v, w = int(manifest["n_channels"]), int(manifest["window"])
+    extra_env = parse_service_env(args.service_env)
     out: dict[str, Any] = {
         "artifact": str(args.artifact),
         "channels": v,
-        "cores": os.cpu_count(),
-        "cpu": cpu_model(),
+        **machine(),  # cpu, cores, load_before, commit
         "roles": args.roles,
-        "load_before": os.getloadavg(),
         # 1: the kernel shares CPU between sessions first, so nice acts only between
         # this bench's own processes, not against other sessions' (niced) jobs
         "sched_autogroup": _autogroup(),
@@ -813,7 +839,7 @@ def run(args: argparse.Namespace) -> int:
         "SCJEPA_INTRA_OP_THREADS": str(args.threads),
         "SCJEPA_MAX_BATCH": str(args.max_batch),
     }
-    base_env |= dict(e.split("=", 1) for e in args.service_env)
+    base_env |= extra_env
     n, per = args.requests, args.readings_per_request
     score_conc = args.score_concurrency or 2 * args.max_batch
     names = [f"bench-{i}" for i in range(args.streams)]
@@ -964,7 +990,7 @@ def run(args: argparse.Namespace) -> int:
             fixed,
             risk_fixed,
         )
-        out["load_after"] = os.getloadavg()
+        out["load_after"] = load_after()
         print(
             f"scoring, {score_conc} clients each waiting for its window (latency-bound): {scored['windows_per_s']:.1f} windows/s ({scored['vs_standalone']:.0%} of standalone onnxruntime {alone:.1f}/s at batch {args.max_batch}), mean micro-batch {scored.get('mean_batch', 0):.1f}",
             flush=True,
@@ -982,6 +1008,5 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        write_json(args.json, out, indent=2)
     return 0

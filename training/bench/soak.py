@@ -35,6 +35,17 @@ from typing import Any
 import httpx
 import numpy as np
 
+from training.bench import (
+    check_json,
+    load_after,
+    machine,
+    nonneg_float,
+    positive_float,
+    positive_int,
+    read_manifest,
+    service_env,
+    write_json,
+)
 from training.bench.serve import Conn, _wait, free_port, host_port, redis_server
 
 KEY, ADMIN = secrets.token_urlsafe(24), secrets.token_urlsafe(24)
@@ -336,29 +347,52 @@ async def drive(
         "skipped": load.skipped,
         "churn_streams": load.churned,
     }
+    # the baseline of each memory figure: the same process at half time, once the
+    # state has filled; the ratio holds whatever the machine's speed
+    summary["baseline"] = "each memory figure at half time (at_half)"
+    for key in ("service_rss_mb", "redis_used_mb"):
+        m = summary[key]
+        m["last_vs_at_half"] = (
+            round(m["last"] / m["at_half"], 4) if m["at_half"] and m["last"] else None
+        )
     return {"summary": summary, "samples": samples}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", type=Path, default=Path("artifacts/demo"))
-    p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--streams", type=int, default=200, help="steady streams")
-    p.add_argument("--rate", type=float, default=40.0, help="POST /ingest per second")
-    p.add_argument("--readings-per-request", type=int, default=10)
-    p.add_argument("--churn", type=float, default=1.0, help="new streams per second")
-    p.add_argument("--risk-rate", type=float, default=80.0, help="GET /risk per second")
-    p.add_argument("--reload-every-s", type=float, default=300.0)
-    p.add_argument("--sample-s", type=float, default=15.0)
-    p.add_argument("--max-in-flight", type=int, default=64)
-    p.add_argument("--ttl-s", type=int, default=120, help="the service's idle TTL")
+    p.add_argument("--minutes", type=positive_float, default=30.0)
+    p.add_argument("--streams", type=positive_int, default=200, help="steady streams")
+    p.add_argument(
+        "--rate", type=nonneg_float, default=40.0, help="POST /ingest per second"
+    )
+    p.add_argument("--readings-per-request", type=positive_int, default=10)
+    p.add_argument(
+        "--churn", type=nonneg_float, default=1.0, help="new streams per second"
+    )
+    p.add_argument(
+        "--risk-rate", type=nonneg_float, default=80.0, help="GET /risk per second"
+    )
+    p.add_argument(
+        "--reload-every-s",
+        type=nonneg_float,
+        default=300.0,
+        help="POST /admin/reload every this many seconds (0: never)",
+    )
+    p.add_argument("--sample-s", type=positive_float, default=15.0)
+    p.add_argument("--max-in-flight", type=positive_int, default=64)
+    p.add_argument(
+        "--ttl-s", type=positive_int, default=120, help="the service's idle TTL"
+    )
     p.add_argument(
         "--service-env", action="append", default=[], metavar="SCJEPA_X=VALUE"
     )
-    p.add_argument("--json", type=Path)
+    p.add_argument("--json", type=Path, help="write the results here")
 
 
 def run(args: argparse.Namespace) -> int:
-    manifest = json.loads((args.artifact / "manifest.json").read_text())
+    manifest = read_manifest(args.artifact)
+    check_json(args.json)
+    ran_on = machine()  # cpu, cores, load_before, commit
     env = {
         "SCJEPA_API_KEYS": f"soak:{KEY},@admin:{ADMIN}",
         "SCJEPA_RATE_LIMIT_RPS": "100000",
@@ -367,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
         "SCJEPA_HISTORY_LEN": "20",
         "SCJEPA_HOP": "50",
         "SCJEPA_MAX_STREAMS_PER_TENANT": "1000000",
-    } | dict(e.split("=", 1) for e in args.service_env)
+    } | service_env(args.service_env)
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"scjepa-soak-{os.getpid()}.log"
     with (
         redis_server() as redis_url,
@@ -382,7 +416,7 @@ def run(args: argparse.Namespace) -> int:
         out = asyncio.run(drive(url, pid, redis_url, args, int(manifest["n_channels"])))
     out["args"] = {k: str(v) for k, v in vars(args).items() if k != "func"}
     out["service_env"] = {k: v for k, v in env.items() if k != "SCJEPA_API_KEYS"}
-    out["cores"] = os.cpu_count()
+    out |= ran_on | {"load_after": load_after()}
     s = out["summary"]
     print(
         f"soak done: {s['errors']} errors; service RSS {s['service_rss_mb']['first']} -> "
@@ -397,6 +431,5 @@ def run(args: argparse.Namespace) -> int:
             f"{r['p50_ms']} ms, p95 {r['p95_ms']} ms, p99 {r['p99_ms']} ms"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(args.json, out)
     return 0 if s["errors"] == 0 else 1

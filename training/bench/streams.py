@@ -24,6 +24,14 @@ from typing import Any
 
 import numpy as np
 
+from training.bench import (
+    check_json,
+    load_after,
+    machine,
+    positive_int,
+    read_manifest,
+    write_json,
+)
 from training.bench.serve import Conn, host_port, redis_server
 from training.bench.soak import redis_memory, rss_mb, served
 
@@ -140,35 +148,38 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--artifact", type=Path, default=Path("artifacts/demo"))
-    p.add_argument("--streams", type=int, default=100_000)
-    p.add_argument("--readings", type=int, default=10, help="readings per stream")
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--ttl-s", type=int, default=60)
+    p.add_argument("--streams", type=positive_int, default=100_000)
+    p.add_argument(
+        "--readings", type=positive_int, default=10, help="readings per stream"
+    )
+    p.add_argument("--concurrency", type=positive_int, default=4)
+    p.add_argument("--ttl-s", type=positive_int, default=60)
     p.add_argument(
         "--long-lived",
         action="store_true",
         help="only measure Redis bytes of one long-lived stream (60,000 readings, a "
         "full risk history) and streams per GiB; no service",
     )
-    p.add_argument("--json", type=Path)
+    p.add_argument("--json", type=Path, help="write the results here")
 
 
 def run(args: argparse.Namespace) -> int:
+    check_json(args.json)
+    ran_on = machine()  # cpu, cores, load_before, commit
     if args.long_lived:
         with redis_server() as redis_url:
-            res = long_lived_bytes(redis_url)
+            res = ran_on | long_lived_bytes(redis_url) | {"load_after": load_after()}
         print(json.dumps(res, indent=1))
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(res, indent=1) + "\n")
+            write_json(args.json, res)
         return 0
-    v = int(json.loads((args.artifact / "manifest.json").read_text())["n_channels"])
+    v = int(read_manifest(args.artifact)["n_channels"])
     env = {
         "SCJEPA_STREAM_TTL_S": str(args.ttl_s),
         "SCJEPA_MAX_STREAMS_PER_TENANT": str(2 * args.streams),
     }
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"scjepa-streams-{os.getpid()}.log"
-    out: dict[str, Any] = {"args": {k: str(x) for k, x in vars(args).items()}}
+    out: dict[str, Any] = ran_on | {"args": {k: str(x) for k, x in vars(args).items()}}
     with (
         redis_server() as redis_url,
         served(args.artifact, redis_url, env, log) as (
@@ -237,9 +248,15 @@ def run(args: argparse.Namespace) -> int:
                 break
         out["after_ttl"] = after
         out["reclaimed_redis_mb"] = round(full["used_mb"] - after["used_mb"], 2)
+        # the ratio: what the TTL gave back of what the streams took over the
+        # baseline (one stream), measured in the same run
+        grew = full["used_mb"] - base["used_mb"]
+        out["reclaimed_share"] = (
+            round(out["reclaimed_redis_mb"] / grew, 4) if after and grew > 0 else None
+        )
+        out["load_after"] = load_after()
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        write_json(args.json, out)
     print(
         f"{n} streams of {args.readings} readings: Redis "
         f"{out['redis_bytes_per_stream']} B/stream, service "

@@ -24,6 +24,9 @@ def test_bench_cv_times_the_runs_and_checks_the_risks(tmp_path: Path) -> None:
     ratio = r["serial_n_s"] / r["forked_n_s"]  # of the rounded times
     assert abs(r["speedup_vs_serial_n"] - ratio) < 0.02 * ratio + 0.01
     assert got["cpu"] and len(got["load_before"]) == 3 and got["peak_rss_mb"] > 0
+    assert (
+        got["commit"] and len(got["load_after"]) == 3 and "serial_n" in got["baseline"]
+    )
     # a bad request is refused, naming the option
     assert main([*bench, "--jobs", "1"]) == 2
     assert main([*bench, "--candidates", "stats (mlp)"]) == 2

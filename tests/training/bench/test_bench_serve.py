@@ -22,6 +22,9 @@ def test_bench_serve_reports_every_figure(artifact_dir: Path, tmp_path: Path) ->
     args += ["--scoring-rate", "8", "--drain-windows", "40"]
     assert main(args) == 0
     res = json.loads(out.read_text())
+    # the machine: CPU model, load before and after, the commit measured
+    assert res["cpu"] and res["commit"]
+    assert len(res["load_before"]) == len(res["load_after"]) == 3
     ing, score, risk = res["ingest"], res["scoring"], res["risk_during_scoring"]
     # every request was accepted in full: 40 x 50 readings, none lost or refused
     assert ing["errors"] == ing["duplicates"] == ing["late"] == 0
