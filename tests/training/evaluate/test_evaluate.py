@@ -226,8 +226,9 @@ def test_evaluate_cli_and_report(tmp_path: Path, capsys) -> None:
     (rerun / "results.json").write_text(json.dumps(res))
     assert main(["report", str(out), f"{rerun}=paper", "--out", str(doc)]) == 0
     text = doc.read_text()
-    # one section; each row once per metric family (window metrics, event metrics)
-    assert text.count("### SYNTHETIC") == 1 and text.count("| random |") == 2
+    # one section; each row once per metric family (window metrics, the onset and
+    # continuation subsets, event metrics)
+    assert text.count("### SYNTHETIC") == 1 and text.count("| random |") == 3
     assert "| SC-JEPA probe (paper) |" in text
     res["splits"]["test"]["windows"] += 1
     (rerun / "results.json").write_text(json.dumps(res))
