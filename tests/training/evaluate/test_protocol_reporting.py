@@ -114,3 +114,14 @@ def test_skab_protocol_results_record_data_set_and_commit(
     assert res["dataset"] == "skab"
     assert res["git_commit"] and isinstance(res["git_commit"], str)
     assert "wall_s" in res and "command" in res
+
+
+def test_reference_bars_only_on_the_split_they_were_measured_on() -> None:
+    """evaluation.md's bars were measured on SMD-19's test split (47 onset
+    positives): before, any `--dataset smd` run (the full 28 machines too) quoted them."""
+    from training.evaluate.results import _footer
+
+    res = _load("smd")
+    assert any("Reference bars" in ln for ln in _footer(res))
+    res["splits"]["test"]["onsets"] = 60  # another cut of SMD
+    assert not any("Reference bars" in ln for ln in _footer(res))
