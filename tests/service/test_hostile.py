@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from support.service_helpers import ClientFactory
+from support.service_helpers import ClientFactory, serve_reads
 from test_api import T0, body, ingest, series
 
 JSON = {"content-type": "application/json"}
@@ -302,58 +302,6 @@ def test_a_50_mb_body_is_cut_off_at_the_limit(
     assert client.get("/healthz").status_code == 200
 
 
-def _serve_reads(reads: list[bytes]) -> tuple[bytes, bool]:
-    """``scjepa serve``'s HTTP protocol (service.http) on an in-memory transport, each
-    of ``reads`` handed over as one read: what it wrote, and whether it closed."""
-    import asyncio
-
-    from uvicorn.config import Config
-    from uvicorn.server import ServerState
-
-    from service.http import GuardedHttpToolsProtocol
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-    class Transport(asyncio.Transport):
-        def __init__(self) -> None:
-            super().__init__()
-            self.out, self.closed = bytearray(), False
-
-        def get_extra_info(self, name: str, default: Any = None) -> Any:
-            peers = {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}
-            return peers.get(name, default)
-
-        def write(self, data: Any) -> None:
-            if not self.closed:  # as asyncio's: nothing goes out after close()
-                self.out += data
-
-        def is_closing(self) -> bool:
-            return self.closed
-
-        def close(self) -> None:
-            self.closed = True
-
-    async def go() -> Transport:
-        config = Config(app=app, http=GuardedHttpToolsProtocol, lifespan="off")
-        config.load()
-        proto = GuardedHttpToolsProtocol(
-            config=config, server_state=ServerState(), app_state={}
-        )
-        transport = Transport()
-        proto.connection_made(transport)
-        for data in reads:
-            if not transport.closed:
-                proto.data_received(data)
-            await asyncio.sleep(0.02)
-        proto.connection_lost(None)
-        return transport
-
-    transport = asyncio.run(go())
-    return bytes(transport.out), transport.closed
-
-
 @pytest.mark.parametrize("where", ["header", "target"])
 def test_headers_over_64_kib_in_one_read_are_431(where: str) -> None:
     """Headers (or a request target) over the 64 KiB cap that arrive in one read were
@@ -367,7 +315,7 @@ def test_headers_over_64_kib_in_one_read_are_431(where: str) -> None:
     else:
         head = b"GET /risk/" + big + b" HTTP/1.1\r\nhost: t\r\n\r\n"
     for reads in ([head], [head[:1000], head[1000:]]):
-        out, closed = _serve_reads(reads)
+        out, closed = serve_reads(reads)
         assert out.startswith(b"HTTP/1.1 431 "), out[:200]
         assert out.count(b"HTTP/1.1") == 1 and closed
         assert json.loads(out.partition(b"\r\n\r\n")[2]) == {
@@ -375,7 +323,7 @@ def test_headers_over_64_kib_in_one_read_are_431(where: str) -> None:
         }
     # under the cap, in one read: served
     ok = b"GET /healthz HTTP/1.1\r\nhost: t\r\nx-big: " + b"a" * 60_000 + b"\r\n\r\n"
-    out, _ = _serve_reads([ok])
+    out, _ = serve_reads([ok])
     assert out.startswith(b"HTTP/1.1 200 "), out[:200]
 
 
@@ -390,7 +338,7 @@ def test_headers_over_64_kib_in_one_read_are_431(where: str) -> None:
 def test_bytes_that_are_not_http_get_a_json_400(request_bytes: bytes) -> None:
     """uvicorn answered these with text/plain "Invalid HTTP request received."; every
     error is JSON (docs/reference/api.md, Errors)."""
-    out, closed = _serve_reads([request_bytes])
+    out, closed = serve_reads([request_bytes])
     head, _, text = out.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 400 ") and closed, out[:200]
     assert b"content-type: application/json" in head

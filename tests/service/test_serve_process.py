@@ -10,10 +10,10 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 from served import ServeFactory, key_line, rss_mb
+from support.service_helpers import serve_reads
 from test_reload import copy_artifact, set_version
 
 
@@ -176,64 +176,14 @@ def test_a_whole_large_request_in_one_read_is_not_taken_for_headers() -> None:
     on a kept-alive connection (a loaded server reads what queued up) is answered; it
     was refused 431 as if its body were headers. The protocol on an in-memory transport:
     one read is what the kernel hands over, which a real socket cannot pin down."""
-    import asyncio
+    from service.http import MAX_HEADER_BYTES
 
-    from uvicorn.config import Config
-    from uvicorn.server import ServerState
-
-    from service.http import MAX_HEADER_BYTES, GuardedHttpToolsProtocol
-
-    async def app(scope: Any, receive: Any, send: Any) -> None:
-        while (await receive()).get("more_body"):
-            pass
-        await send({"type": "http.response.start", "status": 200, "headers": []})
-        await send({"type": "http.response.body", "body": b""})
-
-    class Transport(asyncio.Transport):
-        def __init__(self) -> None:
-            super().__init__()
-            self.out, self.closed = bytearray(), False
-
-        def get_extra_info(self, name: str, default: Any = None) -> Any:
-            return {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}.get(
-                name, default
-            )
-
-        def write(self, data: Any) -> None:
-            self.out += data
-
-        def is_closing(self) -> bool:
-            return self.closed
-
-        def close(self) -> None:
-            self.closed = True
-
-        def pause_reading(self) -> None:
-            pass
-
-        def resume_reading(self) -> None:
-            pass
-
-    async def go() -> Transport:
-        config = Config(app=app, http=GuardedHttpToolsProtocol, lifespan="off")
-        config.load()
-        proto = GuardedHttpToolsProtocol(
-            config=config, server_state=ServerState(), app_state={}
-        )
-        transport = Transport()
-        proto.connection_made(transport)
-        body = b"x" * (2 * MAX_HEADER_BYTES)
-        request = b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % len(
-            body
-        )
-        for _ in range(3):  # on a fresh connection, then kept alive
-            proto.data_received(request + body)
-            await asyncio.sleep(0.05)
-        return transport
-
-    transport = asyncio.run(go())
-    assert bytes(transport.out).count(b"HTTP/1.1 200") == 3
-    assert b"431" not in transport.out and not transport.closed
+    body = b"x" * (2 * MAX_HEADER_BYTES)
+    request = b"POST /x HTTP/1.1\r\nhost: t\r\ncontent-length: %d\r\n\r\n" % len(body)
+    # on a fresh connection, then kept alive
+    out, closed = serve_reads([request + body] * 3, pause_s=0.05)
+    assert out.count(b"HTTP/1.1 200") == 3
+    assert b"431" not in out and not closed
 
 
 def test_sighup_rotates_keys_and_swaps_the_model(

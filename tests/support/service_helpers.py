@@ -218,3 +218,65 @@ class Hook:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def serve_reads(reads: list[bytes], pause_s: float = 0.02) -> tuple[bytes, bool]:
+    """``scjepa serve``'s HTTP protocol (service.http) on an in-memory transport, each
+    of ``reads`` handed over as one read (what the kernel hands over, which a real
+    socket cannot pin down), to an app that reads the body and answers 200: what the
+    protocol wrote, and whether it closed the connection."""
+    import asyncio
+
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from service.http import GuardedHttpToolsProtocol
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    class Transport(asyncio.Transport):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out, self.closed = bytearray(), False
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            peers = {"peername": ("127.0.0.1", 1), "sockname": ("127.0.0.1", 2)}
+            return peers.get(name, default)
+
+        def write(self, data: Any) -> None:
+            if not self.closed:  # as asyncio's: nothing goes out after close()
+                self.out += data
+
+        def is_closing(self) -> bool:
+            return self.closed
+
+        def close(self) -> None:
+            self.closed = True
+
+        def pause_reading(self) -> None:
+            pass
+
+        def resume_reading(self) -> None:
+            pass
+
+    async def go() -> tuple[bytes, bool]:
+        config = Config(app=app, http=GuardedHttpToolsProtocol, lifespan="off")
+        config.load()
+        proto = GuardedHttpToolsProtocol(
+            config=config, server_state=ServerState(), app_state={}
+        )
+        transport = Transport()
+        proto.connection_made(transport)
+        for data in reads:
+            if not transport.closed:
+                proto.data_received(data)
+            await asyncio.sleep(pause_s)
+        closed = transport.closed  # by the protocol (the client's leaving below)
+        proto.connection_lost(None)
+        return bytes(transport.out), closed
+
+    return asyncio.run(go())
