@@ -65,36 +65,23 @@ def _number(kind: type, text: str) -> Any:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1 (argparse names the option, exit 2)."""
-    value = _number(int, text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
-    return int(value)
+def _at_least(kind: type, lo: float, strict: bool, what: str) -> Any:
+    """An argparse type: a ``kind`` (finite) at least ``lo`` (above it if ``strict``);
+    argparse names the option and exits 2."""
+
+    def check(text: str) -> Any:
+        value = _number(kind, text)
+        if value < lo or (strict and value == lo):
+            raise argparse.ArgumentTypeError(f"{text}: must be {what}")
+        return kind(value)
+
+    return check
 
 
-def nonneg_int(text: str) -> int:
-    """An argparse type: an integer >= 0."""
-    value = _number(int, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value}: must be 0 or more")
-    return int(value)
-
-
-def positive_float(text: str) -> float:
-    """An argparse type: a finite number > 0."""
-    value = _number(float, text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be more than 0")
-    return float(value)
-
-
-def nonneg_float(text: str) -> float:
-    """An argparse type: a finite number >= 0."""
-    value = _number(float, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text}: must be 0 or more")
-    return float(value)
+positive_int = _at_least(int, 1, False, "at least 1")
+nonneg_int = _at_least(int, 0, False, "0 or more")
+positive_float = _at_least(float, 0, True, "more than 0")
+nonneg_float = _at_least(float, 0, False, "0 or more")
 
 
 def check_json(path: Path | None, option: str = "--json") -> None:
