@@ -43,18 +43,10 @@ def refused(r: Any, status: int, *words: str) -> Any:
     return r.json()["detail"]
 
 
-def stream(client: TestClient, chunks: Iterator[bytes]) -> tuple[int, Any, int]:
-    """POST /ingest with a chunked body, at the ASGI level (the test client would read
-    a generator whole before the app sees it): (status, headers, bytes the app read)."""
-    read, it, sent = 0, iter(chunks), []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal read
-        chunk = next(it, None)
-        if chunk is None:
-            return {"type": "http.request", "body": b"", "more_body": False}
-        read += len(chunk)
-        return {"type": "http.request", "body": chunk, "more_body": True}
+def post_asgi(client: TestClient, receive: Any) -> list[dict[str, Any]]:
+    """POST /ingest at the ASGI level, the request's messages from ``receive``: the
+    messages the app sent."""
+    sent: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
@@ -66,6 +58,23 @@ def stream(client: TestClient, chunks: Iterator[bytes]) -> tuple[int, Any, int]:
         "client": ("c", 1), "headers": [(b"content-type", b"application/json")],
     }  # fmt: skip
     client.portal.call(client.app, scope, receive, send)  # type: ignore[union-attr]
+    return sent
+
+
+def stream(client: TestClient, chunks: Iterator[bytes]) -> tuple[int, Any, int]:
+    """POST /ingest with a chunked body, at the ASGI level (the test client would read
+    a generator whole before the app sees it): (status, headers, bytes the app read)."""
+    read, it = 0, iter(chunks)
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        chunk = next(it, None)
+        if chunk is None:
+            return {"type": "http.request", "body": b"", "more_body": False}
+        read += len(chunk)
+        return {"type": "http.request", "body": chunk, "more_body": True}
+
+    sent = post_asgi(client, receive)
     start = next(m for m in sent if m["type"] == "http.response.start")
     headers = {k.decode(): v.decode() for k, v in start["headers"]}
     text = b"".join(
@@ -369,21 +378,11 @@ def test_a_client_that_leaves_mid_body_is_no_500(hostile: TestClient) -> None:
             {"type": "http.disconnect"},
         ]
     )
-    sent: list[dict[str, Any]] = []
 
     async def receive() -> dict[str, Any]:
         return next(messages, {"type": "http.disconnect"})
 
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-        "method": "POST", "scheme": "http", "path": "/ingest", "raw_path": b"/ingest",
-        "root_path": "", "query_string": b"", "server": ("t", 80),
-        "client": ("c", 1), "headers": [(b"content-type", b"application/json")],
-    }  # fmt: skip
-    hostile.portal.call(hostile.app, scope, receive, send)  # type: ignore[union-attr]
+    sent = post_asgi(hostile, receive)
     statuses = [m["status"] for m in sent if m["type"] == "http.response.start"]
     assert statuses in ([], [499]), statuses
     assert count("499") == before["499"] + 1
