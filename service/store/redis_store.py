@@ -800,7 +800,12 @@ class RedisStore(Store):
     ) -> list[list[bool]]:
         """Two round trips: the record scripts, then (once they are written) the
         newest risks, the acknowledgements and the news, packed together on the
-        store's own connections (:meth:`_finish`) as the scripts are."""
+        store's own connections (:meth:`_run`) as the scripts are. Once the windows
+        are acknowledged they are done: an error reply to the gauges' index of newest
+        risks (a Redis at maxmemory refuses that ZADD, OOM, not XACK or XDEL) or to the
+        news is counted and logged, not raised (raised, the scorer counted and told no
+        one of windows nobody would claim again); one to an acknowledgement fails the
+        call (the windows stay pending: claimed and scored again)."""
         calls = []
         for tenant, stream, records in items:
             args: list[Any] = [self.history_len, self.ttl_s]
@@ -838,25 +843,12 @@ class RedisStore(Store):
         if publish and news:
             commands.append(["PUBLISH", self._channel, _news(news)])
         if commands:
-            failed = await self._call("put_risks", self._finish(commands, at))
+            replies = await self._call("put_risks", self._run(commands, at))
+            failed = [r for r in replies if isinstance(r, Exception)]
             if failed:  # counted as a failed operation, and logged
                 metrics.STORE_ERRORS.labels(op="put_risks").inc()
                 log.warning("scorer: newest risks or news not written: %s", failed[0])
         return written
-
-    async def _finish(self, commands: list[list[Any]], acks: slice) -> list[Any]:
-        """The scorer's second round trip (:meth:`_send`: pipelined, each command runs
-        whatever the others' replies); an error reply to an acknowledgement fails it
-        (the windows stay pending: claimed and scored again). Once they are
-        acknowledged the windows are done, so an error reply to the gauges' index of
-        newest risks (a Redis at maxmemory refuses that ZADD, OOM, not XACK or XDEL)
-        or to the news is returned, not raised: raised, the scorer counted and told
-        no one of windows nobody would claim again."""
-        replies = await self._send([_resp(c) for c in commands])
-        for reply in replies[acks]:
-            if isinstance(reply, Exception):
-                raise reply
-        return [r for r in replies if isinstance(r, Exception)]
 
     async def scored(
         self, tenant: str, items: list[tuple[str, list[int]]]
@@ -1037,12 +1029,15 @@ class RedisStore(Store):
             out += [["XACK", key, GROUP, *entries], ["XDEL", key, *entries]]
         return out
 
-    async def _run(self, commands: list[list[Any]]) -> list[Any]:
+    async def _run(
+        self, commands: list[list[Any]], must: slice = slice(None)
+    ) -> list[Any]:
         """Commands written together on one of the store's connections (one round
-        trip, :meth:`_send`), their replies; an error reply fails the call (raised
-        inside :meth:`_call`, so it becomes StoreUnavailable)."""
+        trip, :meth:`_send`), their replies; an error reply to one of ``must`` (all,
+        by default) fails the call (raised inside :meth:`_call`, so it becomes
+        StoreUnavailable), the others' are returned in their place."""
         replies = await self._send([_resp(c) for c in commands])
-        for reply in replies:
+        for reply in replies[must]:
             if isinstance(reply, Exception):
                 raise reply
         return replies

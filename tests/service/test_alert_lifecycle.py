@@ -146,8 +146,8 @@ def test_a_window_whose_write_failed_after_its_record_is_alerted(
         setattr(store, name, wrapped)
 
     failing("ack_work", lambda ids: bool(ids))  # memory, and a Redis Cluster
-    if hasattr(store, "_finish"):  # one Redis: the acknowledgements ride with the news
-        failing("_finish", lambda cmds: any(c[0] == "XACK" for c in cmds))
+    if hasattr(store, "_run"):  # one Redis: the acknowledgements ride with the news
+        failing("_run", lambda cmds: any(c[0] == "XACK" for c in cmds))
     res = ingest(client, 0, 100, high=True)
     assert res["alert"] is True and left == [0]
     settle(hook, [("100", "fire")])

@@ -31,22 +31,16 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def commit() -> str:
-    """The checkout's commit (``-dirty`` with uncommitted changes), "unknown" outside
-    a git checkout."""
-    from training.evaluate.results import git_commit
-
-    return git_commit()
-
-
 def machine() -> dict[str, Any]:
     """What a result needs to be compared with another: the CPU model, the cores, the
     load average (as `uptime` prints it) at the start, and the commit measured."""
+    from training.evaluate.results import git_commit
+
     return {
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "load_before": list(os.getloadavg()),
-        "commit": commit(),
+        "commit": git_commit(),
     }
 
 
