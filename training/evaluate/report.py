@@ -49,7 +49,9 @@ scores), an event warned when an alert ends within the look-back before its onse
 Thresholds, calibration, early stopping and every choice made on validation; the test
 split read once; no point adjustment. Intervals (item 11): block bootstrap over events
 and entities with a seed drawn per resample; each row is compared with the best
-baseline (chosen on validation) by the paired difference and its interval; a metric on
+baseline (chosen on validation among item 7's rows: the detectors, the probes on
+window features and SC-JEPA's untrained twins) by the paired difference and its
+interval; a metric on
 fewer than 10 positives (windows or events) reads "n too small". "onset" = the current
 window is normal, "continuation" = it is already anomalous. The paper's row uses the
 paper's own protocol and is shown for reference only.

@@ -547,14 +547,17 @@ def rotation_null(
 def best_baselines(rows: dict[str, Any]) -> dict[str, str | None]:
     """The best baseline row, chosen on validation: highest validation PR AUC (window
     metrics; none where no row has one); highest validation warned rate at the
-    budget, then fewest validation false alarms (event metrics). Floors, SC-JEPA
-    rows and the rows measuring what SC-JEPA adds (suffix "(no SC-JEPA)": refits of
-    served-model candidates) are not candidates."""
+    budget, then fewest validation false alarms (event metrics). The candidates are
+    evaluation.md item 7's rows to beat: the label-free detectors, the probes on
+    window features, and SC-JEPA's untrained twins (the same probe or score from a
+    randomly initialised model). Not candidates: the floors, the trained SC-JEPA
+    rows, and the rows measuring what SC-JEPA adds (suffix "(no SC-JEPA)": refits of
+    served-model candidates)."""
     cands = [
         n
         for n in rows
-        if not n.startswith("SC-JEPA")
-        and n not in FLOORS
+        if n not in FLOORS
+        and (not n.startswith("SC-JEPA") or "untrained" in n)
         and not n.endswith("(no SC-JEPA)")
     ]
     # (a validation split without a positive window has no PR AUC: no best baseline,

@@ -93,6 +93,35 @@ def test_no_best_baseline_without_validation_pr_auc() -> None:
     assert best_baselines(rows)["window"] == "PCA reconstruction"
 
 
+def test_untrained_twins_are_baselines_to_beat() -> None:
+    """evaluation.md item 7: the SC-JEPA probe on an untrained encoder is a row the
+    model must beat, so it can be the best baseline (it was never one); the trained
+    SC-JEPA rows, the floors and the no-SC-JEPA refits cannot."""
+
+    def row(pr: float, warned: float) -> dict[str, Any]:
+        return {
+            "val": {"pr_auc": {"mean": pr, "std": 0.0}},
+            "val_events": {
+                "warned_rate": {"mean": warned},
+                "false_alarms_per_1000_windows": {"mean": 0.5},
+            },
+        }
+
+    rows = {
+        "always-positive": row(0.9, 0.9),
+        "kNN to train windows": row(0.3, 0.05),
+        "SC-JEPA probe": row(0.8, 0.8),
+        "SC-JEPA probe on detector scores": row(0.7, 0.7),
+        "probe on kNN + PCA (no SC-JEPA)": row(0.6, 0.6),
+        "SC-JEPA probe, untrained encoder": row(0.4, 0.02),
+        "SC-JEPA fine-tuned + stats, untrained model (trees)": row(0.35, 0.1),
+    }
+    assert best_baselines(rows) == {
+        "window": "SC-JEPA probe, untrained encoder",
+        "events": "SC-JEPA fine-tuned + stats, untrained model (trees)",
+    }
+
+
 def test_test_split_without_anomalies_reads_na(tmp_path: Path) -> None:
     """Anomalies only in the first 80 % of test.csv: the test split has none, so its
     recall and F1 are n/a in results.json and in the report (they were 0.000), and the
