@@ -324,24 +324,31 @@ class ScoringWorker:
         claimed: bool = False,
     ) -> None:
         top_k = self.settings.top_channels
-        by_stream: dict[tuple[str, str], list[RiskRecord]] = {}
-        epochs: dict[tuple[str, str], list[int]] = {}
+        # per stream and epoch: a stream that started over since some of its windows
+        # were cut has their records refused (see Store.put_scored)
+        by_stream: dict[tuple[str, str, int], list[RiskRecord]] = {}
         recs = records_of(model, top_k, [it.window for it in items], scores)
         for it, rec in zip(items, recs, strict=True):
-            by_stream.setdefault((it.tenant, it.stream), []).append(rec)
-            epochs.setdefault((it.tenant, it.stream), []).append(it.epoch)
+            by_stream.setdefault((it.tenant, it.stream, it.epoch), []).append(rec)
         keys = list(by_stream)
         written = await self.store.put_scored(
             [
-                (t, s, [(r.n, r.model_dump_json(), r.risk) for r in by_stream[t, s]])
-                for t, s in keys
+                (
+                    t,
+                    s,
+                    e,
+                    [(r.n, r.model_dump_json(), r.risk) for r in by_stream[t, s, e]],
+                )
+                for t, s, e in keys
             ],
             ack=ack,
             publish=True,  # other processes' waiters (this one's: below)
         )
         metrics.WINDOWS_SCORED.inc(len(items))
         if self.bus is not None:
-            self.bus.deliver([(t, s, [r.n for r in by_stream[t, s]]) for t, s in keys])
+            self.bus.deliver(
+                [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]
+            )
         new = [
             ScoredWindow(
                 t,
@@ -353,10 +360,10 @@ class ScoringWorker:
                 r.alert,
                 tuple(r.top_channels),
                 r.model,
-                epoch,
+                e,
             )
-            for (t, s), flags in zip(keys, written, strict=True)
-            for r, epoch, ok in zip(by_stream[t, s], epochs[t, s], flags, strict=True)
+            for (t, s, e), flags in zip(keys, written, strict=True)
+            for r, ok in zip(by_stream[t, s, e], flags, strict=True)
             if ok or claimed  # claimed: written by a scorer that may not have told
         ]
         new.sort(key=lambda w: (w.tenant, w.stream, w.epoch, w.window_n))

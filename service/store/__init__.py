@@ -227,14 +227,16 @@ class Store(ABC):
     @abstractmethod
     async def put_scored(
         self,
-        items: list[tuple[str, str, list[tuple[int, str, float]]]],
+        items: list[tuple[str, str, int, list[tuple[int, str, float]]]],
         *,
         ack: Sequence[str] = (),
         publish: bool = False,
     ) -> list[list[bool]]:
-        """Write risk records: per (tenant, stream, [(n, JSON record, risk)]), add each
-        record unless the stream already has one for window ``n`` (the first write
-        wins: a window scored twice is recorded once), cap the history, and note the
+        """Write risk records: per (tenant, stream, epoch, [(n, JSON record, risk)]),
+        add each record unless the stream already has one for window ``n`` (the first
+        write wins: a window scored twice is recorded once) or is no longer in the
+        epoch its windows were cut in (started over or forgotten since: the record
+        would take the new life's window ``n``), cap the history, and note the
         risk of the stream's newest record for :meth:`summary`. Returns, per item and
         record, whether it was written now. Then, once the records are written (so
         that a failure leaves the items pending), acknowledge the work items ``ack``

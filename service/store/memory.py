@@ -271,15 +271,15 @@ class MemoryStore(Store):
 
     async def put_scored(
         self,
-        items: list[tuple[str, str, list[tuple[int, str, float]]]],
+        items: list[tuple[str, str, int, list[tuple[int, str, float]]]],
         *,
         ack: Sequence[str] = (),
         publish: bool = False,
     ) -> list[list[bool]]:
         out = []
-        for tenant, stream, records in items:
+        for tenant, stream, epoch, records in items:
             s = self._get((tenant, stream))
-            if s is None:  # expired in between: nothing to attach the records to
+            if s is None or s.epoch != epoch:  # expired or started over in between
                 out.append([False] * len(records))
                 continue
             have = {n for n, _ in s.risks}

@@ -291,13 +291,21 @@ APPEND = _APPEND.substitute(
     value_format=_STRUCT[VALUE.str],
 )
 
-# KEYS: risk. ARGV: history length, ttl, then (n, JSON record) pairs. A record is added
-# only when the stream has none for its window n (the first write wins: a window scored
-# twice is recorded once). Returns one flag per record (1 = written now) and the
-# window number of the stream's newest record.
+# KEYS: risk, state. ARGV: history length, ttl, the epoch the windows were cut in,
+# then (n, JSON record) pairs. A record is added only when the stream has none for its
+# window n (the first write wins: a window scored twice is recorded once) and the
+# stream is still in that epoch: a scorer's late write for a stream that started over
+# (or was forgotten) since its windows were cut writes nothing, where it would have won
+# the new life's window of the same number. Returns one flag per record (1 = written
+# now) and the window number of the stream's newest record (false when refused).
 PUT = """
 local key, out = KEYS[1], {}
-for i = 3, #ARGV, 2 do
+local epoch = redis.call('HGET', KEYS[2], 'epoch')
+if redis.call('EXISTS', KEYS[2]) == 0 or (epoch or '0') ~= ARGV[3] then
+  for i = 4, #ARGV, 2 do out[#out + 1] = 0 end
+  return {out, false}
+end
+for i = 4, #ARGV, 2 do
   if redis.call('ZCOUNT', key, ARGV[i], ARGV[i]) == 0 then
     redis.call('ZADD', key, ARGV[i], ARGV[i + 1])
     out[#out + 1] = 1
@@ -793,7 +801,7 @@ class RedisStore(Store):
 
     async def put_scored(
         self,
-        items: list[tuple[str, str, list[tuple[int, str, float]]]],
+        items: list[tuple[str, str, int, list[tuple[int, str, float]]]],
         *,
         ack: Sequence[str] = (),
         publish: bool = False,
@@ -807,20 +815,23 @@ class RedisStore(Store):
         one of windows nobody would claim again); one to an acknowledgement fails the
         call (the windows stay pending: claimed and scored again)."""
         calls = []
-        for tenant, stream, records in items:
-            args: list[Any] = [self.history_len, self.ttl_s]
+        for tenant, stream, epoch, records in items:
+            args: list[Any] = [self.history_len, self.ttl_s, epoch]
             for n, rec, _ in records:
                 args += [n, rec]
-            calls.append((self._put, [self._key(tenant, stream, "risk")], args))
+            keys = [self._key(tenant, stream, k) for k in ("risk", "state")]
+            calls.append((self._put, keys, args))
         replies = await self._call("put_risks", self._scripts(calls), scripts=True)
         latest: dict[str, float] = {}
         written = []
-        for (tenant, stream, records), (flags, top) in zip(items, replies, strict=True):
+        for (tenant, stream, _, records), (flags, top) in zip(
+            items, replies, strict=True
+        ):
             written.append([bool(f) for f in flags])
             newest = max(records, key=lambda r: r[0])
             if top is not None and int(float(top)) == newest[0]:
                 latest[f"{tenant}/{stream}"] = newest[2]
-        news = [(t, s, [n for n, _, _ in recs]) for t, s, recs in items]
+        news = [(t, s, [n for n, _, _ in recs]) for t, s, _, recs in items]
         if (
             self.cluster
         ):  # a Cluster pipeline takes neither PUBLISH nor other slots' keys

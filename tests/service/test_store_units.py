@@ -373,17 +373,22 @@ def test_work_queue_claims_and_first_write_wins(store_url: str | None) -> None:
             claimed = await store.claim_work("lives", 0.2, 10)
             assert {i.id for i in claimed} >= {i.id for i in first}
             recs = [
-                (it.tenant, it.stream, [(it.window.n, f"first-{it.window.n}", 0.5)])
+                (
+                    it.tenant,
+                    it.stream,
+                    it.epoch,
+                    [(it.window.n, f"first-{it.window.n}", 0.5)],
+                )
                 for it in first
             ]
             assert await store.put_scored(recs) == [[True]] * len(first)
-            again = [(t, s, [(n, "second", 0.9)]) for t, s, [(n, _, _)] in recs]
+            again = [(t, s, e, [(n, "second", 0.9)]) for t, s, e, [(n, _, _)] in recs]
             # the scorer's whole write: records, then the acknowledgements and news
             ack = [i.id for i in first]
             flags = await store.put_scored(again, ack=ack, publish=True)
             assert flags == [[False]] * len(first)
             assert (await store.queue_stats()).depth == len(rest)  # first: acked
-            for t, s, [(n, rec, _)] in recs:
+            for t, s, _, [(n, rec, _)] in recs:
                 assert await store.scored(t, [(s, [n, 999])]) == [{n: rec}]
             await store.ack_work([i.id for i in rest])
             stats = await store.queue_stats()
@@ -420,7 +425,7 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
             first, second = await store.read_work("c", 10, 0.1)
             await store.client.set(store._global("latest"), "not a sorted set")
             before = errors._value.get()
-            rec = [("t", "a", [(first.window.n, "rec", 0.5)])]
+            rec = [("t", "a", first.epoch, [(first.window.n, "rec", 0.5)])]
             assert await store.put_scored(rec, ack=[first.id], publish=True) == [[True]]
             assert errors._value.get() == before + 1
             assert (await store.queue_stats()).depth == 1  # acknowledged: gone
@@ -428,7 +433,7 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
             await store.client.delete(store._global("latest"))
             work = store.work_keys[int(second.id.partition("-")[0])]
             await store.client.set(work, "not a stream")
-            rec = [("t", "a", [(second.window.n, "rec2", 0.5)])]
+            rec = [("t", "a", second.epoch, [(second.window.n, "rec2", 0.5)])]
             with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
                 await store.put_scored(rec, ack=[second.id], publish=True)
             assert await store.scored("t", [("a", [10, 20])]) == [
@@ -891,14 +896,16 @@ def test_a_stream_started_over_ignores_its_previous_lifes_records(
     any_redis: AnyRedis,
 ) -> None:
     """Redis lost a stream's data (restarted without persistence) while a scorer held
-    its windows: the scorer's late write puts the old records back, with no state.
-    The stream that starts over (its window numbers beginning again) records its own
-    windows and they are its newest: the old records won the first write and stayed
-    GET /risk's newest until the new count passed theirs."""
+    its windows: the scorer's late write finds no state and writes nothing (it put the
+    old records back, with no state). Records of the old life left behind anyway (an
+    eviction that took the state and not the risks) are dropped when the stream starts
+    over: its window numbers begin again, and its own records are its newest (the old
+    ones won the first write and stayed GET /risk's newest until the new count passed
+    theirs)."""
     x = np.ones((150, 2), np.float32)
     ts = T0 + np.arange(150.0)
 
-    async def main() -> tuple[list[list[bool]], str | None, int]:
+    async def main() -> tuple[list[list[bool]], list[list[bool]], str | None, int]:
         store = fresh_store(any_redis.url, dedupe_horizon=1000, partitions=2)
         assert isinstance(store, RedisStore)
         try:
@@ -908,22 +915,70 @@ def test_a_stream_started_over_ignores_its_previous_lifes_records(
             old = await store.read_work("c", 100, 0)  # held by a scorer
             await store.client.delete(*[store._key("t", "s", k) for k in
                                         ("rows", "seen", "state", "risk")])  # fmt: skip
-            await store.put_scored([("t", "s", [(it.window.n, f"old-{it.window.n}",
-                                                 0.9) for it in old])])  # fmt: skip
+            late = await store.put_scored([("t", "s", old[0].epoch, [(it.window.n,
+                                           f"old-{it.window.n}", 0.9) for it in old])])  # fmt: skip
+            await store.client.zadd(store._key("t", "s", "risk"),
+                                    {f"left-{n}": n for n in range(10, 101, 10)})  # fmt: skip
             await store.append("t", "s", ts[100:], x[100:], window=10, hop=10,
                                max_queued=100)  # fmt: skip
             new = await store.read_work("c", 100, 0)
-            flags = await store.put_scored([("t", "s", [(it.window.n,
+            flags = await store.put_scored([("t", "s", new[0].epoch, [(it.window.n,
                                              f"new-{it.window.n}", 0.1) for it in new])])  # fmt: skip
             state, rec = await store.latest("t", "s")
             assert state is not None
-            return flags, rec, state.total
+            return late, flags, rec, state.total
         finally:
             await store.close()
 
-    flags, rec, n = asyncio.run(main())
+    late, flags, rec, n = asyncio.run(main())
+    assert late == [[False] * 10]
     assert n == 50 and flags == [[True] * 5]
     assert rec == "new-50"
+
+
+def test_a_late_write_of_a_stream_started_over_is_refused(
+    store_url: str | None,
+) -> None:
+    """A scorer held a stream's windows while the stream started over (a model of
+    another layout, SCJEPA_LAYOUT_CHANGE=fresh) and its new life cut windows of the
+    same numbers: the late write of the old epoch writes nothing, and the new life's
+    records are written and are GET /risk's (the first write won: the old records
+    took the new life's windows 10 and 20, and the new ones were refused)."""
+
+    async def main() -> tuple[
+        list[list[bool]], list[list[bool]], dict[int, str], str | None
+    ]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        try:
+            await store.ensure_groups()
+            feed = [("w10/v2/a", T0), ("w10/v2/b", T0 + 100)]
+            held = []
+            for layout, t0 in feed:
+                store.layout = layout  # type: ignore[attr-defined]
+                await store.append("t", "s", t0 + np.arange(20.0),
+                                   np.ones((20, 2), np.float32), window=10, hop=10,
+                                   max_queued=100)  # fmt: skip
+                held.append(await store.read_work("c", 10, 0))
+            old, new = held
+            assert (
+                [it.window.n for it in old] == [it.window.n for it in new] == [10, 20]
+            )
+            assert new[0].epoch > old[0].epoch
+
+            def recs(items: list[WorkItem], tag: str) -> list[tuple[int, str, float]]:
+                return [(it.window.n, f"{tag}-{it.window.n}", 0.5) for it in items]
+
+            late = await store.put_scored([("t", "s", old[0].epoch, recs(old, "old"))])
+            flags = await store.put_scored([("t", "s", new[0].epoch, recs(new, "new"))])
+            (got,) = await store.scored("t", [("s", [10, 20])])
+            _, newest = await store.latest("t", "s")
+            return late, flags, got, newest
+        finally:
+            await store.close()
+
+    late, flags, got, newest = asyncio.run(main())
+    assert late == [[False, False]] and flags == [[True, True]]
+    assert got == {10: "new-10", 20: "new-20"} and newest == "new-20"
 
 
 def test_memory_store_pages_past_expired_streams() -> None:

@@ -122,7 +122,9 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
             "computed_at": "2026-11-25T07:00:00.000000Z",
         }  # fmt: skip
         recs = [(n, json.dumps(rec | {"n": n}), 0.1) for n in range(100, 50_100, 100)]
-        await store.put_scored([("default", "s-000000", recs)])
+        state = store._key("default", "s-000000", "state")
+        epoch = int(await store.client.hget(state, "epoch"))  # the windows' epoch
+        await store.put_scored([("default", "s-000000", epoch, recs)])
         await store.close()
 
     asyncio.run(fill())
