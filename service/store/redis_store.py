@@ -301,7 +301,8 @@ APPEND = _APPEND.substitute(
 PUT = """
 local key, out = KEYS[1], {}
 local epoch = redis.call('HGET', KEYS[2], 'epoch')
-if redis.call('EXISTS', KEYS[2]) == 0 or (epoch or '0') ~= ARGV[3] then
+if not epoch and redis.call('EXISTS', KEYS[2]) == 1 then epoch = '0' end  -- pre-epoch
+if epoch ~= ARGV[3] then  -- another epoch, or no state: forgotten
   for i = 4, #ARGV, 2 do out[#out + 1] = 0 end
   return {out, false}
 end
