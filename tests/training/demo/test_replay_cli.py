@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from support.service_helpers import free_port
+from support.service_helpers import ClientFactory, free_port
 
 from training.cli import main as scjepa
 from training.demo import demo
@@ -76,6 +76,31 @@ def test_replay_prints_risks_and_labels(client: TestClient, tmp_path: Path) -> N
                   out=lines.append) == []  # fmt: skip
     assert lines[0].startswith("sent 250 readings: 0 accepted, 250 duplicates")
     assert "kept none of them" in lines[1] and "--stream" in lines[1]
+
+
+def test_replay_prints_every_window_at_a_hop_below_the_batch(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    """At an exported model's default hop (5) a request of 30 readings completes six
+    windows, and its answer carries the latest: replay prints them all, each with the
+    risk the service recorded, as many as evaluate's dense windows would score."""
+    client = make_client(hop=5)
+    write_csv(tmp_path / "pump.csv", 250)
+    lines: list[str] = []
+    seen = replay(
+        client, read_csv(tmp_path / "pump.csv"), stream="p", window=100, batch=30,
+        out=lines.append,
+    )  # fmt: skip
+    hist = client.get("/risk/p/history", params={"limit": 100}).json()["items"]
+    assert [r["n"] for r in seen] == list(range(100, 251, 5))
+    assert [(r["n"], r["risk"]) for r in seen] == [
+        (h["n"], h["risk"]) for h in reversed(hist)
+    ]
+    # the next window of reading n is readings n .. n + 99: the anomaly at 230 .. 239
+    # (none after the last reading)
+    labels = [int(130 < r["n"] < 240) for r in seen[:-1]]
+    assert [r["label"] for r in seen] == [*labels, None]
+    assert len(lines) == 32 and lines[-1].endswith("; 31 scored windows printed")
 
 
 def test_cli_errors_are_one_line(
