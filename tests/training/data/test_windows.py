@@ -197,3 +197,16 @@ def test_dense_split_never_leaks(ds: Dataset, stride: int) -> None:
                 )
                 <= pairs
             )
+
+
+def test_data_md_states_the_event_strides_evaluate_uses() -> None:
+    """docs/reference/data.md names the dense stride `scjepa evaluate` scores the
+    event metrics at (and so the hop an export serves at): the defaults in code."""
+    import re
+    from pathlib import Path
+
+    from training.evaluate.warning import EVENT_DEFAULT, EVENT_DEFAULTS
+
+    doc = (Path(__file__).parents[3] / "docs/reference/data.md").read_text()
+    (stated,) = re.findall(r"`scjepa evaluate --stride`; (\d+), Daphnet (\d+)", doc)
+    assert tuple(map(int, stated)) == (EVENT_DEFAULT[0], EVENT_DEFAULTS["daphnet"][0])
