@@ -292,12 +292,20 @@ class ScoringWorker:
         start = time.perf_counter()
         model = self.model()
         shape = (model.window, model.n_channels)
-        good = [it for it in items if it.window.values.shape == shape]
-        if len(good) < len(items):  # queued for another layout: cannot be scored
+        layout = self.store.layout  # the model's (a reload keeps it)
+        # queued for another layout (a roll-out's old windows): not this model's to
+        # score, even of its shape (its channels would be read as others)
+        good = [
+            it
+            for it in items
+            if it.window.values.shape == shape and it.layout in ("", layout)
+        ]
+        if len(good) < len(items):
             metrics.WINDOWS_SHED.labels(reason="layout").inc(len(items) - len(good))
             log.warning(
-                "scorer: %d windows of another shape than %s dropped",
+                "scorer: %d windows of another layout than %s %s dropped",
                 len(items) - len(good),
+                layout,
                 shape,
             )
         if good:

@@ -108,6 +108,10 @@ class WorkItem:
     stream: str
     window: Window
     epoch: int = 0  # the stream's epoch when the window was cut (see above)
+    # the layout (:func:`layout_of`) its rows were stored for: a scorer of another
+    # model scores none (the same shape with other channels would read them wrong);
+    # "" for an item queued before items recorded it (then only the shape is checked)
+    layout: str = ""
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,10 @@ class Store(ABC):
     Every stream belongs to a tenant: its state is keyed by (tenant, stream), so one
     tenant's calls never reach another's streams, whatever the names.
     """
+
+    # the layout (:func:`layout_of`) of the model this process serves: what its
+    # streams are stored for and its queued windows cut for ("": not checked)
+    layout: str = ""
 
     @abstractmethod
     async def append(

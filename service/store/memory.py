@@ -225,7 +225,9 @@ class MemoryStore(Store):
         for n in queued:
             part = held[n - window - base + 1 : n - base + 1]
             w = Window(n, part[0][0], part[-1][0], np.stack([v for _, v in part]))
-            item = WorkItem(str(next(self._ids)), tenant, stream, w, s.epoch)
+            item = WorkItem(
+                str(next(self._ids)), tenant, stream, w, s.epoch, self.layout
+            )
             self._queue.append((item, now))
         if queued:
             self._event().set()

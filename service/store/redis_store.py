@@ -65,9 +65,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{p3}:acme/pump-7:pend   zset ts -> flag + packed row: readings held until the
 #                                  watermark passes them (SCJEPA_ALLOWED_LATENESS_S > 0)
 #   scjepa:{p3}:work               stream: completed windows waiting for a scorer
-#                                  (fields t, s, n, e, k, w, g: tenant, stream, window
-#                                  number, end ts, rows, the packed rows, the stream's
-#                                  epoch), consumer group "scorers"
+#                                  (fields t, s, n, e, k, w, g, l: tenant, stream,
+#                                  window number, end ts, rows, the packed rows, the
+#                                  stream's epoch, its layout), consumer group "scorers"
 #   scjepa:{acme}:names            zset of the tenant's live streams, score 0 (by name:
 #                                  GET /streams pages, the stream quota counts them)
 #   scjepa:{acme}:touched          zset stream -> last ingest time (the idle TTL)
@@ -254,7 +254,7 @@ if count > 0 then
     local e = struct.unpack('$ts_format', rows[i + W - 1])
     redis.call('XADD', work, '*', 't', tenant, 's', stream, 'n', n,
                'e', string.format('%.17g', e), 'k', W,
-               'w', table.concat(rows, '', i, i + W - 1), 'g', epoch)
+               'w', table.concat(rows, '', i, i + W - 1), 'g', epoch, 'l', layout)
     queued[#queued + 1] = n
   end
 end
@@ -481,6 +481,7 @@ def _item(pid: int, entry_id: bytes, fields: dict[bytes, bytes]) -> WorkItem | N
         fields[b"s"].decode(),
         window,
         int(fields.get(b"g", b"0")),  # none: queued before epochs were kept
+        fields.get(b"l", b"").decode(),  # none: queued before layouts were kept
     )
 
 

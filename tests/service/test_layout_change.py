@@ -5,6 +5,7 @@ does with it (fresh: the stream starts over; refuse: 409 naming the stream). Nev
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from support.service_artifact import build_artifact
+from support.service_helpers import RedisServer
 
 from service.config import Settings
 from service.main import create_app
@@ -100,3 +103,36 @@ def test_a_refused_batch_stores_none_of_its_streams(
         assert client.get("/risk/s").json()["readings_total"] == 10
         res = client.post("/ingest", json=fresh).json()["results"][0]
         assert (res["accepted"], res["duplicates"]) == (150, 0)
+
+
+def test_windows_queued_for_another_layout_of_the_same_shape_are_not_scored(
+    redis_server: RedisServer, artifact_dir: Path, tmp_path: Path
+) -> None:
+    """A roll-out to a model of the same window and channel count but other channels
+    (here the same ones reordered), as operations.md says: the old api queued windows
+    and stopped, a scorer of the new model starts. It scores none of them (it would
+    read channel a as flat and write its records into the old stream's history): they
+    are dropped and counted as shed for their layout."""
+    reordered = tmp_path / "reordered"
+    build_artifact(reordered, channels=["flat", "c", "b", "a"],
+                   mask=[False, True, True, True])  # fmt: skip
+    prefix = f"lay{uuid.uuid4().hex[:8]}"
+
+    def settings(artifact: Path, role: str) -> Settings:
+        return Settings(artifact=artifact, redis_url=redis_server.url, role=role,
+                        key_prefix=prefix, layout_change="refuse", infer_in="thread",
+                        claim_timeout_s=0.2)  # fmt: skip
+
+    with TestClient(create_app(settings(artifact_dir, "api"))) as api:
+        r = api.post("/ingest", json=body(300, 4))
+        assert r.json()["results"][0]["windows_queued"] == 3
+    r = redis_server.client()
+    labels = {"reason": "layout"}
+    shed = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) or 0.0
+    with TestClient(create_app(settings(reordered, "scorer"))):
+        deadline = time.monotonic() + 30
+        while sum(r.xlen(k) for k in r.scan_iter(f"{prefix}:*:work")) > 0:
+            assert time.monotonic() < deadline, "the queue was not drained"
+            time.sleep(0.05)
+    assert list(r.scan_iter(f"{prefix}:*:risk")) == []  # no record written
+    assert REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) == shed + 3
