@@ -202,8 +202,7 @@ class ModelSlot:
                 return
             self.log.error("inference process %s died; starting a new one", dead.pid)
             try:
-                new = await InferenceProcess.start(self.settings)
-                same_layout(self.current, new.model)
+                new = await self._start_child()
             except Exception as e:  # tried again on the next batch; not ready till then
                 self.current.warmed = False
                 metrics.RELOADS.labels(what="inference_process", outcome="failed").inc()
@@ -245,14 +244,21 @@ class ModelSlot:
         if self.on_swap is not None:
             self.on_swap(model)
 
+    async def _start_child(self) -> InferenceProcess:
+        """A new child on the artifact folder; one whose model reads another layout
+        is stopped before the error is raised (else every failed revival, one per
+        batch, left a process holding a model)."""
+        child = await InferenceProcess.start(self.settings)
+        try:
+            same_layout(self.current, child.model)
+        except ArtifactError:
+            await child.close(timeout=1.0)
+            raise
+        return child
+
     async def _load(self) -> tuple[Model, OnnxModel | None, InferenceProcess | None]:
         if self.child is not None:
-            child = await InferenceProcess.start(self.settings)
-            try:
-                same_layout(self.current, child.model)
-            except ArtifactError:
-                await child.close()
-                raise
+            child = await self._start_child()
             return child.model, None, child
         local = await asyncio.get_running_loop().run_in_executor(
             self._loader(), partial(load_checked, self.settings, self.current)

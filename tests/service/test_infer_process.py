@@ -6,6 +6,7 @@ swaps the child and the old one exits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -17,6 +18,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
+from support.service_artifact import build_artifact
 from support.service_helpers import RedisServer
 from test_api import body, series
 from test_reload import ADMIN, TENANT, copy_artifact, set_version, settings
@@ -276,3 +278,44 @@ def test_an_api_process_loads_its_model_on_the_cpu(
         ]
         r = client.post("/ingest", json={"stream": "s", "readings": readings})
         assert r.status_code == 200 and r.json()["results"][0]["accepted"] == 3
+
+
+def test_a_child_revived_on_another_layout_is_stopped(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """A child that dies while the folder holds a model of another layout (staged for
+    a restart) cannot be revived: the new child that loaded it is stopped, not left
+    running beside the scorer (before: one more process holding a model per failed
+    batch, ~85 MB each here)."""
+    art = copy_artifact(artifact_dir, tmp_path / "art")
+
+    def children() -> list[int]:  # this process's live children (not zombies)
+        out = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError):
+                _, _, rest = stat.read_text().rpartition(")")
+                state, ppid = rest.split()[:2]
+                if int(ppid) == os.getpid() and state != "Z":
+                    out.append(int(stat.parent.name))
+        return out
+
+    async def main() -> None:
+        slot = await ModelSlot.open(Settings(artifact=art), in_process=False)
+        try:
+            first = slot.child
+            assert first is not None and first.pid is not None
+            build_artifact(art, channels=["a", "b", "c", "d", "flat"])
+            os.kill(first.pid, signal.SIGKILL)
+            first.proc.wait(10)
+            others = children()  # earlier tests' (their apps', their collectors')
+            before = restarts("failed")
+            for _ in range(3):
+                with pytest.raises(InferenceUnavailable):
+                    await slot.score(windows(3))
+            assert restarts("failed") == before + 3
+            assert slot.child is first and not slot.current.warmed
+            assert set(children()) <= set(others)
+        finally:
+            await slot.close()
+
+    asyncio.run(main())
