@@ -190,8 +190,9 @@ def _document_values(reading: dict[str, Any], n_channels: int) -> None:
 
 
 async def _reload_quietly(slot: ModelSlot) -> None:
+    """SIGHUP's reload: after the one running, if any (no 409 to answer it with)."""
     with contextlib.suppress(Exception):  # the slot logs and reports the outcome
-        await slot.reload()
+        await slot.reload(wait=True)
 
 
 def _on_signal(

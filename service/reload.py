@@ -265,10 +265,12 @@ class ModelSlot:
         )
         return local, local, None
 
-    async def reload(self) -> ReloadStatus:
+    async def reload(self, *, wait: bool = False) -> ReloadStatus:
         """Load, check, warm and swap; the status says what happened. Raises
-        :class:`ReloadBusy` while another reload runs."""
-        if self._lock.locked():
+        :class:`ReloadBusy` while another reload runs, unless ``wait`` (SIGHUP's):
+        then it runs once that one ends, as the folder may have changed since that
+        one read it (a reload asked for is never dropped)."""
+        if self._lock.locked() and not wait:
             raise ReloadBusy("a reload is already running")
         async with self._lock:
             loop = asyncio.get_running_loop()

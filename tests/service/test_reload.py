@@ -20,7 +20,8 @@ from support.service_artifact import build_artifact
 from test_api import body, series
 
 from service.config import Settings
-from service.main import create_app
+from service.main import _reload_quietly, create_app
+from service.reload import ModelSlot
 
 ADMIN = {"X-API-Key": "the-admin-key"}
 TENANT = {"X-API-Key": "tenant-key"}
@@ -225,3 +226,36 @@ def test_records_name_their_model(client: TestClient) -> None:
     rec = client.get("/risk/s/history").json()["items"][0]
     assert rec["model"] == res["model"]
     assert np.isfinite(rec["risk"])
+
+
+def test_a_sighup_during_a_reload_reloads_after_it(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """SIGHUP has no 409 to answer with: one that comes while a reload runs (the
+    folder written again since that reload read it) reloads once that one ends.
+    Before, it was dropped with nothing but its 'SIGHUP: reloading' log line, and
+    the service kept serving the version the first reload had read."""
+    art = copy_artifact(artifact_dir, tmp_path / "art")
+
+    async def main() -> tuple[str, str | None, float]:
+        before = reloads("ok")
+        slot = await ModelSlot.open(settings(art, tmp_path), in_process=True)
+        try:
+            set_version(art, "0.0.2")
+            first = asyncio.create_task(slot.reload())
+            await asyncio.sleep(0)  # running: loading on its thread
+            assert not first.done()
+            set_version(art, "0.0.3")
+            await _reload_quietly(slot)  # what SIGHUP runs
+            await first
+            previous = slot.status.previous
+            return (
+                slot.current.manifest.version,
+                previous and previous.version,
+                (reloads("ok") - before),
+            )
+        finally:
+            await slot.close()
+
+    version, previous, ok = asyncio.run(main())
+    assert ok == 2 and previous in ("0.0.2", "0.0.3") and version == "0.0.3"
