@@ -31,7 +31,8 @@ row uses q = 0.999, factor 4/3 and a persistence of its window). The grid (detec
 window or smoothing; q in 0.95, 0.99, 1; factor 1, 4/3, 2; persist 1, 5) is chosen per
 fold on the other folds' runs by their pooled F1 (training.data.skab's 5 folds) and
 applied to the fold's own runs; "best baseline" and "best of all" also choose the
-detector that way. Intervals: bootstrap over runs.
+detector that way, the best baseline among the detectors without SC-JEPA and SC-JEPA's
+untrained twins (evaluation.md item 7). Intervals: bootstrap over runs.
 
 Early warning (evaluation.md items 9-10, what an operator buys): the same per-run
 detectors as risk scores of dense windows (one every 10 rows after the reference,
@@ -85,6 +86,13 @@ MIN_TRAIN_ROWS = 101
 # (reference scores (n_ref, c), all rows' scores (n_rows, c)) of one run, NaN where
 # no window ends yet; a row is flagged when any column exceeds its limit
 Scores = tuple[np.ndarray, np.ndarray]
+
+
+def is_baseline(name: str) -> bool:
+    """A row the best baseline is chosen among: the detectors without SC-JEPA and
+    SC-JEPA's untrained twins (evaluation.md item 7: a pre-training method must beat
+    its untrained encoder), as training.evaluate.warning.best_baselines chooses."""
+    return name in BASELINES or name.endswith(", untrained model")
 
 
 def _windows(z: np.ndarray, w: int) -> np.ndarray:
@@ -401,9 +409,10 @@ def evaluate(
         }
     warning = {name: early_warning(c, runs) for name, c in warn_cands.items()}
     warning["best baseline (chosen per fold)"] = early_warning(
-        {k: v for n in BASELINES for k, v in warn_cands[n].items()}, runs
+        {k: v for n in warn_cands if is_baseline(n) for k, v in warn_cands[n].items()},
+        runs,
     )
-    base = {c: v for c, v in every.items() if c[0] in BASELINES}
+    base = {c: v for c, v in every.items() if is_baseline(c[0])}
     (
         rows["best baseline (chosen per fold)"],
         chosen["best baseline (chosen per fold)"],
@@ -433,6 +442,7 @@ def evaluate(
         "checkpoint": checkpoint,
         "n_boot": n_boot,
         "published": SKAB_PUBLISHED["outlier"],
+        "best_baseline_among": [n for n in detectors if is_baseline(n)],
         "rows": table,
         "early_warning": {
             "stride": STRIDE,
@@ -458,6 +468,13 @@ def _writable_folder(out: Path) -> None:
         raise UserError(f"--out {out}: not writable")
 
 
+def _among(res: dict[str, Any]) -> str:
+    """The rows the best baseline was chosen among; files written before the
+    untrained twins were candidates (2026-12-01) chose among the baselines alone."""
+    names = res.get("best_baseline_among", BASELINES)
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
 def _plain(v: Any) -> Any:
     return float(v) if isinstance(v, (float, np.floating)) else v
 
@@ -478,7 +495,8 @@ def markdown(res: dict[str, Any]) -> str:
         f"{res['points']:,} scored points, {res['anomaly_share']:.1%} anomalous. "
         f"Each row's settings (and for the last rows its detector) are chosen per fold "
         f"on the other folds' runs; 95 % intervals: bootstrap over runs "
-        f"({res['n_boot']}); Δ = paired difference with the best baseline. "
+        f"({res['n_boot']}); Δ = paired difference with the best baseline, chosen "
+        f"among {_among(res)}. "
         f"Published (SKAB README, its test rows): {res['published']}."
         + (f" SC-JEPA rows: `{res['checkpoint']}`." if res.get("checkpoint") else ""),
         "",

@@ -75,8 +75,12 @@ def test_end_to_end_on_skab_layout(tmp_path: Path, skab_root: Path) -> None:
     # one choice per fold, each a setting of the row's detector
     assert len(rows["kNN, raw windows"]["chosen"]) == 5
     assert {c[0] for c in rows["kNN, raw windows"]["chosen"]} == {"kNN, raw windows"}
+    # the best baseline is chosen among the baselines and SC-JEPA's untrained twins
+    among = set(res["best_baseline_among"])
+    assert among == set(sp.BASELINES) | {n for n in rows if "untrained" in n}
+    assert len(among) == len(sp.BASELINES) + 4
     base = {c[0] for c in rows["best baseline (chosen per fold)"]["chosen"]}
-    assert base <= set(sp.BASELINES)
+    assert base <= among
     # early warning: every detector's events add up, thresholds chosen per fold
     ew = res["early_warning"]["rows"]
     assert set(ew) == set(rows) - {"always-positive", "best of all (chosen per fold)"}
@@ -148,3 +152,12 @@ def test_an_out_that_cannot_be_made_is_refused_first(
         assert main([*args, "--out", str(bad)]) == 2
         err = capsys.readouterr().err
         assert f"--out {bad}:" in err and len(err.strip().splitlines()) == 1
+
+
+def test_untrained_twins_are_baselines_and_trained_rows_are_not() -> None:
+    """evaluation.md item 7: the best baseline is chosen among the detectors without
+    SC-JEPA and SC-JEPA's untrained twins, never its trained rows."""
+    assert all(sp.is_baseline(n) for n in sp.BASELINES)
+    assert sp.is_baseline("SC-JEPA codes (kNN), untrained model")
+    assert not sp.is_baseline("SC-JEPA codes (kNN)")
+    assert not sp.is_baseline("always-positive")
