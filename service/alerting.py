@@ -34,6 +34,14 @@ service no longer holds); the new readings must then put it in alert again (``wi
 windows; with ``windows`` = 1 and that window at/above the threshold it fires again at
 once: the resolve and the new alert are posted together, in that order).
 
+A stream DELETED (``DELETE /streams/{stream}``) has its alert closed by the API
+process that deleted it (:meth:`Alerter.deleted`): its state is replaced, atomically,
+by a closed one at the deleted life's epoch and the last window number there can be,
+so a window of that life scored late (claimed, or held by a scorer during the delete)
+changes nothing, and the stream's next life (a later epoch) starts fresh as above; a
+firing alert is posted RESOLVED at once. Only a state of that epoch or earlier is
+closed: one of a later life (the name sent again meanwhile) is left as it is.
+
 A window is stepped once per scorer that wrote its record, and again when a window
 claimed from a scorer that failed between writing its record and acknowledging it is
 scored again (:mod:`service.worker`): (epoch, n) at or below the state's changes
@@ -56,16 +64,16 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from prometheus_client import Counter
 
 from service.config import Settings
-from service.worker import Listener, ScoredWindow
+from service.worker import ScoredWindow
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +235,30 @@ redis.call('EXPIRE', KEYS[1], ARGV[6])
 return action + restart
 """
 
-Stepper = Callable[[Sequence[ScoredWindow], float], Awaitable[list[int]]]
+# KEYS[1]: the stream's state; ARGV: the deleted life's epoch, CLOSED, ttl_s. Closes
+# the state unless a later life's; returns 1 when it was firing (to resolve), else 0.
+FORGET_LUA = """
+local s = redis.call('HMGET', KEYS[1], 'firing', 'epoch')
+if s[1] and (tonumber(s[2]) or 0) > tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], 'n', ARGV[2], 'run', 0, 'firing', 0, 'sent', 0,
+           'below', 0, 'epoch', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return s[1] == '1' and 1 or 0
+"""
+CLOSED = 2**53  # a closed state's window number: past any real window of its epoch
+
+
+class States(Protocol):
+    """Where the per-stream states live: stepped per window, closed per deletion."""
+
+    async def __call__(
+        self, windows: Sequence[ScoredWindow], now: float
+    ) -> list[int]: ...
+
+    async def forget(self, tenant: str, stream: str, epoch: int, now: float) -> bool:
+        """Close the stream's state for its life ``epoch`` (deleted); True when it
+        was firing."""
+        ...
 
 
 class MemoryStates:
@@ -267,6 +298,16 @@ class MemoryStates:
             actions.append(action)
         return actions
 
+    async def forget(self, tenant: str, stream: str, epoch: int, now: float) -> bool:
+        key = (tenant, stream)
+        old = self.states.get(key)
+        if old is not None and old.epoch > epoch:  # a later life's: not deleted
+            return False
+        self.states[key] = State(CLOSED, 0, False, 0.0, 0, epoch)
+        self.states.move_to_end(key)
+        self.stepped[key] = now
+        return old is not None and old.firing
+
 
 class RedisStates:
     """The per-stream states in Redis, shared by every scorer process: one script call
@@ -290,6 +331,7 @@ class RedisStates:
         self.prefix = prefix
         self.policy = policy
         self.script = client.register_script(STEP_LUA)
+        self.forget_script = client.register_script(FORGET_LUA)
         self.cluster = isinstance(client, RedisCluster)
         self.concurrency = concurrency
 
@@ -323,6 +365,12 @@ class RedisStates:
             await self.script(keys=[key], args=args, client=pipe)
         return [int(a) for a in await pipe.execute()]
 
+    async def forget(self, tenant: str, stream: str, epoch: int, now: float) -> bool:
+        if self.cluster:
+            await self.client.initialize()  # the slot map first, as _concurrent
+        key, args = self.key(tenant, stream), [epoch, CLOSED, self.policy.ttl_s]
+        return bool(await self.forget_script(keys=[key], args=args))
+
     async def _concurrent(self, calls: list[tuple[str, list[Any]]]) -> list[int]:
         by_key: dict[str, list[int]] = {}
         for i, (key, _) in enumerate(calls):
@@ -352,6 +400,31 @@ class RedisStates:
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")
+
+
+def _labels(tenant: str, stream: str) -> dict[str, str]:
+    """What Alertmanager tells a stream's alert by: every post of it carries these."""
+    return {
+        "alertname": ALERTNAME,
+        "severity": "warning",
+        "tenant": tenant,
+        "stream": stream,
+    }
+
+
+def deleted_payload(tenant: str, stream: str, now: float) -> dict[str, Any]:
+    """The RESOLVED post of a firing stream deleted by DELETE /streams/{stream}."""
+    return {
+        "labels": _labels(tenant, stream),
+        "annotations": {
+            "summary": f"stream {stream} (tenant {tenant}) was deleted: its alert is "
+            "resolved",
+            "description": "DELETE /streams/{stream} removed the stream's readings, "
+            "risks and alert state; it alerts again only once it sends readings "
+            "again and they are at or above the threshold.",
+        },
+        "endsAt": _iso(now),
+    }
 
 
 def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[str, Any]:
@@ -384,12 +457,7 @@ def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[st
             f"above the threshold. Model {model}."
         )
     return {
-        "labels": {
-            "alertname": ALERTNAME,
-            "severity": "warning",
-            "tenant": w.tenant,
-            "stream": w.stream,
-        },
+        "labels": _labels(w.tenant, w.stream),
         "annotations": {
             "summary": summary,
             "description": description,
@@ -409,7 +477,7 @@ class Alerter:
     def __init__(
         self,
         policy: Policy,
-        states: Stepper,
+        states: States,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -424,12 +492,15 @@ class Alerter:
         self.endpoint = policy.url.rstrip("/") + "/api/v2/alerts"
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def __call__(self, windows: Sequence[ScoredWindow]) -> None:
+    def _start(self) -> None:
         if not self._tasks:
             self._tasks = [
                 asyncio.create_task(self._step(), name="alerting-state"),
                 asyncio.create_task(self._post(), name="alerting-post"),
             ]
+
+    async def __call__(self, windows: Sequence[ScoredWindow]) -> None:
+        self._start()
         try:
             self.windows.put_nowait(windows)
         except asyncio.QueueFull:
@@ -457,11 +528,33 @@ class Alerter:
                     self._queue(w, action, EVENTS[action], now)
 
     def _queue(self, w: ScoredWindow, action: int, event: str, now: float) -> None:
+        self._send(event, payload(w, action, now, self.policy))
+
+    def _send(self, event: str, alert: dict[str, Any]) -> None:
         ALERT_EVENTS.labels(event=event).inc()
         try:
-            self.alerts.put_nowait(payload(w, action, now, self.policy))
+            self.alerts.put_nowait(alert)
         except asyncio.QueueFull:
             ALERT_POSTS.labels(outcome="dropped").inc()
+
+    async def deleted(self, tenant: str, stream: str, epoch: int) -> None:
+        """The stream's life ``epoch`` was deleted: close its state (a window of it
+        scored late alerts no more) and post its firing alert resolved. A failure is
+        counted and logged, not raised: the stream is deleted whatever its alert (a
+        firing one not resolved here ends at its ``endsAt``)."""
+        now = self.clock()
+        try:
+            firing = await self.states.forget(tenant, stream, epoch, now)
+        except Exception as e:
+            ALERT_POSTS.labels(outcome="failed").inc()
+            log.warning("alerting: state of deleted stream %s/%s not closed: %s",
+                        tenant, stream, e)  # fmt: skip
+            return
+        if firing:
+            log.info("alerting: stream %s/%s deleted while in alert: resolved",
+                     tenant, stream)  # fmt: skip
+            self._start()
+            self._send("resolve", deleted_payload(tenant, stream, now))
 
     async def _post(self) -> None:
         while True:
@@ -537,9 +630,10 @@ def build(
     return Alerter(policy, RedisStates(client, prefix, policy))
 
 
-def listeners(settings: Settings) -> list[Listener]:
+def listeners(settings: Settings) -> list[Alerter]:
     """The scorer's listeners for these settings: the alerter when
-    SCJEPA_ALERTMANAGER_URL is set, else none."""
+    SCJEPA_ALERTMANAGER_URL is set, else none (an API process's closes the alerts of
+    the streams it deletes)."""
     alerter = build(
         settings.alertmanager_url,
         redis_url=settings.redis_url,

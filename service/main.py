@@ -77,6 +77,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             lateness_s=settings.allowed_lateness_s,
         )
         bus = ScoredBus()  # this process's ?wait= calls, woken by scored windows
+        # the alerter: the scorer's listener, and what closes a deleted stream's alert
+        # (role api too: DELETE /streams/{stream} answers there)
+        alerters = alerting.listeners(settings)
         batcher: Batcher | None = None
         worker: ScoringWorker | None = None
         if role != "api":  # this process scores the queued windows
@@ -90,7 +93,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             batcher.start()
             worker = ScoringWorker(lambda: slot.current, store, batcher, settings, bus)
-            worker.listeners.extend(alerting.listeners(settings))
+            worker.listeners.extend(alerters)
             worker.start()
         app.state.settings = settings
         app.state.role = role
@@ -98,6 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.slot = slot
         app.state.store = store
         app.state.worker = worker
+        app.state.alerter = alerters[0] if alerters else None
         app.state.door = Door(keys, store, settings)
         app.state.scorer = Scorer(slot, store, settings, batcher, bus)
         tasks = [asyncio.create_task(keys.watch(), name="scjepa-keys")]
@@ -128,10 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await asyncio.wait(tasks, timeout=2.0)
             if worker is not None:
                 await worker.stop()
-                for listener in worker.listeners:  # e.g. the alerter's queued posts
-                    close = getattr(listener, "close", None)
-                    if close is not None:
-                        await close()
+            for alerter in alerters:  # its queued posts
+                await alerter.close()
             if batcher is not None:
                 await batcher.stop()
             await slot.close()

@@ -1,11 +1,11 @@
 """GET /risk/{stream} (FastAPI adapter over service.handlers.risk), the stream's
-history, and the list of the tenant's streams."""
+history, the list of the tenant's streams, and DELETE of one."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from service import handlers
 from service.deps import (
@@ -73,3 +73,27 @@ async def streams(
     return StreamsResponse(
         streams=names, next=names[-1] if len(names) == limit else None
     )
+
+
+@router.delete(
+    "/streams/{stream}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={204: {"description": "deleted"}, **errors(401, 404, 422, 429, 503)},
+)
+async def delete_stream(
+    request: Request, stream: StreamDoc, tenant: TenantDep, store: StoreDep
+) -> Response:
+    """Forget one of the tenant's streams now, as the idle TTL would: its readings
+    (held ones too), risk history and alert state (a firing alert is resolved); it
+    leaves GET /streams, the stream quota and the gauges. Windows of it still queued
+    write nothing. Readings sent to the name afterwards start a new stream."""
+    if problems := handlers.stream_errors(stream):
+        raise Refused(handlers.invalid(problems))
+    epoch = await store.delete(tenant, stream)
+    if epoch is None:
+        raise Refused(handlers.detail(404, handlers.unknown_stream(stream)))
+    alerter = getattr(request.app.state, "alerter", None)
+    if alerter is not None:
+        await alerter.deleted(tenant, stream, epoch)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -25,7 +25,7 @@ same rules, once per ingest call and stream, atomically:
 A stream's state carries an *epoch*: a number given when the state is created (the
 wall clock in microseconds, later than the stream's previous epoch), so a stream that
 starts over (a model of another layout under SCJEPA_LAYOUT_CHANGE=fresh, or forgotten
-after the TTL and sending again) has a later one, and its windows, numbered from the
+after the TTL or deleted, and sending again) has a later one, and its windows, numbered from the
 first again, are told from the old ones by (epoch, n): each :class:`WorkItem` carries
 it (the alerts use it). A Redis stream stored before epochs were kept has epoch 0.
 
@@ -315,6 +315,16 @@ class Store(ABC):
     @abstractmethod
     async def state(self, tenant: str, stream: str) -> StreamState | None:
         """Reading counts of a known stream, None for an unknown (or expired) one."""
+
+    @abstractmethod
+    async def delete(self, tenant: str, stream: str) -> int | None:
+        """Forget the stream at once, as the idle TTL would: its rows, held readings,
+        dedupe horizon, state, risk records, its place in the tenant's names (GET
+        /streams, the quota) and in the gauges. Returns the epoch of the life deleted
+        (what its alert state is closed for), None when nothing was stored for it.
+        Windows already queued are scored as any, and their records refused (no state,
+        or a later epoch once it sends again: :meth:`put_scored`), so they leave the
+        queue without bringing it back."""
 
     @abstractmethod
     async def risks(self, tenant: str, stream: str, limit: int) -> list[str]:

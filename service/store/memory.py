@@ -271,6 +271,13 @@ class MemoryStore(Store):
             return None
         return StreamState(s.total, len(s.buf), s.last_ts)
 
+    async def delete(self, tenant: str, stream: str) -> int | None:
+        s = self._get((tenant, stream))  # an expired one is unknown already
+        if s is None:
+            return None
+        self._drop((tenant, stream))
+        return s.epoch
+
     async def put_scored(
         self,
         items: list[tuple[str, str, int, list[tuple[int, str, float]]]],

@@ -328,6 +328,15 @@ local rec = redis.call('ZREVRANGE', KEYS[3], 0, 0)
 return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or false}
 """
 
+# KEYS: rows, seen, state, risk, pend (one slot). Deletes them; returns the stream's
+# epoch ('0' for a state stored before epochs, or records left without one), false
+# when none of them was there.
+DELETE = """
+local epoch = redis.call('HGET', KEYS[3], 'epoch')
+if redis.call('DEL', unpack(KEYS)) == 0 then return false end
+return epoch or '0'
+"""
+
 # KEYS: the tenant's names, touched. ARGV: now, cutoff (older = idle past the TTL),
 # the tenant's stream quota, ttl, then the streams. Forgets up to EXPIRE_BATCH idle
 # streams; returns the new streams past the quota, and then notes none of the streams
@@ -555,6 +564,7 @@ class RedisStore(Store):
         self._append = self.client.register_script(APPEND)
         self._put = self.client.register_script(PUT)
         self._latest = self.client.register_script(LATEST)
+        self._delete = self.client.register_script(DELETE)
         self._register = self.client.register_script(REGISTER)
         self._list = self.client.register_script(LIST)
         self._summary = self.client.register_script(SUMMARY)
@@ -800,6 +810,28 @@ class RedisStore(Store):
         if n is None:
             return None
         return StreamState(int(n), int(buffered), _float(last_ts))
+
+    async def delete(self, tenant: str, stream: str) -> int | None:
+        """The stream's keys in one script (atomic against its appends and record
+        writes, which run in the same slot), then its entries in the tenant's names
+        and the gauges' indexes (other slots). In that order, so that a call failing
+        between the two is retried whole: the retry finds no keys, removes the names
+        left and answers as the first would have (a stream known by its name only
+        counts as known)."""
+        keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state", "risk")]
+        keys.append(self._key(tenant, stream, "pend"))
+        epoch = await self._call("delete", self._delete(keys=keys))
+        member = f"{tenant}/{stream}"
+        pipe = self._pipeline()
+        pipe.zrem(self._tenant(tenant, "names"), stream)
+        pipe.zrem(self._tenant(tenant, "touched"), stream)
+        pipe.zrem(self._global("streams"), member)
+        pipe.zrem(self._global("latest"), member)
+        named, *_ = await self._call("delete", pipe.execute())
+        self._touched.pop(member, None)  # its next ingest registers it again
+        if epoch is None:
+            return 0 if named else None
+        return int(epoch)
 
     async def put_scored(
         self,

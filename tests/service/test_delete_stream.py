@@ -1,0 +1,299 @@
+"""DELETE /streams/{stream} on every store (in memory, one Redis, a Redis Cluster):
+everything stored for the stream goes (rows, held readings, state, risks, its names
+and gauge entries), a firing alert is resolved, windows queued or being scored when
+it was deleted write nothing, and the name sent again starts a new stream."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from support.service_artifact import build_artifact
+from support.service_helpers import AnyRedis, ClientFactory, Hook, RedisServer
+from test_alerting import wait_until
+from test_store_units import fresh_store
+
+from service import alerting
+from service.config import Settings
+from service.main import create_app
+from service.worker import ScoredWindow
+
+T0 = 1_700_000_000.0
+
+
+def readings(n: int, start: int = 0, value: float = 0.0) -> list[dict[str, Any]]:
+    return [{"ts": T0 + start + i, "values": [value] * 4} for i in range(n)]
+
+
+def metric(client: TestClient, name: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not exported")
+
+
+@pytest.fixture
+def redis(request: pytest.FixtureRequest, store_kind: str) -> AnyRedis | None:
+    """The Redis of ``store_kind`` (None: the in-memory store)."""
+    if store_kind == "memory":
+        return None
+    server: AnyRedis = request.getfixturevalue(
+        "redis_server" if store_kind == "redis" else "redis_cluster"
+    )
+    return server
+
+
+def test_a_deleted_stream_leaves_nothing_behind(
+    make_client: ClientFactory, redis: AnyRedis | None
+) -> None:
+    """A stream with risks and readings held (allowed lateness) is deleted: 204, and
+    nothing of it is left (GET /risk and its history 404, not listed, not counted in
+    the gauges, no Redis key naming it, its quota place free); the other stream is
+    untouched; a second DELETE is a 404 like GET /risk's; the name sent again is a
+    new stream, warming up."""
+    client = make_client(allowed_lateness_s=5.0, max_streams_per_tenant=2)
+    prefix = client.app.state.settings.key_prefix  # type: ignore[attr-defined]
+    for stream in ("p", "q"):
+        body = {"stream": stream, "readings": readings(150)}
+        assert client.post("/ingest?wait=20", json=body).status_code == 200
+    assert client.get("/risk/p").json()["status"] == "ok"
+    assert client.post("/ingest", json={"stream": "r", "readings": readings(1)}
+                       ).status_code == 403  # fmt: skip
+    assert metric(client, "scjepa_streams_tracked") == 2
+
+    r = client.delete("/streams/p")
+    assert (r.status_code, r.content) == (204, b"")
+    assert client.get("/risk/p").status_code == 404
+    assert client.get("/risk/p/history").status_code == 404
+    assert client.get("/streams").json()["streams"] == ["q"]
+    assert client.get("/risk/q").json()["readings_total"] == 145  # 5 s held
+    assert metric(client, "scjepa_streams_tracked") == 1
+    if redis is not None:
+        r_ = redis.client()
+        left = [k for k in r_.scan_iter(f"{prefix}:*") if b"/p" in k]
+        assert left == []
+        for k in ("names", "touched"):
+            assert r_.zscore(f"{prefix}:{{default}}:{k}", "p") is None
+        for k in ("streams", "latest"):
+            assert r_.zscore(f"{prefix}:{{global}}:{k}", "default/p") is None
+    again = client.delete("/streams/p")
+    assert again.status_code == 404
+    assert again.json() == {"detail": "unknown stream 'p' (no readings yet)"}
+
+    # its place in the quota is free; the name sent again starts over
+    assert client.post("/ingest", json={"stream": "r", "readings": readings(1)}
+                       ).status_code == 200  # fmt: skip
+    client.delete("/streams/r")
+    res = client.post("/ingest", json={"stream": "p", "readings": readings(3)})
+    assert res.json()["results"][0]["accepted"] == 3  # not duplicates of the old
+    cur = client.get("/risk/p").json()
+    assert (cur["status"], cur["readings_total"]) == ("warming_up", 0)  # 3 held
+    assert client.get("/risk/p/history").json()["items"] == []
+
+
+def test_a_delete_is_scoped_to_the_callers_tenant(
+    make_client: ClientFactory,
+) -> None:
+    """Another tenant's key cannot delete a stream it does not have (404, the stream
+    stays); no key is a 401, a bad name a 422 naming the path field."""
+    client = make_client(api_keys=["acme:ka", "globex:kg"])
+    acme, globex = {"X-API-Key": "ka"}, {"X-API-Key": "kg"}
+    body = {"stream": "p", "readings": readings(5)}
+    assert client.post("/ingest", json=body, headers=acme).status_code == 200
+    assert client.delete("/streams/p", headers=globex).status_code == 404
+    assert client.delete("/streams/p").status_code == 401
+    bad = client.delete("/streams/a%20b", headers=acme)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == [
+        "path",
+        "stream",
+    ]
+    assert client.get("/risk/p", headers=acme).json()["readings_total"] == 5
+    assert client.delete("/streams/p", headers=acme).status_code == 204
+    assert client.get("/streams", headers=acme).json()["streams"] == []
+
+
+def test_windows_queued_when_a_stream_is_deleted_write_nothing(
+    store_url: str | None,
+) -> None:
+    """A scorer holds some of the stream's windows (being scored), others wait in the
+    queue, and the stream is deleted: their late writes are refused (no state), and
+    after the name has sent again (a new life, the same window numbers) they are
+    refused still, the new life's own records written. Nothing brought back."""
+
+    async def main() -> None:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        x = np.ones((30, 2), np.float32)
+        try:
+            await store.ensure_groups()
+            await store.register("t", ["s"], 10)
+            await store.append("t", "s", T0 + np.arange(30.0), x, window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            held = await store.read_work("c", 1, 0)  # being scored
+            assert len(held) == 1
+            assert await store.delete("t", "s") == held[0].epoch
+            queued = await store.read_work("c", 10, 0)  # still queued: not dropped
+            assert sorted(it.window.n for it in held + queued) == [10, 20, 30]
+
+            def recs(items: list[Any], tag: str) -> list[tuple[str, str, int, Any]]:
+                return [("t", "s", it.epoch, [(it.window.n, f"{tag}-{it.window.n}",
+                                               0.9)]) for it in items]  # fmt: skip
+
+            assert await store.put_scored(recs(held, "old")) == [[False]]
+            assert await store.state("t", "s") is None
+            assert await store.risks("t", "s", 10) == []
+            assert await store.streams("t", None, 10) == []
+            assert (await store.summary(0.5)).streams == 0
+            # the name sends again before the queued windows are scored
+            await store.register("t", ["s"], 10)
+            await store.append("t", "s", T0 + 100 + np.arange(10.0), x[:10],
+                               window=10, hop=10, max_queued=100)  # fmt: skip
+            new = await store.read_work("c", 10, 0)
+            assert [it.window.n for it in new] == [10]
+            assert new[0].epoch > held[0].epoch
+            assert await store.put_scored(recs(queued, "old")) == [[False]] * 2
+            assert await store.put_scored(recs(new, "new")) == [[True]]
+            assert await store.risks("t", "s", 10) == ["new-10"]
+            assert await store.streams("t", None, 10) == ["s"]
+            assert (await store.summary(0.5)).in_alert == 1
+            state = await store.state("t", "s")
+            assert state is not None and state.total == 10
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_a_deleted_stream_queued_windows_do_not_bring_it_back(
+    make_client: ClientFactory,
+) -> None:
+    """Through the service: the scorer stopped, a stream's windows wait in the queue;
+    the stream is deleted and sends again (a few readings); the scorer then scores
+    the old windows: the stream stays warming up, with no risk and no history."""
+    client = make_client()
+    worker = client.app.state.worker  # type: ignore[attr-defined]
+    client.portal.call(worker.stop)  # type: ignore[union-attr]
+    res = client.post("/ingest", json={"stream": "p", "readings": readings(300)})
+    assert res.json()["results"][0]["windows_queued"] > 1
+    assert client.delete("/streams/p").status_code == 204
+    client.post("/ingest", json={"stream": "p", "readings": readings(5, 1000)})
+    store = client.app.state.store  # type: ignore[attr-defined]
+    client.portal.call(worker.start)  # type: ignore[union-attr]
+    wait_until(lambda: client.portal.call(store.queue_stats).depth == 0, 30)  # type: ignore[union-attr]
+    time.sleep(0.2)
+    cur = client.get("/risk/p").json()
+    assert (cur["status"], cur["readings_total"]) == ("warming_up", 5)
+    assert client.get("/risk/p/history").json()["items"] == []
+
+
+@pytest.fixture(scope="module")
+def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
+    d = tmp_path_factory.mktemp("sharp")
+    build_artifact(d, threshold=0.9)
+    return d
+
+
+def posted(hook: Hook) -> list[str]:
+    """The summary of every alert posted, in order."""
+    batches: list[list[dict[str, Any]]] = hook.received  # type: ignore[assignment]
+    return [a["annotations"]["summary"] for batch in batches for a in batch]
+
+
+def test_a_firing_stream_deleted_is_resolved(
+    make_client: ClientFactory, sharp: Path, hook: Hook
+) -> None:
+    """Firing, then deleted: its alert is posted resolved at once (endsAt now), the
+    gauge of streams in alert drops it; sent again, it alerts again as a new stream."""
+    url = hook.url.removesuffix("/hook")
+    client = make_client(artifact=sharp, alertmanager_url=url)
+    high = {"stream": "pump", "readings": readings(100, value=50.0)}
+    assert client.post("/ingest?wait=20", json=high).json()["results"][0]["alert"]
+    wait_until(lambda: len(posted(hook)) == 1)
+    assert metric(client, "scjepa_streams_in_alert") == 1
+    assert client.delete("/streams/pump").status_code == 204
+    wait_until(lambda: len(posted(hook)) == 2)
+    alert = hook.received[-1][0]  # type: ignore[index]
+    assert "was deleted" in alert["annotations"]["summary"]
+    assert (
+        alert["labels"]["stream"] == "pump" and alert["labels"]["tenant"] == "default"
+    )
+    assert metric(client, "scjepa_streams_in_alert") == 0
+    high["readings"] = readings(100, start=1000, value=50.0)
+    assert client.post("/ingest?wait=20", json=high).json()["results"][0]["alert"]
+    wait_until(lambda: len(posted(hook)) == 3)
+    assert "at or above" in posted(hook)[-1]
+    time.sleep(0.3)
+    assert len(posted(hook)) == 3
+
+
+def test_an_api_replica_resolves_the_alert_of_a_stream_it_deletes(
+    redis_server: RedisServer, sharp: Path, hook: Hook
+) -> None:
+    """The split deployment: a scorer fired the stream's alert; the DELETE answers in
+    an API process (role api), which has no scorer: it resolves the alert itself."""
+    prefix = f"del{time.time_ns()}"
+    url = hook.url.removesuffix("/hook")
+
+    def app(role: str) -> TestClient:
+        return TestClient(create_app(Settings(
+            artifact=sharp, redis_url=redis_server.url, key_prefix=prefix, role=role,
+            alertmanager_url=url, infer_in="thread", max_wait_ms=1.0)))  # fmt: skip
+
+    with app("api") as api, app("scorer"):
+        high = {"stream": "pump", "readings": readings(100, value=50.0)}
+        assert api.post("/ingest?wait=20", json=high).json()["results"][0]["alert"]
+        wait_until(lambda: len(posted(hook)) == 1)
+        assert api.delete("/streams/pump").status_code == 204
+        wait_until(lambda: len(posted(hook)) == 2)
+        assert "was deleted" in posted(hook)[-1]
+
+
+def window(n: int, epoch: int, alert: bool = True) -> ScoredWindow:
+    from service.schemas import ModelRef
+
+    ref = ModelRef(name="m", version="1")
+    return ScoredWindow("t", "s", n, T0, 0.95 if alert else 0.1, 0.5, alert, (),
+                        ref, epoch)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["memory", "redis"])
+def test_a_deleted_lifes_late_window_does_not_reopen_its_alert(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    """Closing a deleted stream's state: True when it was firing; then a window of the
+    deleted life (claimed late, alert) changes nothing, one of the next life fires;
+    a state of a later life than the one deleted is left alone."""
+    policy = alerting.Policy("http://127.0.0.1:9", ttl_s=60)
+
+    async def main() -> list[Any]:
+        if kind == "memory":
+            states: Any = alerting.MemoryStates(policy)
+        else:
+            from service.store.redis_store import connect
+
+            url = request.getfixturevalue("redis_server").url
+            client = connect(url, timeout_s=2.0)
+            states = alerting.RedisStates(client, f"d{time.time_ns()}", policy)
+        try:
+            now = time.time()
+            out = [await states([window(10, 5)], now)]  # fires
+            out.append(await states.forget("t", "s", 5, now))
+            out.append(await states([window(20, 5)], now))  # late: nothing
+            out.append(await states.forget("t", "s", 5, now))  # closed: not firing
+            out.append(await states([window(10, 6)], now))  # the next life: fires
+            out.append(await states.forget("t", "s", 5, now))  # an older life's
+            out.append(await states([window(20, 6, alert=False)], now))  # resolves
+            return out
+        finally:
+            if kind != "memory":
+                await states.close()
+
+    assert asyncio.run(main()) == [
+        [alerting.FIRE], True, [alerting.NONE], False, [alerting.FIRE], False,
+        [alerting.RESOLVE],
+    ]  # fmt: skip
