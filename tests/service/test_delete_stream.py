@@ -21,6 +21,7 @@ from test_store_units import fresh_store
 from service import alerting
 from service.config import Settings
 from service.main import create_app
+from service.store.redis_store import RedisStore
 from service.worker import ScoredWindow
 
 T0 = 1_700_000_000.0
@@ -94,6 +95,7 @@ def test_a_deleted_stream_leaves_nothing_behind(
     cur = client.get("/risk/p").json()
     assert (cur["status"], cur["readings_total"]) == ("warming_up", 0)  # 3 held
     assert client.get("/risk/p/history").json()["items"] == []
+    assert client.get("/streams").json()["streams"] == ["p", "q"]  # registered again
 
 
 def test_a_delete_is_scoped_to_the_callers_tenant(
@@ -188,6 +190,34 @@ def test_a_deleted_stream_queued_windows_do_not_bring_it_back(
     cur = client.get("/risk/p").json()
     assert (cur["status"], cur["readings_total"]) == ("warming_up", 5)
     assert client.get("/risk/p/history").json()["items"] == []
+
+
+def test_a_delete_cut_short_is_completed_by_its_retry(any_redis: AnyRedis) -> None:
+    """Redis failed between the stream's keys and its names (two slots, two calls):
+    the retry finds no keys but the names left, removes them and answers deleted, not
+    unknown (the name would stay listed, a 404 to every other call, until the TTL)."""
+
+    async def main() -> tuple[int | None, list[str], int | None]:
+        store = fresh_store(any_redis.url, dedupe_horizon=100, partitions=2)
+        assert isinstance(store, RedisStore)
+        try:
+            await store.register("t", ["s"], 10)
+            await store.append("t", "s", T0 + np.arange(5.0),
+                               np.ones((5, 2), np.float32), window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            keys = ("rows", "seen", "state", "risk", "pend")
+            for k in keys:  # what the first call's script did before Redis failed
+                await store.client.delete(store._key("t", "s", k))
+            retry = await store.delete("t", "s")
+            return (
+                retry,
+                await store.streams("t", None, 10),
+                await store.delete("t", "s"),
+            )
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == (0, [], None)
 
 
 @pytest.fixture(scope="module")
