@@ -471,8 +471,7 @@ def _writable_folder(out: Path) -> None:
 def _among(res: dict[str, Any]) -> str:
     """The rows the best baseline was chosen among; files written before the
     untrained twins were candidates (2026-12-01) chose among the baselines alone."""
-    names = res.get("best_baseline_among", BASELINES)
-    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+    return "; ".join(res.get("best_baseline_among", BASELINES))  # names hold commas
 
 
 def _plain(v: Any) -> Any:
@@ -496,7 +495,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"Each row's settings (and for the last rows its detector) are chosen per fold "
         f"on the other folds' runs; 95 % intervals: bootstrap over runs "
         f"({res['n_boot']}); Δ = paired difference with the best baseline, chosen "
-        f"among {_among(res)}. "
+        f"among: {_among(res)}. "
         f"Published (SKAB README, its test rows): {res['published']}."
         + (f" SC-JEPA rows: `{res['checkpoint']}`." if res.get("checkpoint") else ""),
         "",
