@@ -32,6 +32,11 @@ from service.config import Settings
 from service.main import create_app
 
 REPO = Path(__file__).resolve().parents[1]
+# the processes tests start (`scjepa serve`, python -m ...) import this checkout's code,
+# not that of the checkout the venv's editable install names (worktrees share a venv)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p
+)
 
 
 @pytest.fixture
