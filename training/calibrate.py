@@ -67,11 +67,21 @@ def split_normal(
     reference = np.concatenate(ref)
     n_cal = sum(len(c) for c in cal)
     if len(reference) < 2 or n_cal < MIN_WINDOWS:
+        # each shortfall has its own remedy: a larger frac gives more calibration
+        # windows and fewer reference ones (a smaller one the other way round)
+        fixes = ["give more normal rows"]
+        if n_cal < MIN_WINDOWS:
+            fixes.append("a smaller --stride")
+        if (n_cal < MIN_WINDOWS) != (len(reference) < 2):
+            fixes.append(
+                "a larger --calibration-frac"
+                if n_cal < MIN_WINDOWS
+                else "a smaller --calibration-frac"
+            )
         raise UserError(
             f"{ds.name}: {len(reference)} reference and {n_cal} calibration windows "
             f"of {window} steps in the normal data; calibrating needs at least 2 and "
-            f"{MIN_WINDOWS}: give more normal rows, or a smaller --stride or "
-            "--calibration-frac"
+            f"{MIN_WINDOWS}: " + ", or ".join(fixes)
         )
     return reference, [c for c in cal if len(c)]
 

@@ -200,3 +200,27 @@ def test_calibrate_refuses_a_bad_stride_or_out_in_one_line(
     err = capsys.readouterr().err
     assert "--out" in err and "folder" in err and len(err.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_too_few_windows_names_the_remedy_that_helps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Too few calibration windows asked for a smaller --calibration-frac, which cuts
+    them further (41 -> 1 on 2,000 rows); the hint now points each shortfall the way
+    that helps, and following it calibrates."""
+    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
+    df = pd.DataFrame(_normal(np.random.default_rng(4), 2000), columns=CHANNELS)
+    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
+    df.to_csv(tmp_path / "plant.csv", index=False)
+    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
+            "--checkpoint", str(ckpt), "--out", str(tmp_path / "p.pt")]  # fmt: skip
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "41 calibration windows" in err and "a larger --calibration-frac" in err
+    assert "smaller --calibration-frac" not in err
+    assert main([*base, "--calibration-frac", "0.99"]) == 2  # the reference falls short
+    err = capsys.readouterr().err
+    assert "0 reference" in err and "a smaller --calibration-frac" in err
+    assert "--stride" not in err
+    assert main([*base, "--calibration-frac", "0.6"]) == 0
+    assert (tmp_path / "p.pt").is_file()
