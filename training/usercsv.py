@@ -14,7 +14,8 @@ pandas) read the same files the same way:
 - the timestamp column is the one named by the caller, else the first column called
   ``timestamp``, ``time``, ``ts``, ``datetime`` or ``date`` (any case); its cells are
   seconds (a number) or ISO 8601 date-times (no zone = UTC); an empty one is refused;
-- ``label`` and an entity column are optional; every other column is a channel.
+- ``label`` and an entity column are optional; every other column is a channel. A
+  label column the caller names must exist (else the labels would be a channel).
 
 Cells, spaces around them ignored (:func:`cell_value`):
 
@@ -49,6 +50,7 @@ from training.errors import DataError
 
 DELIMITERS = (",", ";", "\t", "|")
 TIMESTAMP_NAMES = ("timestamp", "time", "ts", "datetime", "date")
+LABEL_COL = "label"  # the label column unless --label-col names one (any case)
 HEADER_HINT = (
     "the first line must name the columns, e.g. 'timestamp,sensor_1,sensor_2,label'"
 )
@@ -234,6 +236,20 @@ def timestamp_column(header: list[str], wanted: str | None, path: Path) -> str |
     return next((header[lower.index(n)] for n in TIMESTAMP_NAMES if n in lower), None)
 
 
+def no_label_column(
+    wanted: str, header: list[str], path: Path, line: int | None = 1
+) -> DataError:
+    """The refusal of a ``--label-col`` the file lacks (as of a ``--timestamp-col``):
+    read on, the column holding the labels would be read, and served, as a channel."""
+    return DataError(
+        f"no label column {wanted!r} among {header[:12]}",
+        file=path,
+        line=line,
+        hint="name the column with --label-col, or leave the option out to use a "
+        f"column named {LABEL_COL!r} if there is one",
+    )
+
+
 def parse_time(cell: str) -> float:
     """Seconds since the epoch of a cell holding seconds or an ISO 8601 date-time;
     ValueError otherwise (callers say "empty timestamp" for a missing cell first)."""
@@ -262,7 +278,10 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
         + ", any case)",
     )
     g.add_argument(
-        "--label-col", default="label", help="0/1 per row; without it, no test split"
+        "--label-col",
+        default=None,
+        help=f"0/1 per row; a column named here must exist (default: {LABEL_COL!r}, "
+        "any case, if there is one; without labels, no test split)",
     )
     g.add_argument(
         "--entity-col",

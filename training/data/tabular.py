@@ -44,6 +44,7 @@ from training.usercsv import (
     CHANNEL_HINT,
     INFINITY,
     INFINITY_HINT,
+    LABEL_COL,
     MISSING,
     NUMBER,
     ROW_HINT,
@@ -54,6 +55,7 @@ from training.usercsv import (
     data_records,
     find_column,
     fits,
+    no_label_column,
     parse_time,
     read_header,
     record_line,
@@ -185,14 +187,15 @@ def read_user_table(
     path: Path,
     *,
     timestamp_col: str | None = None,
-    label_col: str | None = "label",
+    label_col: str = LABEL_COL,
+    label_required: bool = False,
     entity_col: str | None = None,
     channels: list[str] | None = None,
 ) -> UserTable:
     """Read and check a user's CSV (see :mod:`training.usercsv`) or Parquet file:
     every cell of every channel a number or missing, timestamps seconds or ISO 8601,
     labels 0/1, entities named. ``channels``: the columns a second file (test) must
-    have."""
+    have; ``label_required``: refuse a file without ``label_col``."""
     require_file(path)
     if path.suffix == ".parquet":
         df, records, sep = _read_parquet(path), None, None
@@ -201,6 +204,10 @@ def read_user_table(
     header = list(df.columns)
     ts = timestamp_column(header, timestamp_col, path)
     label = find_column(header, label_col) if label_col else None
+    if label is None and label_required:
+        raise no_label_column(
+            label_col, header, path, 1 if records is not None else None
+        )
     entity = None
     if entity_col:
         entity = find_column(header, entity_col)
@@ -494,20 +501,25 @@ def load_table_dataset(
     name: str = "csv",
     *,
     timestamp_col: str | None = None,
-    label_col: str | None = "label",
+    label_col: str | None = None,
     entity_col: str | None = None,
     train_frac: float | None = None,
 ) -> Dataset:
     """A user's own data; see the module docstring for the accepted layouts.
 
     Labels are optional: without a label column there is no test split (pre-training
-    needs none; evaluation says what is missing)."""
+    needs none; evaluation says what is missing). ``label_col`` None: a column named
+    ``label`` if any; a name given must be a column of the file (or of one of the
+    folder's files), else the labels it names would be read as a channel."""
 
-    def read(path: Path, channels: list[str] | None = None) -> UserTable:
+    def read(
+        path: Path, channels: list[str] | None = None, required: bool = False
+    ) -> UserTable:
         return read_user_table(
             path,
             timestamp_col=timestamp_col,
-            label_col=label_col,
+            label_col=label_col or LABEL_COL,
+            label_required=required,
             entity_col=entity_col,
             channels=channels,
         )
@@ -528,22 +540,26 @@ def load_table_dataset(
                 hint="or pass one file as --root; it is cut in time into train and test",
             )
         te_path = _find(root, "test")
-        train = read(tr_path)
-        test = read(te_path, train.channels) if te_path else None
+        # a --label-col given must name a column of the test file (of the train
+        # file where there is none)
+        train = read(tr_path, required=bool(label_col) and te_path is None)
+        test = read(te_path, train.channels, bool(label_col)) if te_path else None
         if test is not None and test.label is None:
-            notes.append(f"{test.path.name} has no {label_col!r} column: no test split")
+            notes.append(
+                f"{test.path.name} has no {label_col or LABEL_COL!r} column: no test split"
+            )
             test = None
     else:
         train_frac = 0.5 if train_frac is None else train_frac
         if not 0.0 < train_frac < 1.0:
             raise DataError(f"--train-frac must be in (0, 1), got {train_frac}")
         tr_path = root
-        train = read(root)
+        train = read(root, required=bool(label_col))
         test = None
         if train.label is not None:
             train, test = _cut(train, train_frac)
         else:
-            notes.append(f"no {label_col!r} column: every row is train, no test split")
+            notes.append(f"no {LABEL_COL!r} column: every row is train, no test split")
     channels = train.channels
 
     def groups(t: UserTable) -> dict[str, pd.DataFrame]:

@@ -34,6 +34,7 @@ from training.errors import DataError, UserError
 from training.usercsv import (
     CHANNEL_HINT,
     INFINITY_HINT,
+    LABEL_COL,
     ROW_HINT,
     TIMESTAMP_HINT,
     add_table_arguments,
@@ -44,6 +45,7 @@ from training.usercsv import (
     fits,
     is_missing,
     label_value,
+    no_label_column,
     parse_time,
     read_header,
     table_options,
@@ -61,13 +63,16 @@ class Series:
 
 
 def read_csv(
-    path: Path, timestamp_col: str | None = None, label_col: str | None = "label"
+    path: Path, timestamp_col: str | None = None, label_col: str | None = None
 ) -> Series:
     """A user's CSV, checked cell by cell with :mod:`training.usercsv`'s rules, as
-    the training loader reads it: DataError names the row, its line and the column."""
+    the training loader reads it: DataError names the row, its line and the column.
+    ``label_col`` None: a column named ``label`` if any; a name given must exist."""
     header, delimiter = read_header(path)
     ts_name = timestamp_column(header, timestamp_col, path)
-    label_name = find_column(header, label_col) if label_col else None
+    label_name = find_column(header, label_col or LABEL_COL)
+    if label_col and label_name is None:
+        raise no_label_column(label_col, header, path)
     ts_col = header.index(ts_name) if ts_name else None
     label_col_i = header.index(label_name) if label_name else None
     chans = [i for i in range(len(header)) if i not in (ts_col, label_col_i)]

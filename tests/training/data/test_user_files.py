@@ -489,6 +489,36 @@ def test_replay_dataset_csv_takes_the_csv_options(
     assert s.name == "csv-p2" and s.channels == ["a", "b", "c"] and len(s.ts) == 1500
 
 
+def test_a_label_col_the_file_lacks_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A --label-col the file lacks was ignored: the file's real label column (here
+    `label`) became a channel, which `scjepa calibrate` and `export` then served as
+    a reading. It is refused in one line now, as a --timestamp-col the file lacks;
+    left out, a `label` column is still optional."""
+    (tmp_path / "plant.csv").write_text(table(3000))
+    data = ["--dataset", "csv", "--root", str(tmp_path / "plant.csv")]
+    code, err = run(["data", "stats", *data, "--label-col", "fault"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "plant.csv, line 1: no label column 'fault'" in err and "'label'" in err
+    with pytest.raises(DataError, match="no label column 'fault'"):
+        read_csv(tmp_path / "plant.csv", label_col="fault")  # scjepa replay --file
+    ds = load_dataset("csv", tmp_path / "plant.csv", label_col="LABEL")  # any case
+    assert ds.channels == ["a", "b", "c"] and ds.entities[0].labels is not None
+    # a folder: the test file holds the labels, the train file need not
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "train.csv").write_text(table(3000, HEADER[:-1]))
+    (tmp_path / "d" / "test.csv").write_text(table(3000).replace(",label", ",fault"))
+    ds = load_dataset("csv", tmp_path / "d", label_col="fault")
+    assert ds.channels == ["a", "b", "c"] and ds.entities[0].labels is not None
+    with pytest.raises(DataError, match=r"test\.csv, line 1: no label column 'flt'"):
+        load_dataset("csv", tmp_path / "d", label_col="flt")
+    (tmp_path / "d" / "test.csv").unlink()
+    with pytest.raises(DataError, match=r"train\.csv, line 1: no label column 'fault'"):
+        load_dataset("csv", tmp_path / "d", label_col="fault")
+    assert load_dataset("csv", tmp_path / "d").channels == ["a", "b", "c"]
+
+
 def test_a_reader_gone_is_a_quiet_exit(tmp_path: Path) -> None:
     """`scjepa data stats ... | head`: no BrokenPipeError traceback."""
     (tmp_path / "ok.csv").write_text(table(3000))
