@@ -658,7 +658,9 @@ def served_threshold(
         own = point["false_alarms_per_1000"]  # as the file spells it (3 for 3.00001)
     info: dict[str, Any] = {
         "rule": rule,
-        "f1_threshold": float(probe.threshold),
+        # a label-free probe has no F1 threshold (no labels): its file's threshold
+        # field holds the budget's, which the record would pass off as an F1 point
+        "f1_threshold": None if probe.kind == "rarity" else float(probe.threshold),
         # None where there is none (JSON has no infinity)
         "budget_threshold": json_num(budget),
         "cv_budget_threshold": json_num(cv),

@@ -77,6 +77,7 @@ def test_label_free_artifact_holds_its_budget_on_normal_data(
     assert m.eval_metrics["onnx_parity"]["real_calibration"]["risk_max_abs"] < 1e-4
     rec = m.eval_metrics["threshold"]
     assert rec["rule"] == "budget" and rec["false_alarms_per_1000"] == 1.0
+    assert rec["f1_threshold"] is None  # no labels, no F1 point (was the budget's)
     assert m.hop == 5 and m.eval_metrics["label_free"]["calibration_windows"] > 200
     # tighter budgets never alert more
     points = sorted(rec["operating_points"], key=lambda p: p["false_alarms_per_1000"])
