@@ -33,6 +33,7 @@ threshold rule is "budget"; ``--fa-budget`` serves another operating point).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -291,6 +292,15 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--out {args.out}: a folder; give the probe file to write")
     model = load_model(args.checkpoint)
     ds = load_dataset(args.dataset, args.root, **table_options(args, args.dataset))
+    held = sum(len(e.test) for e in ds.entities if e.test is not None)
+    if table_options(args, args.dataset) and held:
+        # a labelled file is cut into train and test: its later rows, the recent
+        # past the ranks should come from, are not read here
+        print(
+            f"note: {args.root}: calibrating on the train part of each series only; "
+            f"its {held} labelled test rows are left out (--train-frac sets the cut)",
+            file=sys.stderr,
+        )
     probe = calibrate(
         model,
         ds,

@@ -225,3 +225,25 @@ def test_too_few_windows_names_the_remedy_that_helps(
     assert "--stride" not in err
     assert main([*base, "--calibration-frac", "0.6"]) == 0
     assert (tmp_path / "p.pt").is_file()
+
+
+def test_a_labelled_file_says_its_test_rows_are_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file with a `label` column is cut into train and test, and calibrate reads
+    the train part only: the later half of the rows, the recent past the ranks
+    should come from, was left out without a word. It is said now."""
+    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
+    df = pd.DataFrame(_normal(np.random.default_rng(5), 12_000), columns=CHANNELS)
+    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
+    df["label"] = 0
+    df.to_csv(tmp_path / "plant.csv", index=False)
+    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
+            "--checkpoint", str(ckpt), "--out", str(tmp_path / "p.pt")]  # fmt: skip
+    assert main(base) == 0
+    err = capsys.readouterr().err
+    assert "its 6000 labelled test rows are left out" in err and "--train-frac" in err
+    assert SavedProbe.load(tmp_path / "p.pt").channels == CHANNELS  # not the label
+    df.drop(columns="label").to_csv(tmp_path / "plant.csv", index=False)
+    assert main(base) == 0  # without labels, every row is read: nothing to say
+    assert "left out" not in capsys.readouterr().err
