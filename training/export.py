@@ -419,6 +419,16 @@ def export_artifact(
         raise UserError(
             f"--dataset {ds.name}: channels differ from those the probe was trained on"
         )
+    if (
+        ds is not None
+        and probe.kind == "rarity"
+        and probe.data_fingerprint not in (None, ds.fingerprint())
+    ):  # its parity windows are cut as the calibration windows: other data have none
+        raise UserError(
+            f"--dataset {ds.name}: not the data the label-free probe was calibrated "
+            "on; give scjepa calibrate's --dataset and --root (and its csv options), "
+            "or leave --dataset out"
+        )
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: a file, not a folder")
     if hop is not None and hop < 1:

@@ -247,3 +247,29 @@ def test_a_labelled_file_says_its_test_rows_are_left_out(
     df.drop(columns="label").to_csv(tmp_path / "plant.csv", index=False)
     assert main(base) == 0  # without labels, every row is read: nothing to say
     assert "left out" not in capsys.readouterr().err
+
+
+def test_export_refuses_data_other_than_the_calibration_data(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`export --dataset` cuts the probe's calibration windows again for its parity
+    check: from other data it cut other windows and called them the calibration ones
+    (or, from a short file, failed naming calibrate's --calibration-frac, which export
+    has not). Other data are refused in one line now."""
+    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
+    for name, seed in (("plant.csv", 6), ("newer.csv", 7)):
+        df = pd.DataFrame(_normal(np.random.default_rng(seed), 6000), columns=CHANNELS)
+        df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
+        df.to_csv(tmp_path / name, index=False)
+    probe = tmp_path / "p.pt"
+    data = ["--dataset", "csv", "--root", str(tmp_path / "plant.csv")]
+    assert (
+        main(["calibrate", *data, "--checkpoint", str(ckpt), "--out", str(probe)]) == 0
+    )
+    capsys.readouterr()
+    other = ["--dataset", "csv", "--root", str(tmp_path / "newer.csv")]
+    exp = ["export", "--checkpoint", str(ckpt), "--probe", str(probe)]
+    assert main([*exp, *other, "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "not the data the label-free probe was calibrated on" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
