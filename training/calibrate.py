@@ -21,10 +21,12 @@ window in the kNN bank is its own nearest neighbour). The threshold at each budg
 (false alarms per 1,000 windows) is the lowest calibration risk that keeps at most B of
 every 1,000 calibration windows at or above it (:func:`budget_threshold`); the file
 records the alerts and pages there (:func:`calibration_figures`), which the service's
-paging monitor compares the live pages with. No test figures: there are no labels to measure them. On
-the labelled benchmarks the budget held within 2.3 times where the ranks were
-calibrated on the recent past of the same streams, and not on SMD-19's fleet (33
-times over): calibrate on recent rows of the streams to be served.
+paging monitor compares the live pages with. Calibration windows that all score
+alike (a stuck stretch) are refused: no window can be ranked among them. No test
+figures: there are no labels to measure them. On the labelled benchmarks the budget
+held within 2.3 times where the ranks were calibrated on the recent past of the same
+streams, and not on SMD-19's fleet (33 times over): calibrate on recent rows of the
+streams to be served.
 
 Writes a probe file `scjepa export --probe` serves like `scjepa evaluate`'s (its
 threshold rule is "budget"; ``--fa-budget`` serves another operating point).
@@ -49,6 +51,9 @@ if TYPE_CHECKING:
 DEFAULT_DETECTORS = "knn+pca"
 MAX_RANKS = 10_001  # calibration scores kept in the graph (quantiles beyond it)
 MIN_WINDOWS = 200  # calibration windows below which the ranks mean little
+# the least spread (std, in log units) of a detector's calibration scores: below it
+# float32 rounding in the served graph, magnified by the z-scaling, moves the rank
+MIN_SPREAD = 1e-4
 
 
 def split_normal(
@@ -180,6 +185,14 @@ def calibrate(
     own = bool(set(names) & set(SCJEPA_DETECTORS))
     # the detectors fitted on the reference, z-scaled on the calibration windows
     dets = DetectorScores(reference, cal, CodeFeatures(model) if own else None)
+    flat = [n for n in names if dets.std[dets.names.index(n)] - 1e-6 < MIN_SPREAD]
+    if flat:  # every calibration window alike: nothing to rank a window among
+        raise UserError(
+            f"{ds.name}: the {len(cal)} calibration windows all score alike on "
+            f"{'+'.join(flat)} (spread below {MIN_SPREAD:g}): the rows they are cut "
+            "from repeat one pattern (a stuck or constant stretch?); calibrate on "
+            "rows that vary as the served streams do, or a larger --calibration-frac"
+        )
     z = dets.columns(names)(cal)  # (N, n) float32, as the graph reads them
     score = z.mean(1)
     ranks = np.sort(score)

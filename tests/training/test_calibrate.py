@@ -273,3 +273,25 @@ def test_export_refuses_data_other_than_the_calibration_data(
     err = capsys.readouterr().err
     assert "not the data the label-free probe was calibrated on" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "a").exists()
+
+
+def test_calibration_windows_all_alike_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rows whose last part is one repeated pattern (a sensor stuck) gave calibration
+    windows that all score alike: a probe file whose every threshold was 0.75, a risk
+    of 0.5 or 1 by float32 rounding, and an export with the data that failed its
+    parity check 240 times over. calibrate refuses them in one line now."""
+    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
+    x = _normal(np.random.default_rng(8), 6000)
+    x[4700:, :2] = [0.5, 20.0]  # stuck from before the calibration rows (4,800 on)
+    df = pd.DataFrame(x, columns=CHANNELS)
+    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
+    df.to_csv(tmp_path / "plant.csv", index=False)
+    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
+            "--checkpoint", str(ckpt), "--out", str(tmp_path / "p.pt")]  # fmt: skip
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "calibration windows all score alike on knn+pca" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "p.pt").exists()
+    assert main([*base, "--calibration-frac", "0.3"]) == 0  # a varying part included
