@@ -292,8 +292,9 @@ def add_table_arguments(p: argparse.ArgumentParser) -> None:
         "--train-frac",
         type=float,
         default=None,
-        help="for a single file: leading fraction (in time) used as train (default "
-        "0.5); refused for a folder, whose train and test files are the split",
+        help="for a single file with labels: leading fraction (in time) used as "
+        "train (default 0.5); refused for a folder, whose train and test files are "
+        "the split, and for a file without labels, whose every row is train",
     )
 
 

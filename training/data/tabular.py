@@ -550,14 +550,22 @@ def load_table_dataset(
             )
             test = None
     else:
-        train_frac = 0.5 if train_frac is None else train_frac
-        if not 0.0 < train_frac < 1.0:
-            raise DataError(f"--train-frac must be in (0, 1), got {train_frac}")
+        cut = 0.5 if train_frac is None else train_frac
+        if not 0.0 < cut < 1.0:
+            raise DataError(f"--train-frac must be in (0, 1), got {cut}")
         tr_path = root
         train = read(root, required=bool(label_col))
         test = None
         if train.label is not None:
-            train, test = _cut(train, train_frac)
+            train, test = _cut(train, cut)
+        elif train_frac is not None:  # it was ignored, silently, as for a folder
+            raise DataError(
+                f"--train-frac cuts a file with labels into train and test; this "
+                f"one has no {LABEL_COL!r} column, so every row is train",
+                file=root,
+                hint="leave --train-frac out, or name the labels' column with "
+                "--label-col",
+            )
         else:
             notes.append(f"no {LABEL_COL!r} column: every row is train, no test split")
     channels = train.channels

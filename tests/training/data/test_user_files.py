@@ -519,6 +519,24 @@ def test_a_label_col_the_file_lacks_is_refused(
     assert load_dataset("csv", tmp_path / "d").channels == ["a", "b", "c"]
 
 
+def test_train_frac_on_a_file_without_labels_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--train-frac on a file without a label column was ignored without a word
+    (every row is train), as it once was for a folder: `scjepa calibrate --train-frac
+    0.3` calibrated on the same rows as without it. Refused in one line now."""
+    (tmp_path / "plant.csv").write_text(table(3000, HEADER[:-1]))
+    data = ["--dataset", "csv", "--root", str(tmp_path / "plant.csv")]
+    code, err = run(["data", "stats", *data, "--train-frac", "0.3"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "plant.csv: --train-frac cuts a file with labels" in err
+    assert "no 'label' column" in err and "; hint: " in err
+    assert len(load_dataset("csv", tmp_path / "plant.csv").entities[0].train) == 3000
+    (tmp_path / "plant.csv").write_text(table(3000))  # with labels, it cuts
+    ds = load_dataset("csv", tmp_path / "plant.csv", train_frac=0.3)
+    assert len(ds.entities[0].train) == 900
+
+
 def test_a_reader_gone_is_a_quiet_exit(tmp_path: Path) -> None:
     """`scjepa data stats ... | head`: no BrokenPipeError traceback."""
     (tmp_path / "ok.csv").write_text(table(3000))
