@@ -170,7 +170,11 @@ class Keys:
     def _build(self) -> KeyTable:
         entries = list(self.env)
         if self.path is not None:
-            entries += parse_file(self.path.read_text(), self.path)
+            try:
+                text = self.path.read_text()
+            except UnicodeDecodeError as e:  # not a key file: say which, no traceback
+                raise KeyConfigError(f"{self.path}: not UTF-8 text ({e.reason})") from e
+            entries += parse_file(text, self.path)
         return KeyTable.of(entries)
 
     def reload(self) -> bool:
@@ -178,7 +182,7 @@ class Keys:
         self._stamp = self._file_stamp()
         try:
             table = self._build()
-        except (OSError, UnicodeDecodeError, KeyConfigError) as e:
+        except (OSError, KeyConfigError) as e:
             self.error = str(e)
             log.error("API keys not reloaded, the previous keys stay: %s", e)
             metrics.RELOADS.labels(what="keys", outcome="failed").inc()

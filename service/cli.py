@@ -76,15 +76,23 @@ def run(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from service.auth import KeyConfigError, Keys
-    from service.config import Settings
+    from service.config import Settings, describe
 
     try:
         settings = Settings()
-        # fail here, with one line, not in a worker
+    except ValidationError as e:
+        print(f"scjepa serve: error: {describe(e)}", file=sys.stderr)
+        return 2
+    try:  # fail here, with one line, not in a worker
         at_budget(load_manifest(settings.artifact), settings.fa_budget)
-        Keys(settings.api_keys, settings.api_keys_file)
-    except (ArtifactError, KeyConfigError, OSError, ValidationError) as e:
+    except (ArtifactError, OSError) as e:
         print(f"scjepa serve: error: {e}", file=sys.stderr)
+        return 2
+    try:  # the settings' own keys are checked above: what fails here is the file
+        Keys(settings.api_keys, settings.api_keys_file)
+    except (KeyConfigError, OSError) as e:
+        why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
+        print(f"scjepa serve: error: SCJEPA_API_KEYS_FILE: {why}", file=sys.stderr)
         return 2
     if settings.role != "api":  # a process that scores: the model it will run
         from service.reload import load_checked

@@ -10,16 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service import auth, sched
 from service.inference import CPU_CHUNK_TOKENS
 
+ENV_PREFIX = "SCJEPA_"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="SCJEPA_",
+        env_prefix=ENV_PREFIX,
         env_file=".env",
         env_ignore_empty=True,  # compose's `SCJEPA_HOP:` (empty) means "the default"
         extra="ignore",
@@ -164,3 +166,14 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"{unknown}: only {list(auth.OPS_ROUTES)} can need a key")
         return v
+
+
+def describe(error: ValidationError) -> str:
+    """One line naming each bad variable and why, for ``scjepa serve`` to print: the
+    error's own text is a block per error naming the field, not the variable."""
+    parts = []
+    for e in error.errors(include_url=False, include_input=False):
+        why = e["msg"].removeprefix("Value error, ")
+        var = f"{ENV_PREFIX}{str(e['loc'][0]).upper()}" if e["loc"] else ""
+        parts.append(f"{var}: {why}" if var and not why.startswith(var) else why)
+    return "; ".join(parts)
