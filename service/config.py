@@ -9,14 +9,23 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service import auth, sched
 from service.inference import CPU_CHUNK_TOKENS
 
 ENV_PREFIX = "SCJEPA_"
+# what redis-py's from_url takes, and the store's own Redis Cluster scheme
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 
 
 class Settings(BaseSettings):
@@ -26,6 +35,9 @@ class Settings(BaseSettings):
         env_ignore_empty=True,  # compose's `SCJEPA_HOP:` (empty) means "the default"
         extra="ignore",
         hide_input_in_errors=True,  # an error must not print an API key
+        # inf is no "never": a batch would wait for ever (max_wait_ms), readings would
+        # be held for ever (allowed_lateness_s), endsAt would overflow (alert_hold_s)
+        allow_inf_nan=False,
     )
 
     # --- model
@@ -145,6 +157,39 @@ class Settings(BaseSettings):
     # POST /ingest and GET /risk/{stream} answered ahead of FastAPI's routing
     # (service/fastpaths.py), through the same handlers; off = the FastAPI routes
     fast_paths: bool = True
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str | None) -> str | None:
+        """Another scheme made redis-py raise inside the app's start-up (a traceback)."""
+        if v is not None and urlsplit(v).scheme not in REDIS_SCHEMES:
+            schemes = ", ".join(f"{s}://" for s in REDIS_SCHEMES)
+            raise ValueError(f"must start with one of {schemes}")
+        return v
+
+    @field_validator("alertmanager_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        """Without http(s):// and a host every alert post failed, logged, never sent."""
+        if v is not None:
+            url = urlsplit(v)
+            if url.scheme not in ("http", "https") or not url.netloc:
+                raise ValueError(
+                    "must be an http:// or https:// URL with a host, e.g. "
+                    "http://alertmanager:9093"
+                )
+        return v
+
+    @model_validator(mode="after")
+    def _hold_past_resend(self) -> Settings:
+        """A firing alert's endsAt must outlast its next post, or Alertmanager resolves
+        it between posts (alerting.Policy refused it inside the app's start-up)."""
+        if self.alert_hold_s <= self.alert_resend_s:
+            raise ValueError(
+                f"{ENV_PREFIX}ALERT_HOLD_S ({self.alert_hold_s:g}) must be more than "
+                f"{ENV_PREFIX}ALERT_RESEND_S ({self.alert_resend_s:g})"
+            )
+        return self
 
     @field_validator("api_keys", "ops_key_routes", mode="before")
     @classmethod

@@ -1,6 +1,7 @@
 """Bad SCJEPA_* values stop `scjepa serve` at start-up in one line naming the variable
-and why (exit 2): before, pydantic's block per error named the field, and a binary key
-file failed with a traceback."""
+and why (exit 2): before, pydantic's block per error named the field, a bad Redis URL,
+a hold not past the resend interval or a binary key file failed inside start-up with a
+traceback, and inf or a URL without a scheme was taken and misbehaved later."""
 
 from __future__ import annotations
 
@@ -33,6 +34,41 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "var", ["MAX_WAIT_MS", "ALLOWED_LATENESS_S", "CLAIM_TIMEOUT_S", "ALERT_HOLD_S"]
+)
+def test_inf_is_refused(monkeypatch: pytest.MonkeyPatch, var: str) -> None:
+    """max_wait_ms=inf left every window unscored, allowed_lateness_s=inf held every
+    reading for ever: a finite number is asked for, 1e400 (inf when parsed) too."""
+    for value in ("inf", "1e400"):
+        why = refusal(monkeypatch, {f"SCJEPA_{var}": value})
+        assert why == f"SCJEPA_{var}: Input should be a finite number"
+
+
+def test_urls_need_their_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An Alertmanager URL without http:// was taken and every alert post failed; a
+    Redis URL without its scheme failed inside the app's start-up."""
+    why = refusal(monkeypatch, {"SCJEPA_ALERTMANAGER_URL": "alertmanager:9093"})
+    assert why.startswith("SCJEPA_ALERTMANAGER_URL: must be an http:// or https:// URL")
+    monkeypatch.delenv("SCJEPA_ALERTMANAGER_URL")
+    why = refusal(monkeypatch, {"SCJEPA_REDIS_URL": "localhost:6379"})
+    assert why.startswith("SCJEPA_REDIS_URL: must start with one of redis://")
+    for url in ("redis://r:6379/0", "rediss://r", "unix:///r.sock", "redis+cluster://r:7000"):  # fmt: skip
+        monkeypatch.setenv("SCJEPA_REDIS_URL", url)
+        assert Settings().redis_url == url
+    monkeypatch.setenv("SCJEPA_ALERTMANAGER_URL", "https://am:9093")
+    assert Settings().alertmanager_url == "https://am:9093"
+
+
+def test_hold_must_outlast_resend(monkeypatch: pytest.MonkeyPatch) -> None:
+    why = refusal(monkeypatch, {"SCJEPA_ALERT_HOLD_S": "60"})
+    assert (
+        why == "SCJEPA_ALERT_HOLD_S (60) must be more than SCJEPA_ALERT_RESEND_S (60)"
+    )
+    monkeypatch.setenv("SCJEPA_ALERT_RESEND_S", "59.5")
+    assert Settings().alert_hold_s == 60.0
+
+
+@pytest.mark.parametrize(
     ("env", "line"),
     [
         ({"SCJEPA_HOP": "abc"}, "SCJEPA_HOP: Input should be a valid integer"),
@@ -40,6 +76,11 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
             {"SCJEPA_MAX_BATCH": "0", "SCJEPA_PROVIDER": "gpu"},
             "SCJEPA_PROVIDER: Input should be 'auto', 'cpu' or 'cuda'; "
             "SCJEPA_MAX_BATCH: Input should be greater than or equal to 1",
+        ),
+        ({"SCJEPA_REDIS_URL": "abc"}, "SCJEPA_REDIS_URL: must start with one of"),
+        (
+            {"SCJEPA_ALERTMANAGER_URL": "http://127.0.0.1:9", "SCJEPA_ALERT_HOLD_S": "30"},
+            "SCJEPA_ALERT_HOLD_S (30) must be more than SCJEPA_ALERT_RESEND_S (60)",
         ),
         ({"SCJEPA_API_KEYS_FILE": "BINARY"}, "SCJEPA_API_KEYS_FILE: BINARY: not UTF-8 text"),
         ({"SCJEPA_API_KEYS_FILE": "MISSING"}, "SCJEPA_API_KEYS_FILE: MISSING: No such file"),
