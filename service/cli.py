@@ -12,9 +12,27 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from service.manifest import ArtifactError, at_budget, load_manifest
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi]. uvicorn takes any: --port 70000
+    listened on 4464 (70000 mod 65536) while its log said 70000, and --workers 0 or
+    -1 ran one worker."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{n} is not in {lo}..{hi}")
+        return n
+
+    return parse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--host", default="127.0.0.1", help="bind address (0.0.0.0 in a container)"
     )
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int_in(0, 65535), default=8000)
     p.add_argument(
         "--role",
         choices=["api", "scorer", "all"],
@@ -47,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=["fp32", "int8", "fp16"])
     p.add_argument(
         "--workers",
-        type=int,
+        type=int_in(1, 1024),
         default=1,
         help="uvicorn worker processes (needs Redis; metrics stay per process)",
     )

@@ -103,3 +103,22 @@ def test_serve_refuses_in_one_line(
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith(f"scjepa serve: error: {line}"), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("arg", "line"),
+    [
+        (["--port", "70000"], "argument --port: 70000 is not in 0..65535"),
+        (["--workers", "0"], "argument --workers: 0 is not in 1..1024"),
+    ],
+)
+def test_serve_refuses_a_port_or_worker_count_out_of_range(
+    artifact_dir: Path, tmp_path: Path, arg: list[str], line: str
+) -> None:
+    """uvicorn took --port 70000 and listened on 4464 (70000 mod 65536) while its log
+    said 70000; --workers 0 ran one worker: both are argparse errors now."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    args = [scjepa_exe(), "serve", "--artifact", str(artifact_dir), *arg]
+    done = subprocess.run(args, capture_output=True, text=True, env=base, cwd=tmp_path, timeout=30)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == f"scjepa serve: error: {line}"
