@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from service.auth import KeyConfigError, Keys
+    from service.auth import ADMIN, OPS, KeyConfigError, Keys
     from service.config import Settings, describe
 
     try:
@@ -107,10 +107,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"scjepa serve: error: {e}", file=sys.stderr)
         return 2
     try:  # the settings' own keys are checked above: what fails here is the file
-        Keys(settings.api_keys, settings.api_keys_file)
+        keys = Keys(settings.api_keys, settings.api_keys_file)
     except (KeyConfigError, OSError) as e:
         why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
         print(f"scjepa serve: error: SCJEPA_API_KEYS_FILE: {why}", file=sys.stderr)
+        return 2
+    if settings.ops_key_routes and not (keys.table.has(OPS) or keys.table.has(ADMIN)):
+        # no key could open them: health checks and scrapes would get 401 for ever
+        print(
+            f"scjepa serve: error: SCJEPA_OPS_KEY_ROUTES: {settings.ops_key_routes} "
+            f"need an {OPS} or {ADMIN} key, and neither SCJEPA_API_KEYS nor "
+            "SCJEPA_API_KEYS_FILE holds one",
+            file=sys.stderr,
+        )
         return 2
     if settings.role != "api":  # a process that scores: the model it will run
         from service.reload import load_checked

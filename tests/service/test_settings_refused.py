@@ -84,6 +84,12 @@ def test_hold_must_outlast_resend(monkeypatch: pytest.MonkeyPatch) -> None:
         ),
         ({"SCJEPA_API_KEYS_FILE": "BINARY"}, "SCJEPA_API_KEYS_FILE: BINARY: not UTF-8 text"),
         ({"SCJEPA_API_KEYS_FILE": "MISSING"}, "SCJEPA_API_KEYS_FILE: MISSING: No such file"),
+        # no key could open them: /healthz answered 401 for ever
+        (
+            {"SCJEPA_OPS_KEY_ROUTES": "/healthz", "SCJEPA_API_KEYS": "t:k"},
+            "SCJEPA_OPS_KEY_ROUTES: ['/healthz'] need an @ops or @admin key, and neither "
+            "SCJEPA_API_KEYS nor SCJEPA_API_KEYS_FILE holds one",
+        ),
     ],
 )  # fmt: skip
 def test_serve_refuses_in_one_line(
