@@ -167,6 +167,16 @@ class Settings(BaseSettings):
             raise ValueError(f"must start with one of {schemes}")
         return v
 
+    @field_validator("key_prefix")
+    @classmethod
+    def _no_hash_tag(cls, v: str) -> str:
+        """The keys carry their own hash tags ({p3}, {tenant}): a brace in the prefix
+        comes first and takes over, so on a Redis Cluster "a{}" split a stream's keys
+        over slots (every ingest 500) and "{x}" put every partition in one slot."""
+        if "{" in v or "}" in v:
+            raise ValueError("must not contain { or } (Redis Cluster hash tags)")
+        return v
+
     @field_validator("alertmanager_url")
     @classmethod
     def _http_url(cls, v: str | None) -> str | None:

@@ -59,6 +59,17 @@ def test_urls_need_their_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings().alertmanager_url == "https://am:9093"
 
 
+def test_key_prefix_takes_no_hash_tag(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A brace in the prefix takes over the keys' own hash tags: on a Redis Cluster
+    "a{}" spread a stream's keys over slots, and every ingest answered 500."""
+    for prefix in ("a{}", "{x}", "a}"):
+        why = refusal(monkeypatch, {"SCJEPA_KEY_PREFIX": prefix})
+        assert (
+            why
+            == "SCJEPA_KEY_PREFIX: must not contain { or } (Redis Cluster hash tags)"
+        )
+
+
 def test_hold_must_outlast_resend(monkeypatch: pytest.MonkeyPatch) -> None:
     why = refusal(monkeypatch, {"SCJEPA_ALERT_HOLD_S": "60"})
     assert (
