@@ -102,8 +102,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"scjepa serve: error: {describe(e)}", file=sys.stderr)
         return 2
     try:  # fail here, with one line, not in a worker
-        at_budget(load_manifest(settings.artifact), settings.fa_budget)
+        manifest = load_manifest(settings.artifact)
     except (ArtifactError, OSError) as e:
+        print(f"scjepa serve: error: SCJEPA_ARTIFACT: {e}", file=sys.stderr)
+        return 2
+    try:
+        at_budget(manifest, settings.fa_budget)
+    except ArtifactError as e:  # it names SCJEPA_FA_BUDGET
         print(f"scjepa serve: error: {e}", file=sys.stderr)
         return 2
     try:  # the settings' own keys are checked above: what fails here is the file

@@ -169,6 +169,8 @@ def load_manifest(directory: Path) -> Manifest:
     """Read and validate ``directory/manifest.json`` and check ``model.onnx``'s SHA-256."""
     directory = Path(directory)
     path = directory / MANIFEST_FILE
+    if directory.is_file():  # e.g. model.onnx itself: "model.onnx/manifest.json" misled
+        raise ArtifactError(f"{directory}: a file, not the artifact's folder")
     if not path.is_file():
         raise ArtifactError(f"{path}: file not found")
     try:

@@ -139,3 +139,19 @@ def test_serve_refuses_a_port_or_worker_count_out_of_range(
     done = subprocess.run(args, capture_output=True, text=True, env=base, cwd=tmp_path, timeout=30)  # fmt: skip
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines()[-1] == f"scjepa serve: error: {line}"
+
+
+def test_serve_names_the_artifact_given_as_a_file(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """--artifact (SCJEPA_ARTIFACT) naming model.onnx, not its folder: the line said
+    ".../model.onnx/manifest.json: file not found", and no variable."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    onnx = artifact_dir / "model.onnx"
+    args = [scjepa_exe(), "serve", "--artifact", str(onnx), "--port", str(free_port())]
+    done = subprocess.run(args, capture_output=True, text=True, env=base, cwd=tmp_path, timeout=30)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"scjepa serve: error: SCJEPA_ARTIFACT: {onnx}: a file, not the artifact's "
+        "folder\n"
+    )
