@@ -101,6 +101,12 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as e:
         print(f"scjepa serve: error: {describe(e)}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as e:  # the only file Settings reads: a traceback before
+        env = Path(str(Settings.model_config.get("env_file"))).resolve()
+        print(
+            f"scjepa serve: error: {env}: not UTF-8 text ({e.reason})", file=sys.stderr
+        )
+        return 2
     try:  # fail here, with one line, not in a worker
         manifest = load_manifest(settings.artifact)
     except (ArtifactError, OSError) as e:

@@ -155,3 +155,18 @@ def test_serve_names_the_artifact_given_as_a_file(
         f"scjepa serve: error: SCJEPA_ARTIFACT: {onnx}: a file, not the artifact's "
         "folder\n"
     )
+
+
+def test_serve_refuses_a_dotenv_that_is_not_text(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """The .env file of the working directory, not UTF-8: a traceback, exit 1."""
+    (tmp_path / ".env").write_bytes(b"SCJEPA_HOP=\xff\xfe\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    args = [scjepa_exe(), "serve", "--artifact", str(artifact_dir), "--port", str(free_port())]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, env=base, cwd=tmp_path, timeout=30)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"scjepa serve: error: {tmp_path.resolve() / '.env'}: not UTF-8 text "
+        "(invalid start byte)\n"
+    )
