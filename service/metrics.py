@@ -1,12 +1,14 @@
 """Prometheus metrics, defined once at module level (prometheus_client conventions).
 
-Seconds-based histograms with sub-millisecond buckets; no stream id as a label anywhere
-(label cardinality must not grow with the number of streams). Metrics are per process:
-run one uvicorn worker per container and scale with replicas.
+Seconds-based histograms with sub-millisecond buckets; no stream id as a label but in
+``scjepa_top_stream_risk``, bounded by SCJEPA_TOP_STREAMS series (label cardinality
+must not grow with the number of streams). Metrics are per process: run one uvicorn
+worker per container and scale with replicas.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import nan
 from typing import TYPE_CHECKING
 
@@ -114,6 +116,13 @@ STREAMS_IN_ALERT = Gauge(
     "scjepa_streams_in_alert", "Streams whose latest risk is at or above threshold."
 )
 MAX_RISK = Gauge("scjepa_max_risk", "Highest latest risk over the tracked streams.")
+# the one gauge labelled by stream: at most SCJEPA_TOP_STREAMS series, replaced on each
+# refresh, so a stream that leaves the top N leaves the exposition (no stale value)
+TOP_STREAM_RISK = Gauge(
+    "scjepa_top_stream_risk",
+    "Latest risk of the SCJEPA_TOP_STREAMS streams of highest latest risk.",
+    ["tenant", "stream"],
+)
 # The loaded model's operating point (set at start-up and on a hot reload)
 ALERT_THRESHOLD = Gauge(
     "scjepa_alert_threshold",
@@ -167,10 +176,20 @@ def set_model(model: Model) -> None:
         EVALUATED_PAGES.labels(estimate).set(nan if v is None else float(v))
 
 
-def set_summary(streams: int, in_alert: int, max_risk: float) -> None:
+def set_summary(
+    streams: int,
+    in_alert: int,
+    max_risk: float,
+    top: Sequence[tuple[str, str, float]] = (),
+) -> None:
+    """The store-wide stream gauges; ``top`` (tenant, stream, risk) replaces the top
+    streams' series wholesale: the series set is exactly the current top N."""
     STREAMS_TRACKED.set(streams)
     STREAMS_IN_ALERT.set(in_alert)
     MAX_RISK.set(max_risk)
+    TOP_STREAM_RISK.clear()
+    for tenant, stream, risk in top:
+        TOP_STREAM_RISK.labels(tenant, stream).set(risk)
 
 
 def set_queue(stats: QueueStats) -> None:

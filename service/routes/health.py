@@ -82,8 +82,9 @@ async def prometheus(request: Request) -> Response:
     slot = getattr(state, "slot", None)
     if store is not None and slot is not None:
         try:
-            s = await store.summary(slot.current.manifest.threshold)
-            metrics.set_summary(s.streams, s.in_alert, s.max_risk)
+            top = state.settings.top_streams
+            s = await store.summary(slot.current.manifest.threshold, top)
+            metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top)
             if getattr(state, "worker", None) is None:
                 metrics.set_queue(await store.queue_stats())
         except StoreUnavailable:

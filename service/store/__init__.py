@@ -130,6 +130,9 @@ class Summary:
     streams: int
     in_alert: int  # latest risk >= threshold
     max_risk: float  # 0.0 when nothing was scored yet
+    # (tenant, stream, latest risk) of the ``top`` streams of highest latest risk,
+    # highest first (ties: the later tenant/stream name first, as Redis orders them)
+    top: tuple[tuple[str, str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -345,9 +348,10 @@ class Store(ABC):
         first ``limit`` after ``after`` (a page; cost bounded by ``limit``)."""
 
     @abstractmethod
-    async def summary(self, threshold: float) -> Summary:
+    async def summary(self, threshold: float, top: int = 0) -> Summary:
         """Counts for the gauges, over every tenant: live streams, streams in alert,
-        highest latest risk (cost independent of the number of streams)."""
+        highest latest risk, and the ``top`` streams of highest latest risk (cost
+        independent of the number of streams: bounded by ``top``)."""
 
     @abstractmethod
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

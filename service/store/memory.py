@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import itertools
 import time
 from collections import OrderedDict, deque
@@ -328,13 +329,20 @@ class MemoryStore(Store):
         live = (n for n in names[i:] if self._get((tenant, n)))
         return list(itertools.islice(live, limit))
 
-    async def summary(self, threshold: float) -> Summary:
+    async def summary(self, threshold: float, top: int = 0) -> Summary:
         self._expire()
-        risks = [r for s in self._streams.values() if (r := s.latest_risk) is not None]
+        latest = [
+            (r, f"{tenant}/{stream}", tenant, stream)
+            for (tenant, stream), s in self._streams.items()
+            if (r := s.latest_risk) is not None
+        ]
+        # highest risk first, ties by the later tenant/stream: Redis' ZREVRANGE order
+        best = heapq.nlargest(top, latest, key=lambda x: (x[0], x[1]))
         return Summary(
             len(self._streams),
-            sum(r >= threshold for r in risks),
-            max(risks, default=0.0),
+            sum(r >= threshold for r, *_ in latest),
+            max((r for r, *_ in latest), default=0.0),
+            tuple((tenant, stream, r) for r, _, tenant, stream in best),
         )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

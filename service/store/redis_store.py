@@ -381,8 +381,9 @@ end
 return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
 """
 
-# KEYS: {global}:streams, {global}:latest. ARGV: cutoff, threshold. Forgets a batch of
-# idle streams, then counts with range queries: O(log N) per scrape, not O(N).
+# KEYS: {global}:streams, {global}:latest. ARGV: cutoff, threshold, top (>= 1). Forgets
+# a batch of idle streams, then counts with range queries: O(log N + top) per scrape,
+# not O(N). Returns the count, those in alert and the top members with their risks.
 SUMMARY = f"""
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {10 * EXPIRE_BATCH})
 if #old > 0 then
@@ -394,8 +395,8 @@ if #old > 0 then
 end
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
 local alert = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
-local top = redis.call('ZREVRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-return {{n, alert, top[2] or false}}
+local top = redis.call('ZREVRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
+return {{n, alert, top}}
 """
 
 # KEYS: the bucket. ARGV: period and burst in microseconds. GCRA on Redis's clock (one
@@ -949,11 +950,20 @@ class RedisStore(Store):
         names = await self._call("streams", self._list(keys=keys, args=args))
         return [cast(bytes, n).decode() for n in names]
 
-    async def summary(self, threshold: float) -> Summary:
+    async def summary(self, threshold: float, top: int = 0) -> Summary:
         keys = [self._global("streams"), self._global("latest")]
-        args = [repr(time.time() - self.ttl_s), repr(threshold)]
-        n, alert, top = await self._call("summary", self._summary(keys=keys, args=args))
-        return Summary(int(n), int(alert), 0.0 if top is None else float(top))
+        # one range read serves both max_risk (its first) and the top streams
+        args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1)]
+        n, alert, pairs = await self._call(
+            "summary", self._summary(keys=keys, args=args)
+        )
+        best = []  # a member is tenant/stream; a tenant holds no "/" (auth.py)
+        for member, risk in _pairs(pairs):
+            tenant, _, stream = member.decode().partition("/")
+            best.append((tenant, stream, float(risk)))
+        return Summary(
+            int(n), int(alert), best[0][2] if best else 0.0, tuple(best[:top])
+        )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:
         period = 1e6 / rps

@@ -349,7 +349,9 @@ def test_metrics(client: TestClient) -> None:
     ):
         assert name in text, name
     assert 'provider="CPUExecutionProvider"' in text
-    assert "secret-stream-id" not in text  # no stream id as a label
+    # a stream id labels the bounded top-streams gauge only (SCJEPA_TOP_STREAMS)
+    named = [line for line in text.splitlines() if "secret-stream-id" in line]
+    assert named and all(n.startswith("scjepa_top_stream_risk{") for n in named), named
 
 
 def test_api_keys(make_client: ClientFactory) -> None:
