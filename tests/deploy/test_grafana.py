@@ -240,6 +240,7 @@ def test_dashboard_shows_what_operators_need() -> None:
         "scjepa_alert_posts",  # stream alerts reaching Alertmanager
         "scjepa_streams_in_alert",
         "scjepa_max_risk",
+        "scjepa_top_stream_risk",  # which streams are at risk
         "scjepa_alert_threshold",  # drawn against max risk
         "scjepa_http_request_duration_seconds",  # request latency by route
         "scjepa_inference",  # provider in use (the info metric)
@@ -272,3 +273,49 @@ def test_batch_size_p95_is_a_whole_number_of_windows() -> None:
     exprs = [t["expr"] for t in panel["targets"]]
     assert "max(job:scjepa_inference_batch_size:p95_5m)" in exprs
     assert not any(e.startswith("histogram_quantile") for e in exprs)
+
+
+def test_streams_at_highest_risk_are_listed_against_the_threshold() -> None:
+    """The operator paged sees WHICH streams: a table of the top streams (stream,
+    tenant, risk, risk - threshold), one row per tenant/stream whatever the number
+    of processes scraped (max by), highest risk first, instant (what is at risk now);
+    and their risk over time against the threshold."""
+    by_title = {p["title"]: p for d in dashboards().values() for p in panels(d)}
+    table = by_title["Streams at highest risk"]
+    assert table["type"] == "table"
+    top = "max by (tenant, stream) (scjepa_top_stream_risk)"
+    exprs = {t["refId"]: t["expr"] for t in table["targets"]}
+    assert exprs == {
+        "A": f"sort_desc({top})",
+        "B": f"{top} - on () group_left () max(scjepa_alert_threshold)",
+    }
+    for target in table["targets"]:
+        assert target["instant"] and target["format"] == "table", target
+    steps = [t["id"] for t in table["transformations"]]
+    assert steps == ["merge", "organize"]
+    organize = table["transformations"][1]["options"]
+    columns = sorted(organize["indexByName"], key=organize["indexByName"].get)
+    names = [organize["renameByName"].get(c, c) for c in columns]
+    assert names == ["stream", "tenant", "risk", "risk - threshold"]
+    assert organize["excludeByName"] == {"Time": True}
+    assert table["options"]["sortBy"] == [{"displayName": "risk", "desc": True}]
+    (margin,) = [
+        o
+        for o in table["fieldConfig"]["overrides"]
+        if o["matcher"]["options"] == "risk - threshold"
+    ]
+    props = {p["id"]: p["value"] for p in margin["properties"]}
+    assert props["thresholds"]["steps"] == [
+        {"color": "green", "value": None},
+        {"color": "red", "value": 0},  # at the threshold: alert
+    ]
+    assert props["custom.cellOptions"]["type"] == "color-background"
+
+    (series,) = [
+        p
+        for p in by_title.values()
+        if p["type"] == "timeseries" and any(top == t["expr"] for t in p["targets"])
+    ]
+    legends = {t["expr"]: t.get("legendFormat") for t in series["targets"]}
+    assert legends[top] == "{{stream}} ({{tenant}})"
+    assert "max(scjepa_alert_threshold)" in legends

@@ -343,6 +343,23 @@ def test_every_query_returns_live_data(fed: dict[str, Any], targets: Any) -> Non
     assert not empty, f"queries without data: {empty}"
 
 
+def test_top_streams_reach_the_dashboard(fed: dict[str, Any]) -> None:
+    """scjepa_top_stream_risk from both tiers, one row per stream in the table's
+    query (max by tenant, stream), each at or above the threshold (0 here)."""
+    prom = fed["prom"]
+    jobs = {r["metric"]["job"] for r in query(prom, "scjepa_top_stream_risk")}
+    assert jobs == {"scjepa-api", "scjepa-scorer"}
+    rows = query(prom, "sort_desc(max by (tenant, stream) (scjepa_top_stream_risk))")
+    assert sorted((r["metric"]["tenant"], r["metric"]["stream"]) for r in rows) == [
+        ("default", "pump-1"), ("default", "pump-2")]  # fmt: skip
+    margin = query(
+        prom,
+        "max by (tenant, stream) (scjepa_top_stream_risk)"
+        " - on () group_left () max(scjepa_alert_threshold)",
+    )
+    assert len(margin) == 2 and all(float(r["value"][1]) >= 0 for r in margin)
+
+
 def test_streams_in_alert_reach_alertmanager(fed: dict[str, Any]) -> None:
     """Threshold 0: every scored window is at or above it, so after
     SCJEPA_ALERT_WINDOWS windows each stream has one ScjepaStreamRisk alert."""
