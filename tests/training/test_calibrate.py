@@ -39,6 +39,21 @@ def _normal(rng: np.random.Generator, n: int) -> np.ndarray:
     ].astype(np.float32)
 
 
+POOLED = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
+
+
+def _plant_csv(path: Path, x: np.ndarray, label: bool = False) -> list[str]:
+    """Write ``x`` as a CSV a minute a row (all-0 labels with ``label``); calibrate's
+    arguments on it with the shipped pooled encoder, writing ``p.pt`` beside it."""
+    df = pd.DataFrame(x, columns=CHANNELS)
+    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
+    if label:
+        df["label"] = 0
+    df.to_csv(path, index=False)
+    return ["calibrate", "--dataset", "csv", "--root", str(path),
+            "--checkpoint", str(POOLED), "--out", str(path.parent / "p.pt")]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def calibrated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("calibrate")
@@ -184,14 +199,8 @@ def test_calibrate_refuses_a_bad_stride_or_out_in_one_line(
     """--stride 0 fell back on the default stride without a word, a negative one
     ended in a numpy traceback, and --out naming a folder in torch's; each is one
     line now, before anything is computed or written."""
-    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
-    x = _normal(np.random.default_rng(3), 3000)
-    df = pd.DataFrame(x, columns=CHANNELS)
-    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
-    df.to_csv(tmp_path / "plant.csv", index=False)
-    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
-            "--checkpoint", str(ckpt)]  # fmt: skip
-    out = tmp_path / "p.pt"
+    base = _plant_csv(tmp_path / "plant.csv", _normal(np.random.default_rng(3), 3000))
+    base, out = base[:-2], tmp_path / "p.pt"  # --out given below
     for stride in ("0", "-5"):
         assert main([*base, "--out", str(out), "--stride", stride]) == 2
         err = capsys.readouterr().err
@@ -209,12 +218,7 @@ def test_too_few_windows_names_the_remedy_that_helps(
     """Too few calibration windows asked for a smaller --calibration-frac, which cuts
     them further (41 -> 1 on 2,000 rows); the hint now points each shortfall the way
     that helps, and following it calibrates."""
-    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
-    df = pd.DataFrame(_normal(np.random.default_rng(4), 2000), columns=CHANNELS)
-    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
-    df.to_csv(tmp_path / "plant.csv", index=False)
-    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
-            "--checkpoint", str(ckpt), "--out", str(tmp_path / "p.pt")]  # fmt: skip
+    base = _plant_csv(tmp_path / "plant.csv", _normal(np.random.default_rng(4), 2000))
     assert main(base) == 2
     err = capsys.readouterr().err
     assert "41 calibration windows" in err and "a larger --calibration-frac" in err
@@ -233,18 +237,13 @@ def test_a_labelled_file_says_its_test_rows_are_left_out(
     """A file with a `label` column is cut into train and test, and calibrate reads
     the train part only: the later half of the rows, the recent past the ranks
     should come from, was left out without a word. It is said now."""
-    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
-    df = pd.DataFrame(_normal(np.random.default_rng(5), 12_000), columns=CHANNELS)
-    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
-    df["label"] = 0
-    df.to_csv(tmp_path / "plant.csv", index=False)
-    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
-            "--checkpoint", str(ckpt), "--out", str(tmp_path / "p.pt")]  # fmt: skip
+    x = _normal(np.random.default_rng(5), 12_000)
+    base = _plant_csv(tmp_path / "plant.csv", x, label=True)
     assert main(base) == 0
     err = capsys.readouterr().err
     assert "its 6000 labelled test rows are left out" in err and "--train-frac" in err
     assert SavedProbe.load(tmp_path / "p.pt").channels == CHANNELS  # not the label
-    df.drop(columns="label").to_csv(tmp_path / "plant.csv", index=False)
+    _plant_csv(tmp_path / "plant.csv", x)
     assert main(base) == 0  # without labels, every row is read: nothing to say
     assert "left out" not in capsys.readouterr().err
 
@@ -256,19 +255,16 @@ def test_export_refuses_data_other_than_the_calibration_data(
     check: from other data it cut other windows and called them the calibration ones
     (or, from a short file, failed naming calibrate's --calibration-frac, which export
     has not). Other data are refused in one line now."""
-    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
-    for name, seed in (("plant.csv", 6), ("newer.csv", 7)):
-        df = pd.DataFrame(_normal(np.random.default_rng(seed), 6000), columns=CHANNELS)
-        df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
-        df.to_csv(tmp_path / name, index=False)
-    probe = tmp_path / "p.pt"
-    data = ["--dataset", "csv", "--root", str(tmp_path / "plant.csv")]
     assert (
-        main(["calibrate", *data, "--checkpoint", str(ckpt), "--out", str(probe)]) == 0
+        main(
+            _plant_csv(tmp_path / "plant.csv", _normal(np.random.default_rng(6), 6000))
+        )
+        == 0
     )
+    _plant_csv(tmp_path / "newer.csv", _normal(np.random.default_rng(7), 6000))
     capsys.readouterr()
     other = ["--dataset", "csv", "--root", str(tmp_path / "newer.csv")]
-    exp = ["export", "--checkpoint", str(ckpt), "--probe", str(probe)]
+    exp = ["export", "--checkpoint", str(POOLED), "--probe", str(tmp_path / "p.pt")]
     assert main([*exp, *other, "--out", str(tmp_path / "a")]) == 2
     err = capsys.readouterr().err
     assert "not the data the label-free probe was calibrated on" in err
@@ -282,14 +278,9 @@ def test_calibration_windows_all_alike_are_refused(
     windows that all score alike: a probe file whose every threshold was 0.75, a risk
     of 0.5 or 1 by float32 rounding, and an export with the data that failed its
     parity check 240 times over. calibrate refuses them in one line now."""
-    ckpt = Path(__file__).resolve().parents[2] / "model/pretrained/scjepa-pooled.pt"
     x = _normal(np.random.default_rng(8), 6000)
     x[4700:, :2] = [0.5, 20.0]  # stuck from before the calibration rows (4,800 on)
-    df = pd.DataFrame(x, columns=CHANNELS)
-    df.insert(0, "timestamp", 60.0 * np.arange(len(df)))
-    df.to_csv(tmp_path / "plant.csv", index=False)
-    base = ["calibrate", "--dataset", "csv", "--root", str(tmp_path / "plant.csv"),
-            "--checkpoint", str(ckpt), "--out", str(tmp_path / "p.pt")]  # fmt: skip
+    base = _plant_csv(tmp_path / "plant.csv", x)
     assert main(base) == 2
     err = capsys.readouterr().err
     assert "calibration windows all score alike on knn+pca" in err
