@@ -171,15 +171,20 @@ class Settings(BaseSettings):
             raise ValueError(f"must start with one of {schemes}")
         return v
 
-    @field_validator("key_prefix")
-    @classmethod
-    def _no_hash_tag(cls, v: str) -> str:
+    @model_validator(mode="after")
+    def _no_hash_tag(self) -> Settings:
         """The keys carry their own hash tags ({p3}, {tenant}): a brace in the prefix
         comes first and takes over, so on a Redis Cluster "a{}" split a stream's keys
-        over slots (every ingest 500) and "{x}" put every partition in one slot."""
-        if "{" in v or "}" in v:
-            raise ValueError("must not contain { or } (Redis Cluster hash tags)")
-        return v
+        over slots (every ingest 500) and "{x}" put every partition in one slot. One
+        redis-server has no slots: a deployment keyed so there runs on (refused, its
+        upgrade stopped, and another prefix orphaned every stream stored)."""
+        cluster = urlsplit(self.redis_url or "").scheme == "redis+cluster"
+        if cluster and ("{" in self.key_prefix or "}" in self.key_prefix):
+            raise ValueError(
+                f"{ENV_PREFIX}KEY_PREFIX: must not contain {{ or }} on a Redis Cluster "
+                "(the keys' own hash tags place them)"
+            )
+        return self
 
     @field_validator("alertmanager_url")
     @classmethod

@@ -59,15 +59,26 @@ def test_urls_need_their_scheme(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings().alertmanager_url == "https://am:9093"
 
 
-def test_key_prefix_takes_no_hash_tag(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_key_prefix_takes_no_hash_tag_on_a_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A brace in the prefix takes over the keys' own hash tags: on a Redis Cluster
-    "a{}" spread a stream's keys over slots, and every ingest answered 500."""
+    "a{}" spread a stream's keys over slots, and every ingest answered 500. One
+    redis-server has no slots: a prefix with braces that a deployment stored its
+    streams under there still starts (refused, its upgrade stopped short, and
+    another prefix orphaned every stream)."""
+    monkeypatch.setenv("SCJEPA_REDIS_URL", "redis+cluster://r:7000")
     for prefix in ("a{}", "{x}", "a}"):
         why = refusal(monkeypatch, {"SCJEPA_KEY_PREFIX": prefix})
-        assert (
-            why
-            == "SCJEPA_KEY_PREFIX: must not contain { or } (Redis Cluster hash tags)"
+        assert why == (
+            "SCJEPA_KEY_PREFIX: must not contain { or } on a Redis Cluster (the keys' "
+            "own hash tags place them)"
         )
+    for url in ("redis://r:6379/0", "unix:///r.sock"):
+        monkeypatch.setenv("SCJEPA_REDIS_URL", url)
+        assert Settings().key_prefix == "a}"
+    monkeypatch.delenv("SCJEPA_REDIS_URL")
+    assert Settings().key_prefix == "a}"
 
 
 def test_hold_must_outlast_resend(monkeypatch: pytest.MonkeyPatch) -> None:
