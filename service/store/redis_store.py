@@ -72,7 +72,8 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #                                  GET /streams pages, the stream quota counts them)
 #   scjepa:{acme}:touched          zset stream -> last ingest time (the idle TTL)
 #   scjepa:{global}:streams        zset tenant/stream -> last ingest time (the gauges)
-#   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges)
+#   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges; noted
+#                                  only for a stream in :streams, see NOTE_LATEST)
 #   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
 
 # KEYS: rows, seen, state, work, risk, pend. ARGV: window, hop, ttl, horizon, max_queued,
@@ -328,6 +329,18 @@ local rec = redis.call('ZREVRANGE', KEYS[3], 0, 0)
 return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or false}
 """
 
+# KEYS: {global}:streams, {global}:latest. ARGV: risk, member pairs. Notes the newest
+# risks of the streams still registered: a stream deleted between its record and this
+# (DELETE's ZREMs) is not noted back, where no idle expiry (by :streams) would find it.
+NOTE_LATEST = """
+for i = 1, #ARGV, 2 do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i + 1]) then
+    redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1])
+  end
+end
+return 0
+"""
+
 # KEYS: rows, seen, state, risk, pend (one slot). Deletes them; returns the stream's
 # epoch ('0' for a state stored before epochs, or records left without one), false
 # when none of them was there.
@@ -566,6 +579,7 @@ class RedisStore(Store):
         self._put = self.client.register_script(PUT)
         self._latest = self.client.register_script(LATEST)
         self._delete = self.client.register_script(DELETE)
+        self._note_latest = self.client.register_script(NOTE_LATEST)
         self._register = self.client.register_script(REGISTER)
         self._list = self.client.register_script(LIST)
         self._summary = self.client.register_script(SUMMARY)
@@ -867,22 +881,23 @@ class RedisStore(Store):
             if top is not None and int(float(top)) == newest[0]:
                 latest[f"{tenant}/{stream}"] = newest[2]
         news = [(t, s, [n for n, _, _ in recs]) for t, s, _, recs in items]
+        keys = [self._global("streams"), self._global("latest")]
+        pairs = [x for member, risk in latest.items() for x in (risk, member)]
         if (
             self.cluster
         ):  # a Cluster pipeline takes neither PUBLISH nor other slots' keys
             if latest:
                 try:
                     await self._call(
-                        "put_risks", self.client.zadd(self._global("latest"), latest)
+                        "put_risks", self._note_latest(keys=keys, args=pairs)
                     )
                 except StoreUnavailable as e:  # the gauges' index only: see below
                     log.warning("scorer: newest risks not noted: %s", e)
             await self.ack_work(list(ack))
             return written
         commands = []
-        if latest:
-            pairs = [x for member, risk in latest.items() for x in (risk, member)]
-            commands.append(["ZADD", self._global("latest"), *pairs])
+        if latest:  # the script's text: one round trip, no NOSCRIPT to recover from
+            commands.append(["EVAL", NOTE_LATEST, len(keys), *keys, *pairs])
         acks = self._ack_commands(ack)
         at = slice(len(commands), len(commands) + len(acks))
         commands += acks

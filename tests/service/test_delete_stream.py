@@ -327,3 +327,46 @@ def test_a_deleted_lifes_late_window_does_not_reopen_its_alert(
         [alerting.FIRE], True, [alerting.NONE], False, [alerting.FIRE], False,
         [alerting.RESOLVE],
     ]  # fmt: skip
+
+
+def test_a_deleted_stream_is_not_noted_back_in_the_gauges(
+    redis_server: RedisServer,
+) -> None:
+    """A record written while the stream is deleted (a scorer between its record and
+    its note of the newest risk; or, as here, the name sent again within 5 s through
+    a replica whose memo skips registering it) noted no risk back into the gauges'
+    index: it stayed there for ever (the idle expiry reads the registered streams
+    only), a deleted stream counted in alert and exported among the top streams.
+    One redis-server: a Cluster's replicas register the stream again at once."""
+
+    async def main() -> tuple[int, int, float, tuple[Any, ...]]:
+        def replica() -> RedisStore:
+            return RedisStore(redis_server.url, prefix=prefix, ttl_s=600, history_len=10,
+                              dedupe_horizon=100, timeout_s=5.0, partitions=2)  # fmt: skip
+
+        prefix = f"ghost{time.time_ns()}"
+        a, b = replica(), replica()
+        x = np.ones((10, 2), np.float32)
+        try:
+            await a.ensure_groups()
+            for store in (a, b):  # both replicas have served the stream
+                await store.register("t", ["s"], 10)
+            await a.append("t", "s", T0 + np.arange(10.0), x, window=10, hop=10,
+                           max_queued=100)  # fmt: skip
+            assert await a.delete("t", "s") is not None
+            await b.register("t", ["s"], 10)  # memo: registered 0 s ago, skipped
+            await b.append("t", "s", T0 + 100 + np.arange(10.0), x, window=10,
+                           hop=10, max_queued=100)  # fmt: skip
+            items = await a.read_work("c", 10, 0)
+            new = [it for it in items if it.epoch == max(i.epoch for i in items)]
+            written = await a.put_scored(
+                [("t", "s", it.epoch, [(it.window.n, "{}", 0.9)]) for it in new]
+            )
+            assert written == [[True]]  # the new life's record is kept
+            s = await a.summary(0.5, 5)
+            return s.streams, s.in_alert, s.max_risk, s.top
+        finally:
+            await a.close()
+            await b.close()
+
+    assert asyncio.run(main()) == (0, 0, 0.0, ())
