@@ -64,7 +64,7 @@ WINDOWS_SHED = Counter(
     "scjepa_windows_shed",
     "Completed windows never scored, by reason: backpressure (the work queue was past "
     "SCJEPA_MAX_QUEUED_WINDOWS: the call's newest window was queued, these not; the "
-    "readings are kept), layout (queued for another model's window shape).",
+    "readings are kept), layout (queued for another model layout, of its shape or not).",
     ["reason"],
 )
 WINDOWS_CLAIMED = Counter(

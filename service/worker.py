@@ -295,10 +295,11 @@ class ScoringWorker:
         layout = self.store.layout  # the model's (a reload keeps it)
         # queued for another layout (a roll-out's old windows): not this model's to
         # score, even of its shape (its channels would be read as others)
+        cut_for = await self._layouts(items, shape, layout)
         good = [
             it
-            for it in items
-            if it.window.values.shape == shape and it.layout in ("", layout)
+            for it, lay in zip(items, cut_for, strict=True)
+            if it.window.values.shape == shape and lay in ("", layout)
         ]
         if len(good) < len(items):
             metrics.WINDOWS_SHED.labels(reason="layout").inc(len(items) - len(good))
@@ -322,6 +323,26 @@ class ScoringWorker:
         if not good:
             await self.store.ack_work([it.id for it in items])
         metrics.SCORER_BATCH.observe(time.perf_counter() - start)
+
+    async def _layouts(
+        self, items: list[WorkItem], shape: tuple[int, int], layout: str
+    ) -> list[str]:
+        """The layout each item was cut for ("": unknown, only its shape checked).
+        A window queued by the release before items recorded it carries none: its
+        stream's state says (one read, only for such windows of this model's shape),
+        else a roll-out to a model of another layout of the same shape scored the
+        old readings' channels as the new model's."""
+        legacy = sorted(
+            {
+                (it.tenant, it.stream)
+                for it in items
+                if not it.layout and it.window.values.shape == shape
+            }
+        )
+        if not legacy or not layout:
+            return [it.layout for it in items]
+        built = dict(zip(legacy, await self.store.layouts(legacy), strict=True))
+        return [it.layout or built.get((it.tenant, it.stream)) or "" for it in items]
 
     async def _write(
         self,

@@ -110,7 +110,8 @@ class WorkItem:
     epoch: int = 0  # the stream's epoch when the window was cut (see above)
     # the layout (:func:`layout_of`) its rows were stored for: a scorer of another
     # model scores none (the same shape with other channels would read them wrong);
-    # "" for an item queued before items recorded it (then only the shape is checked)
+    # "" for an item queued before items recorded it (then its stream state's, read by
+    # the scorer: :meth:`Store.layouts`)
     layout: str = ""
 
 
@@ -314,6 +315,13 @@ class Store(ABC):
         request of several streams, so that a refused request stores none of them
         (:meth:`append` refuses too, atomically, per stream)."""
         return None
+
+    async def layouts(self, streams: list[tuple[str, str]]) -> list[str | None]:
+        """The layout each (tenant, stream)'s state was built for; None without a
+        state (or one stored before layouts were kept). What a window queued by a
+        release before items recorded their layout was cut for, as long as the
+        stream has not started over since (then its record is refused anyway)."""
+        return [None] * len(streams)
 
     @abstractmethod
     async def state(self, tenant: str, stream: str) -> StreamState | None:

@@ -157,6 +157,9 @@ class MemoryStore(Store):
     async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
         self._refused(tenant, streams)
 
+    async def layouts(self, streams: list[tuple[str, str]]) -> list[str | None]:
+        return [s.layout if (s := self._get(key)) else None for key in streams]
+
     async def append_many(
         self,
         tenant: str,

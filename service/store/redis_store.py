@@ -769,6 +769,15 @@ class RedisStore(Store):
             if raw is not None and raw.decode() != self.layout:
                 raise LayoutChanged(stream, raw.decode(), self.layout)
 
+    async def layouts(self, streams: list[tuple[str, str]]) -> list[str | None]:
+        if not streams:
+            return []
+        pipe = self._pipeline()
+        for tenant, stream in streams:
+            pipe.hget(self._key(tenant, stream, "state"), "layout")
+        built = await self._call("layouts", pipe.execute())
+        return [None if raw is None else raw.decode() for raw in built]
+
     async def append(
         self,
         tenant: str,

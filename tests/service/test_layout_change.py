@@ -136,3 +136,43 @@ def test_windows_queued_for_another_layout_of_the_same_shape_are_not_scored(
             time.sleep(0.05)
     assert list(r.scan_iter(f"{prefix}:*:risk")) == []  # no record written
     assert REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) == shed + 3
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_windows_queued_by_the_release_before_layouts_are_checked_by_their_state(
+    redis_server: RedisServer, artifact_dir: Path, tmp_path: Path, same: bool
+) -> None:
+    """As above, the windows queued as the release before this one queued them:
+    without their layout (field l). Their stream's state says it: a scorer of a
+    model of another layout of the same shape drops them (it scored them, channel a
+    read as flat, and wrote the records), one of the same model scores them all (a
+    roll-out of the service alone drops none)."""
+    model = artifact_dir
+    if not same:
+        model = tmp_path / "reordered"
+        build_artifact(model, channels=["flat", "c", "b", "a"],
+                       mask=[False, True, True, True])  # fmt: skip
+    prefix = f"lay{uuid.uuid4().hex[:8]}"
+
+    def settings(artifact: Path, role: str) -> Settings:
+        return Settings(artifact=artifact, redis_url=redis_server.url, role=role,
+                        key_prefix=prefix, infer_in="thread")  # fmt: skip
+
+    with TestClient(create_app(settings(artifact_dir, "api"))) as api:
+        r = api.post("/ingest", json=body(300, 4))
+        assert r.json()["results"][0]["windows_queued"] == 3
+    r = redis_server.client()
+    for key in r.scan_iter(f"{prefix}:*:work"):  # queued by the release before
+        for entry_id, fields in r.xrange(key):
+            r.xdel(key, entry_id)
+            r.xadd(key, {k: v for k, v in fields.items() if k != b"l"})
+    labels = {"reason": "layout"}
+    shed = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) or 0.0
+    with TestClient(create_app(settings(model, "scorer"))):
+        deadline = time.monotonic() + 30
+        while sum(r.xlen(k) for k in r.scan_iter(f"{prefix}:*:work")) > 0:
+            assert time.monotonic() < deadline, "the queue was not drained"
+            time.sleep(0.05)
+    records = sum(r.zcard(k) for k in r.scan_iter(f"{prefix}:*:risk"))
+    dropped = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) - shed
+    assert (records, dropped) == ((3, 0) if same else (0, 3))
