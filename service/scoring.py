@@ -185,7 +185,10 @@ class Scorer:
         new stream would take the tenant past its quota, LayoutChanged (nothing
         stored) when a stream was built for another model layout and the policy
         refuses: a request of several streams has them all checked first (one
-        read), so that none of them is stored or registered."""
+        read), so that none of them is stored or registered. A stream deleted through
+        another replica since this one registered it (its memo) is registered again
+        once its append has found it gone and stored nothing; refused then, the
+        request's other streams are stored already."""
         if len(streams) > 1:  # one stream: its append script refuses it atomically
             await self.store.refuse_layouts(tenant, streams)
         limit = self.settings.max_streams_per_tenant
@@ -194,13 +197,18 @@ class Scorer:
             metrics.REFUSED.labels(reason="stream_quota").inc()
             raise StreamQuotaExceeded(tenant, refused, limit)
         news = self.bus.delivered  # news from here on may be of these windows
-        appended = await self.store.append_many(
-            tenant,
-            [(s, x.ts, x.values) for s, x in zip(streams, arrays, strict=True)],
-            window=self.window,
-            hop=self.hop,
-            max_queued=self.settings.max_queued_windows,
-        )
+        items = [(s, x.ts, x.values) for s, x in zip(streams, arrays, strict=True)]
+        appended = await self._append(tenant, items)
+        redo = [i for i, res in enumerate(appended) if res.unregistered]
+        if redo:  # deleted through another replica since this one registered them
+            names = [streams[i] for i in redo]
+            refused = await self.store.register(tenant, names, limit)
+            if refused:  # the request's other streams are stored already
+                metrics.REFUSED.labels(reason="stream_quota").inc()
+                raise StreamQuotaExceeded(tenant, refused, limit)
+            again = await self._append(tenant, [items[i] for i in redo])
+            for i, res in zip(redo, again, strict=True):
+                appended[i] = res
         for res in appended:
             self._count(res)
         records: dict[str, dict[int, str]] = {}
@@ -235,6 +243,18 @@ class Scorer:
                 )
             )
         return results
+
+    async def _append(
+        self, tenant: str, items: list[tuple[str, np.ndarray, np.ndarray]]
+    ) -> list[AppendResult]:
+        """The store's append of ``items`` with this scorer's windows and queue cap."""
+        return await self.store.append_many(
+            tenant,
+            items,
+            window=self.window,
+            hop=self.hop,
+            max_queued=self.settings.max_queued_windows,
+        )
 
     async def _wait(
         self, tenant: str, due: dict[str, list[int]], wait: float, news: int

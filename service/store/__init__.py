@@ -95,6 +95,9 @@ class AppendResult:
     queued: list[int]  # numbers (n) of the windows queued for scoring, ascending
     shed: int = 0  # completed windows not queued (back-pressure)
     held: int = 0  # the stream's readings waiting for the watermark (lateness > 0)
+    # nothing stored: a new stream (no state) that the store's registry memo took for
+    # registered (deleted through another replica since): register it, append again
+    unregistered: bool = False
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 # stored); then tenant, stream, the consumer group, the layout the caller's model reads
 # and what to do when the stream was built for another (refuse | fresh), the allowed
 # lateness (seconds; 0 = none), '1' when the timestamps are strictly increasing (else
-# '0'). Readings still held (max_ts set) when the lateness is 0 are all released by
+# '0'), '1' when the caller's registry memo alone holds the stream as registered (its
+# register() skipped it: no state there means another replica deleted it since, so
+# the script stores nothing and answers 'U': register it and call again). Readings still held (max_ts set) when the lateness is 0 are all released by
 # the hold step run with L = 0, as MemoryStore.append does. The stream's epoch is kept
 # in its state, given from Redis' clock when the state is created or started over.
 # Window arithmetic mirrors completed_ends();
@@ -98,7 +100,7 @@ local ts_b, flags, rows_b = ARGV[7], ARGV[8], ARGV[9]
 local R = $ts_size + size  -- a row's bytes
 local tenant, stream, group = ARGV[10], ARGV[11], ARGV[12]
 local layout, on_change, L = ARGV[13], ARGV[14], tonumber(ARGV[15])
-local ordered = ARGV[16]
+local ordered, memo_only = ARGV[16], ARGV[17]
 local function new_epoch(prev)  -- Redis' clock in µs, later than the previous epoch
   local t = redis.call('TIME')
   local e = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -107,6 +109,9 @@ local function new_epoch(prev)  -- Redis' clock in µs, later than the previous 
 end
 local h = redis.call('HMGET', state, 'layout', 'epoch', 'max_ts')
 local built, epoch, max_s = h[1], h[2], h[3]
+if memo_only == '1' and not epoch and redis.call('EXISTS', state) == 0 then
+  return 'U'  -- new, and not in the tenant's names: not counted against the quota
+end
 if built and built ~= layout then
   if on_change == 'refuse' then return 'L ' .. built end
   redis.call('DEL', rows_k, seen, state, risk, pend)  -- 'fresh': the stream starts over
@@ -481,9 +486,12 @@ def partition(tenant: str, stream: str, partitions: int) -> int:
 
 def _appended(reply: bytes, stream: str, layout: str) -> AppendResult:
     """The append script's reply: ``accepted duplicates late total completed shed
-    held`` then the queued window numbers, or ``L <layout>`` (refused: built for it)."""
+    held`` then the queued window numbers, ``L <layout>`` (refused: built for it) or
+    ``U`` (nothing stored: a new stream the caller did not register)."""
     if reply[:2] == b"L ":
         raise LayoutChanged(stream, reply[2:].decode(), layout)
+    if reply == b"U":
+        return AppendResult(0, 0, 0, 0, 0, [], unregistered=True)
     accepted, dup, late, total, count, shed, held, *queued = map(int, reply.split())
     return AppendResult(accepted, dup, late, total, count, queued, shed, held)
 
@@ -588,6 +596,9 @@ class RedisStore(Store):
         self._channel = f"{prefix}:scored"  # news of scored windows (pub/sub)
         # tenant/stream -> when this replica last registered it
         self._touched: dict[str, float] = {}
+        # those of them register() noted and no append has written since: an append
+        # may create their state (the others must find it: see the append script)
+        self._noted: set[str] = set()
         self._latency: dict[str, Any] = {}  # op -> its STORE_LATENCY child
         self._free: list[Any] = []  # idle connections of _send
         self._slots = asyncio.Semaphore(max_connections)
@@ -729,6 +740,7 @@ class RedisStore(Store):
         if now - self._pruned >= every:  # forget what must be registered again anyway
             self._pruned = now
             self._touched = {k: t for k, t in self._touched.items() if now - t < every}
+            self._noted &= self._touched.keys()
         memo = self._touched
         due = [s for s in streams if now - memo.get(f"{tenant}/{s}", -every) >= every]
         if not due:
@@ -751,7 +763,9 @@ class RedisStore(Store):
             await self._call("touch", self._command(touch))
             if len(self._touched) > MEMO_MAX:  # bound the memo, not the streams
                 self._touched.clear()
+                self._noted.clear()
             self._touched.update(dict.fromkeys(live, now))
+            self._noted.update(live)
         return [s for s in due if s in refused]
 
     async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
@@ -815,16 +829,24 @@ class RedisStore(Store):
             args += [per_partition, *_pack(values, ts)]
             args += [tenant, stream, GROUP, self.layout, self.on_layout_change]
             args += [repr(self.lateness_s), b"1" if _increasing(ts) else b"0"]
+            member = f"{tenant}/{stream}"
+            memo_only = member in self._touched and member not in self._noted
+            self._noted.discard(member)
+            args.append(b"1" if memo_only else b"0")
             p = partition(tenant, stream, self.partitions)
             base = f"{self.prefix}:{{p{p}}}:{tenant}/{stream}:"  # as _key() names them
             keys = [base + "rows", base + "seen", base + "state", self.work_keys[p]]
             keys += [base + "risk", base + "pend"]
             calls.append((self._append, keys, args))
         replies = await self._call("append", self._scripts(calls), scripts=True)
-        return [
+        out = [
             _appended(reply, stream, self.layout)
             for reply, (stream, _, _) in zip(replies, items, strict=True)
         ]
+        for res, (stream, _, _) in zip(out, items, strict=True):
+            if res.unregistered:  # the next register() call notes it again
+                self._touched.pop(f"{tenant}/{stream}", None)
+        return out
 
     async def state(self, tenant: str, stream: str) -> StreamState | None:
         pipe = self._pipeline()

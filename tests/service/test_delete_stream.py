@@ -220,6 +220,32 @@ def test_a_delete_cut_short_is_completed_by_its_retry(any_redis: AnyRedis) -> No
     assert asyncio.run(main()) == (0, [], None)
 
 
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_a_stream_deleted_through_another_replica_is_registered_again_at_once(
+    make_client: ClientFactory,
+) -> None:
+    """Two API replicas on one Redis: B registered the stream (its memo holds it for
+    5 s), A deletes it, B gets it again within those 5 s: it is listed and counted
+    against the quota at once (it was stored unlisted and uncounted: the tenant's
+    third stream with a quota of 2 was taken), and B's next new stream is refused."""
+    b = make_client(max_streams_per_tenant=2)
+    prefix = b.app.state.settings.key_prefix  # type: ignore[attr-defined]
+    a = make_client(max_streams_per_tenant=2, key_prefix=prefix)
+
+    def send(client: TestClient, stream: str, start: int) -> int:
+        body = {"stream": stream, "readings": readings(3, start)}
+        return client.post("/ingest", json=body).status_code
+
+    assert send(b, "s", 0) == 200
+    assert a.delete("/streams/s").status_code == 204
+    assert send(b, "s", 100) == 200
+    assert b.get("/streams").json()["streams"] == ["s"]
+    assert b.get("/risk/s").json()["readings_total"] == 3
+    assert send(b, "u", 0) == 200
+    assert send(b, "v", 0) == 403
+    assert a.get("/streams").json()["streams"] == ["s", "u"]
+
+
 @pytest.fixture(scope="module")
 def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
