@@ -26,6 +26,9 @@ from service.inference import CPU_CHUNK_TOKENS
 ENV_PREFIX = "SCJEPA_"
 # what redis-py's from_url takes, and the store's own Redis Cluster scheme
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
+MAX_TTL_S = 10 * 365 * 24 * 3600  # SCJEPA_STREAM_TTL_S: 10 years
+MAX_HISTORY_LEN = 1_000_000  # SCJEPA_HISTORY_LEN: about 540 MB of Redis per stream
+MAX_DEDUPE_HORIZON = 10_000_000  # SCJEPA_DEDUPE_HORIZON: 80 MB (100 MB) per stream
 
 
 class Settings(BaseSettings):
@@ -128,9 +131,15 @@ class Settings(BaseSettings):
     redis_timeout_s: Annotated[float, Field(gt=0)] = 1.0
     # connections per process; beyond it a request WAITS (up to redis_timeout_s) for one
     redis_max_connections: Annotated[int, Field(ge=1)] = 64
-    stream_ttl_s: Annotated[int, Field(ge=1)] = 7 * 24 * 3600  # idle streams expire
-    history_len: Annotated[int, Field(ge=1)] = 500  # risk records kept per stream
-    dedupe_horizon: Annotated[int, Field(ge=1)] = 10_000  # timestamps kept per stream
+    # idle streams expire. The bounds below are what Redis takes: past about 9e15 s
+    # EXPIRE answered "invalid expire time" (every ingest 503), a history past 1e16
+    # made the record script's trim fail after its write (every window scored and
+    # never acknowledged), a horizon past 5e7 outgrows a Redis string (512 MB)
+    stream_ttl_s: Annotated[int, Field(ge=1, le=MAX_TTL_S)] = 7 * 24 * 3600
+    # risk records kept per stream
+    history_len: Annotated[int, Field(ge=1, le=MAX_HISTORY_LEN)] = 500
+    # timestamps kept per stream
+    dedupe_horizon: Annotated[int, Field(ge=1, le=MAX_DEDUPE_HORIZON)] = 10_000
     # --- API: tenants and keys (service/auth.py)
     # comma-separated [TENANT:]KEY or [TENANT:]sha256:HEX entries (@admin / @ops for
     # the admin and operations keys); plain keys are hashed here, at load; empty and

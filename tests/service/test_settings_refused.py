@@ -91,9 +91,32 @@ def test_hold_must_outlast_resend(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize(
+    ("var", "top"),
+    [("STREAM_TTL_S", 315_360_000), ("HISTORY_LEN", 1_000_000),
+     ("DEDUPE_HORIZON", 10_000_000)],
+)  # fmt: skip
+def test_what_reaches_redis_is_bounded(
+    monkeypatch: pytest.MonkeyPatch, var: str, top: int
+) -> None:
+    """Past what Redis takes, SCJEPA_STREAM_TTL_S=99999999999999999 made every
+    ingest 503 ("invalid expire time"), SCJEPA_HISTORY_LEN=10**20 every window's
+    record write fail (scored, never acknowledged, claimed again for ever): refused
+    at start-up; the bound itself is taken."""
+    for value in (str(top + 1), "99999999999999999", "100000000000000000000"):
+        why = refusal(monkeypatch, {f"SCJEPA_{var}": value})
+        assert why == f"SCJEPA_{var}: Input should be less than or equal to {top}"
+    monkeypatch.setenv(f"SCJEPA_{var}", str(top))
+    assert getattr(Settings(), var.lower()) == top
+
+
+@pytest.mark.parametrize(
     ("env", "line"),
     [
         ({"SCJEPA_HOP": "abc"}, "SCJEPA_HOP: Input should be a valid integer"),
+        (
+            {"SCJEPA_STREAM_TTL_S": "99999999999999999"},
+            "SCJEPA_STREAM_TTL_S: Input should be less than or equal to 315360000",
+        ),
         (
             {"SCJEPA_MAX_BATCH": "0", "SCJEPA_PROVIDER": "gpu"},
             "SCJEPA_PROVIDER: Input should be 'auto', 'cpu' or 'cuda'; "
