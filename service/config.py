@@ -29,6 +29,8 @@ REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster")
 MAX_TTL_S = 10 * 365 * 24 * 3600  # SCJEPA_STREAM_TTL_S: 10 years
 MAX_HISTORY_LEN = 1_000_000  # SCJEPA_HISTORY_LEN: about 540 MB of Redis per stream
 MAX_DEDUPE_HORIZON = 10_000_000  # SCJEPA_DEDUPE_HORIZON: 80 MB (100 MB) per stream
+MIN_RPS = 1e-6  # SCJEPA_RATE_LIMIT_RPS above 0: one request per 11.6 days
+MAX_BURST = 1_000_000  # SCJEPA_RATE_LIMIT_BURST: a full bucket of 1e18 µs at MIN_RPS
 
 
 class Settings(BaseSettings):
@@ -152,7 +154,7 @@ class Settings(BaseSettings):
     # requests per second per API key (a token bucket in the store, so it holds across
     # replicas) and the burst it allows; 0 = off. Only with keys configured.
     rate_limit_rps: Annotated[float, Field(ge=0)] = 100.0
-    rate_limit_burst: Annotated[int, Field(ge=1)] = 200
+    rate_limit_burst: Annotated[int, Field(ge=1, le=MAX_BURST)] = 200
     # --- API: limits
     max_body_bytes: Annotated[int, Field(ge=1024)] = 4 * 1024 * 1024
     max_readings_per_request: Annotated[int, Field(ge=1)] = 10_000
@@ -206,6 +208,18 @@ class Settings(BaseSettings):
                     "must be an http:// or https:// URL with a host, e.g. "
                     "http://alertmanager:9093"
                 )
+        return v
+
+    @field_validator("rate_limit_rps")
+    @classmethod
+    def _rate_in_range(cls, v: float) -> float:
+        """The bucket's period (1/rps, µs) and expiry pass through the store's script:
+        at 1e-12 a key's second request got through, at 1e-300 every keyed request
+        was a 503 (Redis refused the expiry), as was a bucket (burst / rps) past
+        about 9e12 s once full (MAX_BURST keeps it within 1e12); a burst past 1e308
+        raised, a 500."""
+        if 0 < v < MIN_RPS:
+            raise ValueError(f"must be 0 (off) or at least {MIN_RPS:g}")
         return v
 
     @model_validator(mode="after")

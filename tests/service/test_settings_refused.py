@@ -109,6 +109,26 @@ def test_what_reaches_redis_is_bounded(
     assert getattr(Settings(), var.lower()) == top
 
 
+def test_the_rate_limit_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GCRA bucket's period (1/rps) and expiry run through Redis' script: a rate
+    of 1e-300 made every keyed request a 503, a burst of 10**400 every one a 500
+    (float overflow); 0 stays "off"."""
+    for rps in ("1e-300", "1e-7"):
+        why = refusal(monkeypatch, {"SCJEPA_RATE_LIMIT_RPS": rps})
+        assert why == "SCJEPA_RATE_LIMIT_RPS: must be 0 (off) or at least 1e-06"
+    why = refusal(
+        monkeypatch,
+        {"SCJEPA_RATE_LIMIT_RPS": "1", "SCJEPA_RATE_LIMIT_BURST": "1" + "0" * 400},
+    )
+    assert (
+        why == "SCJEPA_RATE_LIMIT_BURST: Input should be less than or equal to 1000000"
+    )
+    for rps in ("0", "1e-6"):
+        monkeypatch.setenv("SCJEPA_RATE_LIMIT_RPS", rps)
+        monkeypatch.setenv("SCJEPA_RATE_LIMIT_BURST", "1000000")
+        assert Settings().rate_limit_rps == float(rps)
+
+
 @pytest.mark.parametrize(
     ("env", "line"),
     [
