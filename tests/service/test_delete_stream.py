@@ -21,6 +21,7 @@ from test_store_units import fresh_store
 from service import alerting
 from service.config import Settings
 from service.main import create_app
+from service.store import Summary
 from service.store.redis_store import RedisStore
 from service.worker import ScoredWindow
 
@@ -396,3 +397,63 @@ def test_a_deleted_stream_is_not_noted_back_in_the_gauges(
             await b.close()
 
     assert asyncio.run(main()) == (0, 0, 0.0, ())
+
+
+def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
+    any_redis: AnyRedis,
+) -> None:
+    """A scorer wrote a window's record, then (its second call) the stream's newest
+    risk for the gauges; a DELETE through another replica lands between the two: the
+    risk is not noted (it was, for ever: the deleted stream counted in alert, as the
+    max risk and among the top streams). After a SCRIPT FLUSH the gauge write still
+    notes a live stream's risk (its script is loaded again)."""
+
+    async def main() -> list[Any]:
+        prefix = f"d{time.time_ns()}"  # two processes' stores on one Redis
+
+        def store() -> RedisStore:
+            return RedisStore(any_redis.url, prefix=prefix, ttl_s=600, history_len=10,
+                              dedupe_horizon=100, timeout_s=5.0, partitions=2)  # fmt: skip
+
+        api, scorer = store(), store()
+        calls = 0
+        call = scorer._call
+
+        async def delete_between(op: str, coro: Any, **kw: Any) -> Any:
+            nonlocal calls
+            calls += op == "put_risks"
+            if calls == 2:  # the record is written, the gauge write next
+                calls += 1
+                await api.delete("t", "s")
+            return await call(op, coro, **kw)
+
+        scorer._call = delete_between  # type: ignore[method-assign]
+        out: list[Any] = []
+        x = np.ones((10, 2), np.float32)
+        try:
+            await scorer.ensure_groups()
+            for stream in ("s", "q"):
+                await api.register("t", [stream], 10)
+                await api.append("t", stream, T0 + np.arange(10.0), x, window=10,
+                                 hop=10, max_queued=100)  # fmt: skip
+            items = {it.stream: it for it in await scorer.read_work("c", 10, 0)}
+            s = items["s"]
+            rec = [("t", "s", s.epoch, [(10, "{}", 0.95)])]
+            out.append(await scorer.put_scored(rec, ack=[s.id]))
+            out.append(await api.summary(0.5, top=5))
+            any_redis.client().script_flush()
+            q = items["q"]
+            rec = [("t", "q", q.epoch, [(10, "{}", 0.7)])]
+            out.append(await scorer.put_scored(rec, ack=[q.id]))
+            out.append(await api.summary(0.5, top=5))
+            return out
+        finally:
+            await api.close()
+            await scorer.close()
+
+    assert asyncio.run(main()) == [
+        [[True]],
+        Summary(1, 0, 0.0, ()),
+        [[True]],
+        Summary(1, 1, 0.7, (("t", "q", 0.7),)),
+    ]
