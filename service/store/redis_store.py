@@ -863,20 +863,25 @@ class RedisStore(Store):
         and the gauges' indexes (other slots). In that order, so that a call failing
         between the two is retried whole: the retry finds no keys, removes the names
         left and answers as the first would have (a stream known by its name only
-        counts as known)."""
+        counts as known, while the name is live: one idle past the TTL, its keys
+        expired and its name not yet pruned, is unknown, as GET /streams and
+        MemoryStore have it)."""
         keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state", "risk")]
         keys.append(self._key(tenant, stream, "pend"))
         epoch = await self._call("delete", self._delete(keys=keys))
         member = f"{tenant}/{stream}"
+        cutoff = time.time() - self.ttl_s
         pipe = self._pipeline()
+        pipe.zscore(self._tenant(tenant, "touched"), stream)
         pipe.zrem(self._tenant(tenant, "names"), stream)
         pipe.zrem(self._tenant(tenant, "touched"), stream)
         pipe.zrem(self._global("streams"), member)
         pipe.zrem(self._global("latest"), member)
-        named, *_ = await self._call("delete", pipe.execute())
+        touched, named, *_ = await self._call("delete", pipe.execute())
         self._touched.pop(member, None)  # its next ingest registers it again
         if epoch is None:
-            return 0 if named else None
+            live = named and touched is not None and float(touched) > cutoff
+            return 0 if live else None
         return int(epoch)
 
     async def put_scored(

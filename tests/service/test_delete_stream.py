@@ -221,6 +221,33 @@ def test_a_delete_cut_short_is_completed_by_its_retry(any_redis: AnyRedis) -> No
     assert asyncio.run(main()) == (0, [], None)
 
 
+def test_a_stream_idle_past_the_ttl_is_unknown_to_delete(
+    make_client: ClientFactory,
+) -> None:
+    """A stream idle past the TTL, its keys expired but its name not yet pruned (the
+    tenant's names live on with another stream's registration): DELETE is a 404 as
+    GET /risk's, on every store (Redis answered 204, deleted, for a stream forgotten
+    already, that GET /streams did not list)."""
+    client = make_client(stream_ttl_s=2)
+
+    def send(stream: str) -> None:
+        body = {"stream": stream, "readings": readings(3)}
+        assert client.post("/ingest", json=body).status_code == 200
+
+    send("p")
+    time.sleep(1.5)
+    send("q")  # the tenant's names outlive p's keys
+    time.sleep(1.0)  # p idle past the TTL, q not
+    assert client.get("/risk/p").status_code == 404
+    r = client.delete("/streams/p")
+    assert (r.status_code, r.json()) == (
+        404,
+        {"detail": "unknown stream 'p' (no readings yet)"},
+    )
+    assert client.get("/streams").json()["streams"] == ["q"]
+    assert client.delete("/streams/q").status_code == 204
+
+
 @pytest.mark.parametrize("store_kind", ["redis", "cluster"])
 def test_a_stream_deleted_through_another_replica_is_registered_again_at_once(
     make_client: ClientFactory,
