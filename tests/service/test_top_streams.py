@@ -6,6 +6,7 @@ latest risk, over every tenant; a stream that leaves the top N leaves the exposi
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from service.config import Settings
 
 T0 = 1_700_000_000.0
 KEYS = {"acme": "k-acme", "beta": "k-beta"}
+REFERENCE = Path(__file__).parents[2] / "docs" / "reference"
 
 
 class Feeder:
@@ -84,6 +86,30 @@ def test_top_streams_follow_the_latest_risks(make_client: ClientFactory) -> None
     r = client.delete("/streams/pump", headers={"X-API-Key": KEYS["acme"]})
     assert r.status_code == 204
     assert set(top_series(client)) == {("beta", "pump"), ("acme", "fan")}
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+def test_metrics_names_every_tenants_streams_as_documented(
+    make_client: ClientFactory,
+) -> None:
+    """/metrics is no tenant route: open, it names a stream of beta's to anyone (acme's
+    GET /risk of it is a 404), as api.md's tenants section says (it claimed each key
+    saw its tenant's streams only and said nothing of /metrics); behind an @ops key
+    (SCJEPA_OPS_KEY_ROUTES) no tenant key reads it."""
+    keys = [f"{t}:{k}" for t, k in KEYS.items()]
+    client = make_client(api_keys=keys)
+    Feeder(client).send("beta", "pump", 1.0)
+    acme = {"X-API-Key": KEYS["acme"]}
+    assert client.get("/risk/pump", headers=acme).status_code == 404
+    assert set(top_series(client)) == {("beta", "pump")}
+    tenants = (REFERENCE / "api.md").read_text().split("## Tenants and keys")[1]
+    tenants = " ".join(tenants.split("\n## ")[0].split())
+    assert "`/metrics` is no tenant route" in tenants
+    assert "`scjepa_top_stream_risk`" in tenants and "SCJEPA_OPS_KEY_ROUTES" in tenants
+
+    closed = make_client(api_keys=[*keys, "@ops:k-ops"], ops_key_routes=["/metrics"])
+    assert closed.get("/metrics", headers=acme).status_code == 401
+    assert closed.get("/metrics", headers={"X-API-Key": "k-ops"}).status_code == 200
 
 
 def test_no_top_streams_when_disabled(make_client: ClientFactory) -> None:
