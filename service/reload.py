@@ -136,6 +136,8 @@ class ModelSlot:
         self.on_swap = on_swap
         self.status = ReloadStatus(outcome="none", serving=ref(model))
         self._lock = asyncio.Lock()
+        # a SIGHUP's reload waits for the one running: later SIGHUPs join it
+        self._queued = False
         self._restart = asyncio.Lock()
         self._loading: ThreadPoolExecutor | None = None
         self.log = logging.getLogger(__name__)
@@ -269,10 +271,20 @@ class ModelSlot:
         """Load, check, warm and swap; the status says what happened. Raises
         :class:`ReloadBusy` while another reload runs, unless ``wait`` (SIGHUP's):
         then it runs once that one ends, as the folder may have changed since that
-        one read it (a reload asked for is never dropped)."""
-        if self._lock.locked() and not wait:
-            raise ReloadBusy("a reload is already running")
-        async with self._lock:
+        one read it (a reload asked for is never dropped). Those waiting run as one,
+        that reads the folder after them all (five SIGHUPs were five full reloads)."""
+        if self._lock.locked():
+            if not wait:
+                raise ReloadBusy("a reload is already running")
+            if self._queued:  # one waits already, to read the folder after this one
+                return self.status
+            self._queued = True
+            try:  # until the running one ends (cancelled too: none left queued)
+                async with self._lock:
+                    pass
+            finally:
+                self._queued = False
+        async with self._lock:  # free, with no waiter: taken without a pause
             loop = asyncio.get_running_loop()
             started, at = time.perf_counter(), now_utc()
             old, old_local, old_child = self.current, self.local, self.child

@@ -259,3 +259,32 @@ def test_a_sighup_during_a_reload_reloads_after_it(
 
     version, previous, ok = asyncio.run(main())
     assert ok == 2 and previous in ("0.0.2", "0.0.3") and version == "0.0.3"
+
+
+def test_sighups_during_a_reload_reload_once_after_it(
+    artifact_dir: Path, tmp_path: Path
+) -> None:
+    """Several SIGHUPs while a reload runs reload once more when it ends, not once
+    each (five queued five full reloads, one after another: each loaded, checked and
+    warmed the model again); the one that runs reads the folder as the last left it."""
+    art = copy_artifact(artifact_dir, tmp_path / "art")
+
+    async def main() -> tuple[str, float]:
+        before = reloads("ok")
+        slot = await ModelSlot.open(settings(art, tmp_path), in_process=True)
+        try:
+            set_version(art, "0.0.2")
+            first = asyncio.create_task(slot.reload())
+            await asyncio.sleep(0)  # running: loading on its thread
+            assert not first.done()
+            hups = []
+            for version in ("0.0.3", "0.0.4", "0.0.5", "0.0.6", "0.0.7"):
+                set_version(art, version)
+                hups.append(asyncio.create_task(_reload_quietly(slot)))
+                await asyncio.sleep(0)
+            await asyncio.gather(first, *hups)
+            return slot.current.manifest.version, reloads("ok") - before
+        finally:
+            await slot.close()
+
+    assert asyncio.run(main()) == ("0.0.7", 2)
