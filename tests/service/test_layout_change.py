@@ -105,6 +105,47 @@ def test_a_refused_batch_stores_none_of_its_streams(
         assert (res["accepted"], res["duplicates"]) == (150, 0)
 
 
+def _roll_out(
+    redis: RedisServer, old: Path, new: Path, *, before_layouts: bool = False, **kw: Any
+) -> tuple[int, float]:
+    """An api of model ``old`` queues 3 windows of one stream and stops (with
+    ``before_layouts`` the items lose their layout field, as the release before this
+    one queued them); a scorer of model ``new`` drains the queue. Returns the risk
+    records written and the windows shed for their layout."""
+    prefix = f"lay{uuid.uuid4().hex[:8]}"
+
+    def settings(artifact: Path, role: str) -> Settings:
+        return Settings(artifact=artifact, redis_url=redis.url, role=role,
+                        key_prefix=prefix, infer_in="thread", **kw)  # fmt: skip
+
+    with TestClient(create_app(settings(old, "api"))) as api:
+        r = api.post("/ingest", json=body(300, 4))
+        assert r.json()["results"][0]["windows_queued"] == 3
+    r = redis.client()
+    if before_layouts:
+        for key in r.scan_iter(f"{prefix}:*:work"):
+            for entry_id, fields in r.xrange(key):
+                r.xdel(key, entry_id)
+                r.xadd(key, {k: v for k, v in fields.items() if k != b"l"})
+    labels = {"reason": "layout"}
+    shed = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) or 0.0
+    with TestClient(create_app(settings(new, "scorer"))):
+        deadline = time.monotonic() + 30
+        while sum(r.xlen(k) for k in r.scan_iter(f"{prefix}:*:work")) > 0:
+            assert time.monotonic() < deadline, "the queue was not drained"
+            time.sleep(0.05)
+    records = sum(r.zcard(k) for k in r.scan_iter(f"{prefix}:*:risk"))
+    dropped = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) - shed
+    return records, dropped
+
+
+def _reordered(tmp_path: Path) -> Path:
+    """The test model's channels in another order: the same shape, another layout."""
+    build_artifact(tmp_path / "reordered", channels=["flat", "c", "b", "a"],
+                   mask=[False, True, True, True])  # fmt: skip
+    return tmp_path / "reordered"
+
+
 def test_windows_queued_for_another_layout_of_the_same_shape_are_not_scored(
     redis_server: RedisServer, artifact_dir: Path, tmp_path: Path
 ) -> None:
@@ -113,29 +154,9 @@ def test_windows_queued_for_another_layout_of_the_same_shape_are_not_scored(
     and stopped, a scorer of the new model starts. It scores none of them (it would
     read channel a as flat and write its records into the old stream's history): they
     are dropped and counted as shed for their layout."""
-    reordered = tmp_path / "reordered"
-    build_artifact(reordered, channels=["flat", "c", "b", "a"],
-                   mask=[False, True, True, True])  # fmt: skip
-    prefix = f"lay{uuid.uuid4().hex[:8]}"
-
-    def settings(artifact: Path, role: str) -> Settings:
-        return Settings(artifact=artifact, redis_url=redis_server.url, role=role,
-                        key_prefix=prefix, layout_change="refuse", infer_in="thread",
-                        claim_timeout_s=0.2)  # fmt: skip
-
-    with TestClient(create_app(settings(artifact_dir, "api"))) as api:
-        r = api.post("/ingest", json=body(300, 4))
-        assert r.json()["results"][0]["windows_queued"] == 3
-    r = redis_server.client()
-    labels = {"reason": "layout"}
-    shed = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) or 0.0
-    with TestClient(create_app(settings(reordered, "scorer"))):
-        deadline = time.monotonic() + 30
-        while sum(r.xlen(k) for k in r.scan_iter(f"{prefix}:*:work")) > 0:
-            assert time.monotonic() < deadline, "the queue was not drained"
-            time.sleep(0.05)
-    assert list(r.scan_iter(f"{prefix}:*:risk")) == []  # no record written
-    assert REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) == shed + 3
+    new = _reordered(tmp_path)
+    assert _roll_out(redis_server, artifact_dir, new, layout_change="refuse",
+                     claim_timeout_s=0.2) == (0, 3)  # fmt: skip
 
 
 @pytest.mark.parametrize("same", [True, False])
@@ -147,32 +168,6 @@ def test_windows_queued_by_the_release_before_layouts_are_checked_by_their_state
     model of another layout of the same shape drops them (it scored them, channel a
     read as flat, and wrote the records), one of the same model scores them all (a
     roll-out of the service alone drops none)."""
-    model = artifact_dir
-    if not same:
-        model = tmp_path / "reordered"
-        build_artifact(model, channels=["flat", "c", "b", "a"],
-                       mask=[False, True, True, True])  # fmt: skip
-    prefix = f"lay{uuid.uuid4().hex[:8]}"
-
-    def settings(artifact: Path, role: str) -> Settings:
-        return Settings(artifact=artifact, redis_url=redis_server.url, role=role,
-                        key_prefix=prefix, infer_in="thread")  # fmt: skip
-
-    with TestClient(create_app(settings(artifact_dir, "api"))) as api:
-        r = api.post("/ingest", json=body(300, 4))
-        assert r.json()["results"][0]["windows_queued"] == 3
-    r = redis_server.client()
-    for key in r.scan_iter(f"{prefix}:*:work"):  # queued by the release before
-        for entry_id, fields in r.xrange(key):
-            r.xdel(key, entry_id)
-            r.xadd(key, {k: v for k, v in fields.items() if k != b"l"})
-    labels = {"reason": "layout"}
-    shed = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) or 0.0
-    with TestClient(create_app(settings(model, "scorer"))):
-        deadline = time.monotonic() + 30
-        while sum(r.xlen(k) for k in r.scan_iter(f"{prefix}:*:work")) > 0:
-            assert time.monotonic() < deadline, "the queue was not drained"
-            time.sleep(0.05)
-    records = sum(r.zcard(k) for k in r.scan_iter(f"{prefix}:*:risk"))
-    dropped = REGISTRY.get_sample_value("scjepa_windows_shed_total", labels) - shed
-    assert (records, dropped) == ((3, 0) if same else (0, 3))
+    new = artifact_dir if same else _reordered(tmp_path)
+    got = _roll_out(redis_server, artifact_dir, new, before_layouts=True)
+    assert got == ((3, 0) if same else (0, 3))
