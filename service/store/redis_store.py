@@ -753,20 +753,24 @@ class RedisStore(Store):
             "register", self._scripts([(self._register, keys, args)]), scripts=True
         )
         refused = {cast(bytes, r).decode() for r in names}
-        live = {} if refused else {f"{tenant}/{s}": wall for s in due}
-        if live and self.cluster:  # another slot: the cluster client routes it
+        if refused:  # all or nothing: none of them noted
+            return [s for s in due if s in refused]
+        live = {f"{tenant}/{s}": wall for s in due}
+        if self.cluster:  # another slot: the cluster client routes it
             await self._call("touch", self.client.zadd(self._global("streams"), live))
-        elif live:
+        else:
             touch: list[bytes | str | int | float] = [b"ZADD", self._global("streams")]
             for member, score in live.items():
                 touch += (score, member)
             await self._call("touch", self._command(touch))
-            if len(self._touched) > MEMO_MAX:  # bound the memo, not the streams
-                self._touched.clear()
-                self._noted.clear()
-            self._touched.update(dict.fromkeys(live, now))
-            self._noted.update(live)
-        return [s for s in due if s in refused]
+        # memoized on a Cluster too: else each of its ingests costs two more round
+        # trips (the script and the ZADD, on other shards than the append's)
+        if len(self._touched) > MEMO_MAX:  # bound the memo, not the streams
+            self._touched.clear()
+            self._noted.clear()
+        self._touched.update(dict.fromkeys(live, now))
+        self._noted.update(live)
+        return []
 
     async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
         """One round trip reading the streams' layouts (only under 'refuse'). Not

@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from support.service_artifact import build_artifact
-from support.service_helpers import AnyRedis, ClientFactory, Hook, RedisServer
+from support.service_helpers import (
+    AnyRedis,
+    ClientFactory,
+    Hook,
+    RedisCluster,
+    RedisServer,
+)
 from test_alerting import wait_until
 from test_store_units import fresh_store
 
@@ -30,6 +36,12 @@ T0 = 1_700_000_000.0
 
 def readings(n: int, start: int = 0, value: float = 0.0) -> list[dict[str, Any]]:
     return [{"ts": T0 + start + i, "values": [value] * 4} for i in range(n)]
+
+
+def send(client: TestClient, stream: str, start: int) -> int:
+    """POST /ingest of 3 readings of ``stream`` from T0 + ``start``: the status."""
+    body = {"stream": stream, "readings": readings(3, start)}
+    return int(client.post("/ingest", json=body).status_code)
 
 
 def metric(client: TestClient, name: str) -> float:
@@ -260,10 +272,6 @@ def test_a_stream_deleted_through_another_replica_is_registered_again_at_once(
     prefix = b.app.state.settings.key_prefix  # type: ignore[attr-defined]
     a = make_client(max_streams_per_tenant=2, key_prefix=prefix)
 
-    def send(client: TestClient, stream: str, start: int) -> int:
-        body = {"stream": stream, "readings": readings(3, start)}
-        return client.post("/ingest", json=body).status_code
-
     assert send(b, "s", 0) == 200
     assert a.delete("/streams/s").status_code == 204
     assert send(b, "s", 100) == 200
@@ -272,6 +280,59 @@ def test_a_stream_deleted_through_another_replica_is_registered_again_at_once(
     assert send(b, "u", 0) == 200
     assert send(b, "v", 0) == 403
     assert a.get("/streams").json()["streams"] == ["s", "u"]
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_a_stream_deleted_through_another_replica_keeps_the_quota(
+    make_client: ClientFactory,
+) -> None:
+    """Quota 1: B serves s (its memo holds it for 5 s), A deletes s and takes the
+    tenant's one place with u; s sent again through B within those 5 s is refused
+    (403, nothing stored), where B's memo alone would have stored it unlisted."""
+    b = make_client(max_streams_per_tenant=1)
+    prefix = b.app.state.settings.key_prefix  # type: ignore[attr-defined]
+    a = make_client(max_streams_per_tenant=1, key_prefix=prefix)
+
+    assert send(b, "s", 0) == 200
+    assert a.delete("/streams/s").status_code == 204
+    assert send(a, "u", 0) == 200
+    assert send(b, "s", 100) == 403
+    assert b.get("/risk/s").status_code == 404
+    assert b.get("/streams").json()["streams"] == ["u"]
+
+
+def commands(server: AnyRedis) -> dict[str, int]:
+    """Calls per command on every node of ``server`` (INFO commandstats)."""
+    nodes = server.nodes if isinstance(server, RedisCluster) else [server]
+    out: dict[str, int] = {}
+    for node in nodes:
+        client = node.client()
+        try:
+            for name, stat in client.info("commandstats").items():
+                out[name] = out.get(name, 0) + int(stat["calls"])
+        finally:
+            client.close()
+    return out
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_a_streams_repeated_ingest_is_one_round_trip(
+    make_client: ClientFactory, redis: AnyRedis
+) -> None:
+    """A stream sent again within the registry memo's 5 s costs its append script
+    only (one EVALSHA, no ZADD): on a Cluster the memo was never filled, and each
+    ingest ran the registry script and the gauges' ZADD too (three round trips).
+    33 readings in all: no window completes, so no scorer writes in between."""
+    client = make_client()
+    sent = 10
+    assert send(client, "s", 0) == 200  # registers the stream
+    before = commands(redis)
+    for i in range(1, sent + 1):
+        assert send(client, "s", 3 * i) == 200
+    after = commands(redis)
+    calls = {c: after.get(c, 0) - before.get(c, 0) for c in after}
+    assert (calls["cmdstat_evalsha"], calls.get("cmdstat_zadd", 0)) == (sent, 0)
+    assert client.get("/risk/s").json()["readings_total"] == 3 * (sent + 1)
 
 
 @pytest.fixture(scope="module")
@@ -384,18 +445,17 @@ def test_a_deleted_lifes_late_window_does_not_reopen_its_alert(
 
 
 def test_a_deleted_stream_is_not_noted_back_in_the_gauges(
-    redis_server: RedisServer,
+    any_redis: AnyRedis,
 ) -> None:
     """A record written while the stream is deleted (a scorer between its record and
     its note of the newest risk; or, as here, the name sent again within 5 s through
     a replica whose memo skips registering it) noted no risk back into the gauges'
     index: it stayed there for ever (the idle expiry reads the registered streams
-    only), a deleted stream counted in alert and exported among the top streams.
-    One redis-server: a Cluster's replicas register the stream again at once."""
+    only), a deleted stream counted in alert and exported among the top streams."""
 
     async def main() -> tuple[int, int, float, tuple[Any, ...]]:
         def replica() -> RedisStore:
-            return RedisStore(redis_server.url, prefix=prefix, ttl_s=600, history_len=10,
+            return RedisStore(any_redis.url, prefix=prefix, ttl_s=600, history_len=10,
                               dedupe_horizon=100, timeout_s=5.0, partitions=2)  # fmt: skip
 
         prefix = f"ghost{time.time_ns()}"
