@@ -73,6 +73,18 @@ def _scoring_runs(state: Any) -> bool:
     return batcher is not None and bool(batcher.running)
 
 
+def _top(state: Any) -> int:
+    """How many streams scjepa_top_stream_risk names: none where tenants' keys are set
+    and /metrics is open, as any caller would learn other tenants' stream names, which
+    no tenant route tells (SCJEPA_OPS_KEY_ROUTES naming /metrics lifts that)."""
+    settings = state.settings
+    door = getattr(state, "door", None)
+    keyed = door is not None and not door.keys.open
+    if keyed and "/metrics" not in settings.ops_key_routes:
+        return 0
+    return int(settings.top_streams)
+
+
 @router.get("/metrics", response_class=Response)
 async def prometheus(request: Request) -> Response:
     """Prometheus exposition format; the stream gauges are refreshed from the store,
@@ -82,8 +94,7 @@ async def prometheus(request: Request) -> Response:
     slot = getattr(state, "slot", None)
     if store is not None and slot is not None:
         try:
-            top = state.settings.top_streams
-            s = await store.summary(slot.current.manifest.threshold, top)
+            s = await store.summary(slot.current.manifest.threshold, _top(state))
             metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top)
             if getattr(state, "worker", None) is None:
                 metrics.set_queue(await store.queue_stats())

@@ -20,6 +20,10 @@ from service.config import Settings
 
 T0 = 1_700_000_000.0
 KEYS = {"acme": "k-acme", "beta": "k-beta"}
+OPS = "k-ops"
+# two tenants, and /metrics behind an @ops key: the top streams are named there only
+KEYED = {"api_keys": [*(f"{t}:{k}" for t, k in KEYS.items()), f"@ops:{OPS}"],
+         "ops_key_routes": ["/metrics"]}  # fmt: skip
 REFERENCE = Path(__file__).parents[2] / "docs" / "reference"
 
 
@@ -50,7 +54,7 @@ class Feeder:
 
 def top_series(client: TestClient) -> dict[tuple[str, str], float]:
     """scjepa_top_stream_risk as one scrape of GET /metrics exports it."""
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers={"X-API-Key": OPS}).text
     return {
         (s.labels["tenant"], s.labels["stream"]): s.value
         for family in text_string_to_metric_families(text)
@@ -64,7 +68,7 @@ def top(risks: dict[tuple[str, str], float], n: int) -> dict[tuple[str, str], fl
 
 
 def test_top_streams_follow_the_latest_risks(make_client: ClientFactory) -> None:
-    client = make_client(top_streams=2, api_keys=[f"{t}:{k}" for t, k in KEYS.items()])
+    client = make_client(top_streams=2, **KEYED)
     feed, risks = Feeder(client), {}
     # the same stream name in two tenants: two streams, told apart by the label
     for key, value in ((("acme", "pump"), 0.5), (("beta", "pump"), 1.0),
@@ -89,34 +93,30 @@ def test_top_streams_follow_the_latest_risks(make_client: ClientFactory) -> None
 
 
 @pytest.mark.parametrize("store_kind", ["memory"])
-def test_metrics_names_every_tenants_streams_as_documented(
+def test_an_open_metrics_names_no_stream_of_any_tenant(
     make_client: ClientFactory,
 ) -> None:
-    """/metrics is no tenant route: open, it names a stream of beta's to anyone (acme's
-    GET /risk of it is a 404), as api.md's tenants section says (it claimed each key
-    saw its tenant's streams only and said nothing of /metrics); behind an @ops key
-    (SCJEPA_OPS_KEY_ROUTES) no tenant key reads it."""
-    keys = [f"{t}:{k}" for t, k in KEYS.items()]
-    client = make_client(api_keys=keys)
-    Feeder(client).send("beta", "pump", 1.0)
+    """With tenants' keys set, an open /metrics would tell anyone the stream names of
+    every tenant (acme's GET /risk of beta's stream is a 404): it names none; behind
+    an @ops key (SCJEPA_OPS_KEY_ROUTES) the ops key reads them, no tenant key does.
+    api.md's tenants section says so."""
+    tenants = [f"{t}:{k}" for t, k in KEYS.items()]
     acme = {"X-API-Key": KEYS["acme"]}
-    assert client.get("/risk/pump", headers=acme).status_code == 404
-    assert set(top_series(client)) == {("beta", "pump")}
-    tenants = (REFERENCE / "api.md").read_text().split("## Tenants and keys")[1]
-    tenants = " ".join(tenants.split("\n## ")[0].split())
-    assert "`/metrics` is no tenant route" in tenants
-    assert "`scjepa_top_stream_risk`" in tenants and "SCJEPA_OPS_KEY_ROUTES" in tenants
-
-    closed = make_client(api_keys=[*keys, "@ops:k-ops"], ops_key_routes=["/metrics"])
-    assert closed.get("/metrics", headers=acme).status_code == 401
-    assert closed.get("/metrics", headers={"X-API-Key": "k-ops"}).status_code == 200
+    for client, named in ((make_client(api_keys=tenants), False),
+                          (make_client(**KEYED), True)):  # fmt: skip
+        Feeder(client).send("beta", "pump", 1.0)
+        assert client.get("/risk/pump", headers=acme).status_code == 404
+        assert set(top_series(client)) == ({("beta", "pump")} if named else set())
+    assert client.get("/metrics", headers=acme).status_code == 401
+    text = " ".join((REFERENCE / "api.md").read_text().split())
+    assert "names no stream while tenants' keys are set and `/metrics` is open" in text
 
 
 def test_no_top_streams_when_disabled(make_client: ClientFactory) -> None:
     """N = 0: no series (the store-wide gauges as before)."""
-    client = make_client(top_streams=0, api_keys=[f"{t}:{k}" for t, k in KEYS.items()])
+    client = make_client(top_streams=0, **KEYED)
     risk = Feeder(client).send("acme", "pump", 1.0)
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers={"X-API-Key": OPS}).text
     assert top_series(client) == {}
     assert "pump" not in text
     (max_risk,) = [
