@@ -84,8 +84,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 # lateness (seconds; 0 = none), '1' when the timestamps are strictly increasing (else
 # '0'), '1' when the caller's registry memo alone holds the stream as registered (its
 # register() skipped it: no state there means another replica deleted it since, so
-# the script stores nothing and answers 'U': register it and call again). Readings still held (max_ts set) when the lateness is 0 are all released by
-# the hold step run with L = 0, as MemoryStore.append does. The stream's epoch is kept
+# the script stores nothing and answers 'U': register it and call again). Readings
+# still held (max_ts set) when the lateness is 0 are all released by the hold step run
+# with L = 0, as MemoryStore.append does. The stream's epoch is kept
 # in its state, given from Redis' clock when the state is created or started over.
 # Window arithmetic mirrors completed_ends();
 # the fill mirrors forward_fill(). Pushes are variadic, in chunks under Lua's unpack()
