@@ -35,6 +35,12 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def _refuse(why: str) -> int:
+    """One line on stderr, exit status 2: how `scjepa serve` refuses to start."""
+    print(f"scjepa serve: error: {why}", file=sys.stderr)
+    return 2
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--artifact", type=Path, help="folder with model.onnx + manifest.json"
@@ -99,39 +105,29 @@ def run(args: argparse.Namespace) -> int:
     try:
         settings = Settings()
     except ValidationError as e:
-        print(f"scjepa serve: error: {describe(e)}", file=sys.stderr)
-        return 2
+        return _refuse(describe(e))
     except UnicodeDecodeError as e:  # the only file Settings reads: a traceback before
         env = Path(str(Settings.model_config.get("env_file"))).resolve()
-        print(
-            f"scjepa serve: error: {env}: not UTF-8 text ({e.reason})", file=sys.stderr
-        )
-        return 2
+        return _refuse(f"{env}: not UTF-8 text ({e.reason})")
     try:  # fail here, with one line, not in a worker
         manifest = load_manifest(settings.artifact)
     except (ArtifactError, OSError) as e:
-        print(f"scjepa serve: error: SCJEPA_ARTIFACT: {e}", file=sys.stderr)
-        return 2
+        return _refuse(f"SCJEPA_ARTIFACT: {e}")
     try:
         at_budget(manifest, settings.fa_budget)
     except ArtifactError as e:  # it names SCJEPA_FA_BUDGET
-        print(f"scjepa serve: error: {e}", file=sys.stderr)
-        return 2
+        return _refuse(str(e))
     try:  # the settings' own keys are checked above: what fails here is the file
         keys = Keys(settings.api_keys, settings.api_keys_file)
     except (KeyConfigError, OSError) as e:
         why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
-        print(f"scjepa serve: error: SCJEPA_API_KEYS_FILE: {why}", file=sys.stderr)
-        return 2
+        return _refuse(f"SCJEPA_API_KEYS_FILE: {why}")
     if settings.ops_key_routes and not (keys.table.has(OPS) or keys.table.has(ADMIN)):
         # no key could open them: health checks and scrapes would get 401 for ever
-        print(
-            f"scjepa serve: error: SCJEPA_OPS_KEY_ROUTES: {settings.ops_key_routes} "
-            f"need an {OPS} or {ADMIN} key, and neither SCJEPA_API_KEYS nor "
-            "SCJEPA_API_KEYS_FILE holds one",
-            file=sys.stderr,
+        return _refuse(
+            f"SCJEPA_OPS_KEY_ROUTES: {settings.ops_key_routes} need an {OPS} or "
+            f"{ADMIN} key, and neither SCJEPA_API_KEYS nor SCJEPA_API_KEYS_FILE holds one"
         )
-        return 2
     if settings.role != "api":  # a process that scores: the model it will run
         from service.reload import load_checked
 
@@ -139,18 +135,14 @@ def run(args: argparse.Namespace) -> int:
             load_checked(settings, None).close()
         except Exception as e:  # onnxruntime raises its own types
             why = str(e) if isinstance(e, ArtifactError) else repr(e)
-            print(f"scjepa serve: error: {why}", file=sys.stderr)
-            return 2
+            return _refuse(why)
     if args.workers > 1 and not settings.redis_url:
-        print("scjepa serve: error: --workers > 1 needs --redis-url", file=sys.stderr)
-        return 2
+        return _refuse("--workers > 1 needs --redis-url")
     if settings.role != "all" and not settings.redis_url:
-        print(
-            f"scjepa serve: error: --role {settings.role} needs --redis-url (the work "
-            "queue between API and scorer processes lives in Redis)",
-            file=sys.stderr,
+        return _refuse(
+            f"--role {settings.role} needs --redis-url (the work queue between API "
+            "and scorer processes lives in Redis)"
         )
-        return 2
 
     import uvicorn
 

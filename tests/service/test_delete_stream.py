@@ -260,6 +260,13 @@ def test_a_stream_idle_past_the_ttl_is_unknown_to_delete(
     assert client.delete("/streams/q").status_code == 204
 
 
+def replicas(make_client: ClientFactory, quota: int) -> tuple[TestClient, TestClient]:
+    """Two API replicas (A, B) on one Redis: the same key prefix and stream quota."""
+    b = make_client(max_streams_per_tenant=quota)
+    prefix = b.app.state.settings.key_prefix  # type: ignore[attr-defined]
+    return make_client(max_streams_per_tenant=quota, key_prefix=prefix), b
+
+
 @pytest.mark.parametrize("store_kind", ["redis", "cluster"])
 def test_a_stream_deleted_through_another_replica_is_registered_again_at_once(
     make_client: ClientFactory,
@@ -268,9 +275,7 @@ def test_a_stream_deleted_through_another_replica_is_registered_again_at_once(
     5 s), A deletes it, B gets it again within those 5 s: it is listed and counted
     against the quota at once (it was stored unlisted and uncounted: the tenant's
     third stream with a quota of 2 was taken), and B's next new stream is refused."""
-    b = make_client(max_streams_per_tenant=2)
-    prefix = b.app.state.settings.key_prefix  # type: ignore[attr-defined]
-    a = make_client(max_streams_per_tenant=2, key_prefix=prefix)
+    a, b = replicas(make_client, quota=2)
 
     assert send(b, "s", 0) == 200
     assert a.delete("/streams/s").status_code == 204
@@ -289,9 +294,7 @@ def test_a_stream_deleted_through_another_replica_keeps_the_quota(
     """Quota 1: B serves s (its memo holds it for 5 s), A deletes s and takes the
     tenant's one place with u; s sent again through B within those 5 s is refused
     (403, nothing stored), where B's memo alone would have stored it unlisted."""
-    b = make_client(max_streams_per_tenant=1)
-    prefix = b.app.state.settings.key_prefix  # type: ignore[attr-defined]
-    a = make_client(max_streams_per_tenant=1, key_prefix=prefix)
+    a, b = replicas(make_client, quota=1)
 
     assert send(b, "s", 0) == 200
     assert a.delete("/streams/s").status_code == 204

@@ -80,6 +80,7 @@ BUDGET = 1.0  # the threshold's
 N_SHIFTS = 1000
 GRID = list(itertools.product((0.95, 0.99, 1.0), (1.0, 4 / 3, 2.0), (1, 5)))
 BASELINES = ("T²+Q (PCA)", "kNN, raw windows", "kNN, window statistics")
+UNTRAINED = ", untrained model"  # the SC-JEPA rows' untrained twins end so
 # kNN, window statistics reads windows of up to 100 rows: two of them in the reference
 MIN_TRAIN_ROWS = 101
 
@@ -92,7 +93,7 @@ def is_baseline(name: str) -> bool:
     """A row the best baseline is chosen among: the detectors without SC-JEPA and
     SC-JEPA's untrained twins (evaluation.md item 7: a pre-training method must beat
     its untrained encoder), as training.evaluate.warning.best_baselines chooses."""
-    return name in BASELINES or name.endswith(", untrained model")
+    return name in BASELINES or name.endswith(UNTRAINED)
 
 
 def _windows(z: np.ndarray, w: int) -> np.ndarray:
@@ -353,7 +354,7 @@ def scjepa_scorers(
     def own(key: str) -> Callable[[Run, Any], Scores]:
         return lambda r, _: _placed(encode(r)[1][key], w, len(r.z), n_ref)
 
-    tag = ", untrained model" if untrained else ""
+    tag = UNTRAINED if untrained else ""
     return {
         f"SC-JEPA codes (kNN){tag}": (codes, [w]),
         f"SC-JEPA codes + window statistics (kNN){tag}": (codes_stats, [w]),
