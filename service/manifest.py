@@ -49,6 +49,26 @@ class Quantization(BaseModel):
     fp16_metric_deltas: dict[str, float | None] = {}  # fp16 - fp32 on test
 
 
+class Novelty(BaseModel):
+    """``novelty``: the graph's input-drift monitor. Its ``novelty`` output (B,) is how
+    unusual each window is among normal windows of the training data: the smoothed
+    rank of the mean of its z-scored label-free detector scores (``detectors``,
+    model/detectors.py) among ``calibration_windows`` normal windows the detectors'
+    reference (``reference_windows``) did not include (model/rarity.py, as `scjepa
+    calibrate`'s label-free risk). A window at or above ``level`` counts as unlike the
+    training data; ``expected_share`` of the calibration windows do, so a much larger
+    share of the served windows says the streams have drifted from what the model and
+    its threshold were fitted and checked on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    detectors: str = Field(pattern=PROBE_FEATURES)  # e.g. "knn+pca"
+    level: float = Field(gt=0.0, lt=1.0)
+    expected_share: float = Field(ge=0.0, le=1.0)
+    reference_windows: int = Field(ge=1)
+    calibration_windows: int = Field(ge=1)
+
+
 class Manifest(BaseModel):
     """``manifest.json``: everything needed to serve and audit one exported model."""
 
@@ -83,6 +103,9 @@ class Manifest(BaseModel):
     onnx_sha256: str = ""  # filled in by write_manifest
     training_data_fingerprint: str
     quantization: Quantization | None = None
+    # the graph's input-drift monitor (its ``novelty`` output); None: the graph has
+    # none (artifacts exported before it, or from a probe file without one)
+    novelty: Novelty | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Manifest:
