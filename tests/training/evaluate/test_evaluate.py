@@ -299,7 +299,10 @@ def test_codebook_ablation_evaluates_on_latents(tmp_path: Path) -> None:
             mse = float(((x_hat - series.flatten()) ** 2).mean())
             var = float(series.var(unbiased=False)) + cfg["revin_eps"]
             want[n] += np.log(mse / var + 1e-6) / x.shape[2]
-    np.testing.assert_allclose(ReconstructionError(trained)(x), want, rtol=1e-4)
+    # atol: a log near 0 (error close to the window's variance) has no relative
+    # precision; batched and one-window float32 sums differ by about 1e-7 there
+    got = ReconstructionError(trained)(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     out = tmp_path / "eval"
     ev = ["evaluate", *syn, "--checkpoint", str(run / "best.pt"), "--seeds", "2"]
     ev += ["--baselines", "none", "--n-boot", "10", "--probe", "max_epochs=20"]
