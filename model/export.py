@@ -7,6 +7,9 @@
                                      features (B, F)      what the probe reads: the
                                                           export's parity check compares
                                                           them (the service ignores them)
+                                     novelty (B,)         with a monitor only: how unlike
+                                                          the training data's normal
+                                                          windows the window is, in [0, 1]
 
 The zero-variance channel mask and RevIN are inside the graph, so training and serving
 share one definition. Only this inference-only wrapper is exported (no loss branches).
@@ -16,21 +19,54 @@ of the window (model/detectors.py: kNN distance, PCA error, SC-JEPA's surprise a
 reconstruction error); ``codes=False`` drops the code features from the probe's input
 (the codes still give the ``codes`` and ``channel_contrib`` outputs). All of it is
 computed inside the graph from the raw window.
+
+The optional ``novelty`` monitor (:class:`NoveltyMonitor`) is the input-drift signal:
+the kNN and PCA detector scores of the raw window, ranked among normal calibration
+windows as `scjepa calibrate`'s label-free risk (model/rarity.py), whatever the probe
+reads, so it means the same in every artifact: about 0.5 for a typical normal window,
+near 1 for one unlike any of them.
 """
 
 from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from model.detectors import SCJEPA_DETECTORS, Detectors
+from model.rarity import Rarity
 from model.scjepa import SCJEPA
 from model.stats import WindowStats
 
 OUTPUTS = ["risk", "channel_contrib", "codes", "features"]
+NOVELTY = "novelty"  # the monitor's output, after OUTPUTS, where the graph has one
+
+
+class NoveltyMonitor(nn.Module):
+    """Raw window (B, T, V kept channels) -> novelty (B,): sigmoid of the
+    :class:`~model.rarity.Rarity` logit of the window's z-scored detector scores,
+    i.e. its smoothed rank among the normal calibration windows."""
+
+    def __init__(self, detectors: Detectors, rarity: Rarity) -> None:
+        super().__init__()
+        assert not set(detectors.names) & set(SCJEPA_DETECTORS), "raw-window only"
+        self.detectors = detectors
+        self.rarity = rarity
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> NoveltyMonitor:
+        """The monitor of a probe file's ``novelty`` record (training/calibrate.py,
+        :func:`~training.calibrate.novelty_record`)."""
+        names = tuple(str(record["detectors"]).split("+"))
+        return cls(
+            Detectors(names, record["params"]), Rarity.from_state(record["rarity"])
+        ).eval()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.sigmoid(self.rarity(self.detectors(x))).squeeze(1)
 
 
 class ServedModel(nn.Module):
@@ -46,12 +82,14 @@ class ServedModel(nn.Module):
         stats: WindowStats | None = None,
         detectors: Detectors | None = None,
         codes: bool = True,
+        novelty: NoveltyMonitor | None = None,
     ) -> None:
         super().__init__()
         self.model = model.eval()
         self.probe = probe.eval()
         self.stats = stats
         self.detectors = detectors
+        self.novelty = novelty
         self.use_codes = codes
         self.n_in = len(mask)
         kept = torch.tensor(
@@ -62,9 +100,14 @@ class ServedModel(nn.Module):
             "platt", torch.tensor(platt, dtype=torch.float32), persistent=False
         )
 
-    def forward(self, window: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    @property
+    def outputs(self) -> list[str]:
+        """The graph's output names, in :meth:`forward`'s order."""
+        return OUTPUTS + ([NOVELTY] if self.novelty is not None else [])
+
+    def forward(self, window: Tensor) -> tuple[Tensor, ...]:
         """window: (B, T, V_in) -> risk (B,), channel_contrib (B, V_in), codes (B, P),
-        features (B, F).
+        features (B, F) [, novelty (B,) with a monitor].
 
         With the stats token the probe reads P + 1 tokens; ``codes`` stays the dominant
         code of each of the P patches (the service's contract).
@@ -90,6 +133,8 @@ class ServedModel(nn.Module):
         contrib = window.new_zeros(window.shape[0], self.n_in)
         contrib = contrib.index_copy(1, self.kept, share)
         codes = pooled[:, : self.model.cfg.n_patches].argmax(dim=-1)  # (B, P)
+        if self.novelty is not None:
+            return self.head(feats), contrib, codes, feats, self.novelty(x)
         return self.head(feats), contrib, codes, feats
 
     def head(self, feats: Tensor) -> Tensor:
@@ -109,7 +154,7 @@ def export_onnx(served: ServedModel, path: Path, opset: int = 18) -> Path:
             (example,),
             str(path),
             input_names=["window"],
-            output_names=OUTPUTS,
+            output_names=served.outputs,
             dynamic_shapes={"window": {0: batch}},
             opset_version=opset,
             dynamo=True,

@@ -45,7 +45,9 @@ from training.errors import UserError
 
 if TYPE_CHECKING:
     from model import SCJEPA
+    from model.rarity import Rarity
     from training.data import Dataset
+    from training.evaluate.detectors import DetectorScores
     from training.evaluate.probe import SavedProbe
 
 DEFAULT_DETECTORS = "knn+pca"
@@ -54,18 +56,29 @@ MIN_WINDOWS = 200  # calibration windows below which the ranks mean little
 # the least spread (std, in log units) of a detector's calibration scores: below it
 # float32 rounding in the served graph, magnified by the z-scaling, moves the rank
 MIN_SPREAD = 1e-4
+# the input-drift monitor every served graph carries (model/export.py NoveltyMonitor):
+# the same detectors whatever the probe reads, so its output means the same in every
+# artifact; a window at or above NOVELTY_LEVEL counts as unlike the training data
+NOVELTY_DETECTORS = "knn+pca"
+NOVELTY_LEVEL = 0.99
 
 
 def split_normal(
-    ds: Dataset, window: int, stride: int, frac: float
+    ds: Dataset,
+    window: int,
+    stride: int,
+    frac: float,
+    entities: list[int] | None = None,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Every entity's normal (train) series, kept channels: the reference windows
-    (hop ``window``) of the first ``1 - frac`` and, after a one-window gap, the
-    calibration windows (every ``stride`` steps) of the rest, per entity."""
+    """Every entity's normal (train) series (``entities``: those of these indices),
+    kept channels: the reference windows (hop ``window``) of the first ``1 - frac``
+    and, after a one-window gap, the calibration windows (every ``stride`` steps) of
+    the rest, per entity."""
     from training.data.windows import cut_windows, dense_windows
 
     ref, cal = [], []
-    for e in ds.entities:
+    picked = range(len(ds.entities)) if entities is None else entities
+    for e in (ds.entities[i] for i in picked):
         x = np.asarray(e.train[:, ds.mask], dtype=np.float32)
         cut = int(len(x) * (1.0 - frac))
         ref.append(cut_windows(x[:cut], window))
@@ -137,6 +150,99 @@ def calibration_figures(
     }
 
 
+def fit_rarity(
+    dets: DetectorScores, names: tuple[str, ...], cal: np.ndarray, source: str
+) -> tuple[Rarity, np.ndarray]:
+    """The label-free head ranking the mean of ``names``' z-scored scores among the
+    calibration windows ``cal`` (kept channels), and their z-scores (N, n) as the
+    graph reads them; calibration windows that all score alike are refused
+    (``source`` names their data)."""
+    import torch
+
+    from model.rarity import Rarity, bandwidth
+
+    flat = [n for n in names if dets.std[dets.names.index(n)] - 1e-6 < MIN_SPREAD]
+    if flat:  # every calibration window alike: nothing to rank a window among
+        raise UserError(
+            f"{source}: the {len(cal)} calibration windows all score alike on "
+            f"{'+'.join(flat)} (spread below {MIN_SPREAD:g}): the rows they are cut "
+            "from repeat one pattern (a stuck or constant stretch?); calibrate on "
+            "rows that vary as the served streams do, or a larger --calibration-frac"
+        )
+    z = dets.columns(names)(cal)  # (N, n) float32, as the graph reads them
+    score = z.mean(1)
+    ranks = np.sort(score)
+    if len(ranks) > MAX_RANKS:  # its quantiles: ranks to 1 / (MAX_RANKS - 1)
+        ranks = np.quantile(ranks, np.linspace(0.0, 1.0, MAX_RANKS))
+    width = bandwidth(torch.from_numpy(score))
+    head = Rarity.from_state(
+        {"calibration": torch.tensor(ranks), "bandwidth": torch.tensor(width)}
+    )
+    return head, z
+
+
+def novelty_record(
+    dets: DetectorScores,
+    cal: np.ndarray,
+    reference_windows: int,
+    source: str,
+    head: Rarity | None = None,
+) -> dict[str, Any]:
+    """A probe file's ``novelty`` record (SavedProbe.novelty), the served graph's
+    input-drift monitor: the :data:`NOVELTY_DETECTORS`' constants of ``dets`` (fitted
+    on ``reference_windows`` reference windows, z-scaled on the calibration windows
+    ``cal``), their label-free head (``head``, where the caller fitted it: `scjepa
+    calibrate`'s own), and the manifest's figures: :data:`NOVELTY_LEVEL` and the share
+    of the calibration windows at or above it, as the graph computes it."""
+    import torch
+
+    from model.export import NoveltyMonitor
+
+    names = tuple(NOVELTY_DETECTORS.split("+"))
+    if head is None:
+        head, _ = fit_rarity(dets, names, cal, source)
+    record: dict[str, Any] = {
+        "detectors": NOVELTY_DETECTORS,
+        "params": dets.saved(names),
+        "rarity": {k: v.clone() for k, v in head.state_dict().items()},
+        "level": NOVELTY_LEVEL,
+        "reference_windows": int(reference_windows),
+        "calibration_windows": len(cal),
+    }
+    monitor = NoveltyMonitor.from_record(record)
+    with torch.no_grad():
+        novelty = np.concatenate(
+            [
+                monitor(
+                    torch.from_numpy(np.ascontiguousarray(cal[i : i + 256]))
+                ).numpy()
+                for i in range(0, len(cal), 256)
+            ]
+        )
+    record["expected_share"] = float(np.mean(novelty >= NOVELTY_LEVEL))
+    return record
+
+
+def fit_novelty(
+    ds: Dataset,
+    window: int,
+    stride: int,
+    entities: list[int] | None = None,
+    calibration_frac: float = 0.2,
+) -> dict[str, Any]:
+    """The novelty record (:func:`novelty_record`) of the normal (train) series of
+    ``ds``'s ``entities`` (None: all): those the served probe may fit on
+    (training.data.windows.fit_entities), cut as `scjepa calibrate` cuts them."""
+    from training.evaluate.detectors import DetectorScores
+
+    reference, cal_windows = split_normal(
+        ds, window, stride, calibration_frac, entities
+    )
+    cal = np.concatenate(cal_windows)
+    dets = DetectorScores(reference, cal)
+    return novelty_record(dets, cal, len(reference), ds.name)
+
+
 def calibrate(
     model: SCJEPA,
     ds: Dataset,
@@ -152,7 +258,6 @@ def calibrate(
     import torch
 
     from model.detectors import DETECTORS, SCJEPA_DETECTORS
-    from model.rarity import Rarity, bandwidth
     from training.evaluate.detectors import DetectorScores
     from training.evaluate.encode import CodeFeatures
     from training.evaluate.probe import SavedProbe, feature_parts
@@ -185,26 +290,19 @@ def calibrate(
     own = bool(set(names) & set(SCJEPA_DETECTORS))
     # the detectors fitted on the reference, z-scaled on the calibration windows
     dets = DetectorScores(reference, cal, CodeFeatures(model) if own else None)
-    flat = [n for n in names if dets.std[dets.names.index(n)] - 1e-6 < MIN_SPREAD]
-    if flat:  # every calibration window alike: nothing to rank a window among
-        raise UserError(
-            f"{ds.name}: the {len(cal)} calibration windows all score alike on "
-            f"{'+'.join(flat)} (spread below {MIN_SPREAD:g}): the rows they are cut "
-            "from repeat one pattern (a stuck or constant stretch?); calibrate on "
-            "rows that vary as the served streams do, or a larger --calibration-frac"
-        )
-    z = dets.columns(names)(cal)  # (N, n) float32, as the graph reads them
-    score = z.mean(1)
-    ranks = np.sort(score)
-    if len(ranks) > MAX_RANKS:  # its quantiles: ranks to 1 / (MAX_RANKS - 1)
-        ranks = np.quantile(ranks, np.linspace(0.0, 1.0, MAX_RANKS))
-    width = bandwidth(torch.from_numpy(score))
-    head = Rarity.from_state(
-        {"calibration": torch.tensor(ranks), "bandwidth": torch.tensor(width)}
-    )
+    head, z = fit_rarity(dets, names, cal, ds.name)
     with torch.no_grad():
         risk = torch.sigmoid(head(torch.from_numpy(z))).squeeze(1).numpy()
         top = float(torch.sigmoid(head(torch.full((1, len(names)), 1e9))).item())
+    # the input-drift monitor: this head where it reads knn+pca, else their own
+    try:
+        novelty = novelty_record(
+            dets, cal, len(reference), ds.name,
+            head if names == tuple(NOVELTY_DETECTORS.split("+")) else None,
+        )  # fmt: skip
+    except UserError as e:
+        print(f"note: no input-drift monitor: {e}", file=sys.stderr)
+        novelty = None
     series = np.split(risk, np.cumsum([len(w) for w in cal_windows])[:-1])
     points = []
     thresholds = {
@@ -240,7 +338,7 @@ def calibrate(
             "label_free": {
                 "detectors": features,
                 "reference_windows": len(reference),
-                "calibration_windows": len(score),
+                "calibration_windows": len(cal),
                 "calibration_frac": calibration_frac,
                 "stride": ev.stride,
             }
@@ -256,6 +354,7 @@ def calibrate(
             "stride": float(ev.stride),
         },
         operating_points=points,
+        novelty=novelty,
     )
 
 

@@ -94,7 +94,7 @@ def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
     import copy
 
     from model.detectors import DETECTORS, Detectors
-    from model.export import ServedModel
+    from model.export import NoveltyMonitor, ServedModel
     from model.stats import N_STATS, WindowStats
 
     try:
@@ -134,9 +134,13 @@ def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
                 f"the probe's fine-tuned weights do not fit the checkpoint's model "
                 f"({first}): probe and checkpoint do not belong together"
             ) from None
+    novelty = (
+        None if probe.novelty is None else NoveltyMonitor.from_record(probe.novelty)
+    )
     return ServedModel(
-        model, probe.build_net(), probe.mask, probe.platt, stats, detectors, codes
-    ).eval()
+        model, probe.build_net(), probe.mask, probe.platt, stats, detectors, codes,
+        novelty,
+    ).eval()  # fmt: skip
 
 
 def onnx_outputs(
@@ -210,17 +214,23 @@ def parity(
       probe; a tree probe's risk jumps where a feature crosses a split, so a window whose
       feature lies within its float noise of a split may take the other branch
       (results-notes.md, 2026-11-29, nineteenth and twentieth sessions): for trees the
-      two checks above carry the bar, and these are recorded.
+      two checks above carry the bar, and these are recorded;
+    - ``novelty_max_abs`` and ``novelty_windows_off`` (a graph with the input-drift
+      monitor): the same end to end for its ``novelty`` output, held to RISK_ATOL as
+      the label-free probe's risk, which is the same smooth rank of the same scores.
     """
     import torch
 
+    from model.export import NOVELTY
+
     out: dict[str, dict[str, float | int]] = {}
+    monitor = served.novelty is not None
     for name, x in windows.items():
-        risk, contrib, feats = onnx_outputs(
-            path, x, ("risk", "channel_contrib", "features")
+        risk, contrib, feats, *novelty = onnx_outputs(
+            path, x, ("risk", "channel_contrib", "features", NOVELTY)[: 3 + monitor]
         )
         with torch.no_grad():
-            ref, ref_contrib, _, ref_feats = served(torch.from_numpy(x))
+            ref, ref_contrib, _, ref_feats, *ref_novelty = served(torch.from_numpy(x))
             head = served.head(torch.from_numpy(feats)).numpy()
         ref, ref_feats = ref.numpy(), ref_feats.numpy()
         off = np.abs(risk - ref)
@@ -234,6 +244,10 @@ def parity(
             "risk_max_abs": float(off.max()),
             "risk_windows_off": int((off > RISK_ATOL).sum()),
         }
+        if monitor:
+            n_off = np.abs(novelty[0] - ref_novelty[0].numpy())
+            out[name]["novelty_max_abs"] = float(n_off.max())
+            out[name]["novelty_windows_off"] = int((n_off > RISK_ATOL).sum())
     return out
 
 
@@ -253,6 +267,11 @@ def parity_failure(par: dict[str, dict[str, float | int]], trees: bool) -> str |
         if not trees and p["risk_max_abs"] > RISK_ATOL:
             return (
                 f"{name}: max |risk difference| {p['risk_max_abs']:.2e} > {RISK_ATOL:g}"
+            )
+        if p.get("novelty_max_abs", 0.0) > RISK_ATOL:
+            return (
+                f"{name}: max |novelty difference| {p['novelty_max_abs']:.2e} > "
+                f"{RISK_ATOL:g}"
             )
     return None
 
@@ -339,10 +358,16 @@ def convert_fp16(fp32: Path, out: Path) -> None:
 
 
 def variant_check(
-    fp32: Path, variant: Path, splits: dict[str, Samples], threshold: float
+    fp32: Path,
+    variant: Path,
+    splits: dict[str, Samples],
+    threshold: float,
+    novelty: bool = False,
 ) -> dict[str, Any]:
     """Metrics of both models on val and test (the splits that have windows); kept if
-    no metric drops > 0.5 points."""
+    no metric drops > 0.5 points. With ``novelty`` (a graph with the input-drift
+    monitor) the largest |novelty difference| is recorded too (the variant must carry
+    the output: onnxruntime refuses a name the graph lacks)."""
     from training.evaluate.metrics import metrics
 
     report: dict[str, Any] = {}
@@ -351,10 +376,14 @@ def variant_check(
         s = splits[split]
         if not len(s):  # the serving split of a data set split by entity: no test
             continue
-        ra, rb = (onnx_outputs(m, s.x, ("risk",))[0] for m in (fp32, variant))
+        names = ("risk", "novelty") if novelty else ("risk",)
+        (ra, *na), (rb, *nb) = (onnx_outputs(m, s.x, names) for m in (fp32, variant))
         a, b = metrics(s.y, ra, threshold), metrics(s.y, rb, threshold)
         report[split] = {"fp32": a, "variant": b}
         report[f"{split}_max_abs_risk_diff"] = float(np.abs(ra - rb).max())
+        if novelty:
+            diff = float(np.abs(na[0] - nb[0]).max())
+            report[f"{split}_max_abs_novelty_diff"] = diff
         worst = max(
             worst, *(a[k] - b[k] for k in a if np.isfinite(a[k]) and np.isfinite(b[k]))
         )
@@ -439,6 +468,13 @@ def export_artifact(
     step = _Steps(4 + int8 + fp16)
     step(f"building the served graph (probe reads {probe.features})")
     served = build_served(model, probe)
+    if probe.novelty is None:
+        print(
+            "note: the probe file has no novelty record, so the artifact has no "
+            "input-drift monitor (no novelty output); re-run `scjepa evaluate` or "
+            "`scjepa calibrate` to get one",
+            file=sys.stderr,
+        )
     out.mkdir(parents=True, exist_ok=True)
     # written and checked beside the served files, moved over them only at the end:
     # a failed or interrupted export leaves the artifact being served as it was
@@ -474,6 +510,7 @@ def _export_into(
         FP16_FILE,
         INT8_FILE,
         Manifest,
+        Novelty,
         Quantization,
         now_utc,
         write_manifest,
@@ -530,7 +567,12 @@ def _export_into(
         else:
             convert_fp16(path, v_path)
             how = {"method": "fp16 weights and activations, float32 input/outputs"}
-        check = variant_check(path, v_path, full, probe.threshold) | how
+        check = (
+            variant_check(
+                path, v_path, full, probe.threshold, served.novelty is not None
+            )
+            | how
+        )
         metrics[f"{key}_check"] = check
         kept = "kept" if check["kept"] else "refused (file removed)"
         print(f"{key}: max metric drop {check['max_drop']:.4f} -> {kept}")
@@ -546,6 +588,9 @@ def _export_into(
             update = {"fp16_metric_deltas": deltas}
         quant = quant.model_copy(update=update)
 
+    novelty = None
+    if probe.novelty is not None:
+        novelty = Novelty(**{k: probe.novelty[k] for k in Novelty.model_fields})
     manifest = Manifest(
         name=name or f"scjepa-{probe.dataset}",
         version=version or time.strftime("%Y%m%d%H%M%S", time.gmtime()),
@@ -564,6 +609,7 @@ def _export_into(
         eval_metrics=metrics,
         training_data_fingerprint=probe.data_fingerprint,
         quantization=quant,
+        novelty=novelty,
     )
     step("writing manifest.json")
     written = write_manifest(stage, manifest)

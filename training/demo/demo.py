@@ -101,6 +101,7 @@ def build_artifact(
         STATS_ROW,
         evaluate,
         normal_windows,
+        served_novelty,
         served_probe,
         with_window_stats,
     )
@@ -154,6 +155,7 @@ def build_artifact(
     # VALIDATION; the test split is only read for the line printed below
     name = max(methods, key=lambda n: ev.fitted[n][0].val["pr_auc"])
     probe = served_probe(ev, name, best, ds, stats if name == STATS_ROW else None)
+    probe.novelty = served_novelty(ds, events.stride)  # the input-drift monitor
     probe.save(work / "probe.pt")
     row = ev.rows[name]["all"]
     print(

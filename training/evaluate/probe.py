@@ -423,6 +423,37 @@ def feature_parts(features: str) -> tuple[str, ...]:
     return parts
 
 
+def novelty_problem(record: Any) -> str | None:
+    """What makes a probe file's ``novelty`` record unusable, or None."""
+    if not isinstance(record, dict):
+        return "its novelty record is not a dict"
+    names = str(record.get("detectors", "")).split("+")
+    if not names or not set(names) <= {"knn", "pca"}:
+        return f"its novelty monitor reads {record.get('detectors')!r}, not knn/pca"
+    params = record.get("params") or {}
+    need = {"scale_mean", "scale_std"}
+    need |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in names else set()
+    need |= {"pca_mean", "pca_components"} if "pca" in names else set()
+    if not isinstance(params, dict) or not need <= set(params):
+        return "its novelty monitor lacks its detectors' constants"
+    if len(np.asarray(params["scale_mean"])) != len(names):
+        return f"its novelty monitor's scaling does not fit {len(names)} detectors"
+    rarity = record.get("rarity") or {}
+    ranks, width = rarity.get("calibration"), rarity.get("bandwidth")
+    if ranks is None or np.ndim(ranks) != 1 or not len(ranks):
+        return "its novelty monitor has no calibration scores"
+    if width is None or not float(width) > 0:
+        return "its novelty monitor has no positive bandwidth"
+    if not 0.0 < float(record.get("level", 0.0)) < 1.0:
+        return "its novelty level is not between 0 and 1"
+    if not 0.0 <= float(record.get("expected_share", -1.0)) <= 1.0:
+        return "its novelty expected_share is not a share"
+    for key in ("reference_windows", "calibration_windows"):
+        if not int(record.get(key, 0)) >= 1:
+            return f"its novelty {key} is not a positive count"
+    return None
+
+
 PROBE_FORMAT = 1  # probe.pt's layout; files without "format_version" have this one
 # keys every probe.pt has had; the others have defaults (older files lack them)
 _REQUIRED = (
@@ -490,6 +521,13 @@ class SavedProbe:
     # where the served model was not chosen by cross-validation, and in files older
     # than them (2026-11-28, twelfth session)
     operating_points: list[dict[str, Any]] | None = None
+    # the served graph's input-drift monitor (model/export.py NoveltyMonitor), the
+    # same whatever the probe reads (training/calibrate.py novelty_record):
+    # "detectors" ("knn+pca"), "params" (their constants, as ``detectors``),
+    # "rarity" (model/rarity.py's state), and the manifest's "level",
+    # "expected_share", "reference_windows", "calibration_windows"; None: the graph
+    # has no monitor (files older than it)
+    novelty: dict[str, Any] | None = None
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -585,6 +623,8 @@ class SavedProbe:
             return f"{self.features} without its detectors' constants"
         if dets and len(np.asarray((self.detectors or {})["scale_mean"])) != len(dets):
             return f"detector scaling does not fit {len(dets)} detectors"
+        if self.novelty is not None:
+            return novelty_problem(self.novelty)
         return None
 
     def save(self, path: Path) -> Path:
@@ -625,7 +665,7 @@ class SavedProbe:
         try:
             probe = cls(**{k: v for k, v in raw.items() if k in known})
             problem = probe.problem()
-        except (TypeError, AttributeError, KeyError) as e:  # wrong types inside
+        except (TypeError, AttributeError, KeyError, ValueError) as e:  # wrong types
             problem = f"{type(e).__name__}: {e}"
         if problem is not None:
             raise UserError(f"{path}: corrupt probe file ({problem})")

@@ -1140,8 +1140,10 @@ def run(args: argparse.Namespace) -> int:
                     budget_on_val(f, name, sfd, events)
             got = inputs[sfd.fold]
 
+        novelty = served_novelty(serving_view(ds) if serving else ds, events.stride)
+
         def save(name: str, file: Path, **kw: Any) -> None:
-            served_probe(
+            probe = served_probe(
                 ev,
                 name,
                 ckpt,
@@ -1149,7 +1151,9 @@ def run(args: argparse.Namespace) -> int:
                 sha=sha,
                 fits=None if fits is None else fits[name],
                 **kw,
-            ).save(file)
+            )
+            probe.novelty = novelty
+            probe.save(file)
 
         save("SC-JEPA probe", args.out / "probe.pt")
         save(STATS_ROW, args.out / "probe-stats.pt", stats=got[STATS_ROW].stats)
@@ -1355,6 +1359,24 @@ def with_window_stats(
 ) -> Callable[[np.ndarray], np.ndarray]:
     """Features = [code features, the raw-feature probe's window statistics]."""
     return lambda x: np.concatenate([codes(x), stats(x)], axis=1)
+
+
+def served_novelty(ds: Dataset, stride: int) -> dict[str, Any] | None:
+    """The input-drift monitor of the files to serve (SavedProbe.novelty): fitted once
+    on the normal (train) series of the entities the served probe may fit on (fold
+    0's, or the serving split's: ``ds`` is then its view), cut as `scjepa calibrate`
+    cuts them (training/calibrate.py fit_novelty); the same for every probe file, as
+    it reads the raw window whatever the probe reads. None, with a note, where the
+    normal data are too few or too alike to rank a window among."""
+    from training.calibrate import fit_novelty
+
+    try:
+        return fit_novelty(
+            ds, WINDOW, stride, fit_entities(ds, 0 if ds.folds else None)
+        )
+    except UserError as e:
+        sys.stderr.write(f"evaluate: the files to serve have no drift monitor: {e}\n")
+        return None
 
 
 def served_probe(
