@@ -120,6 +120,69 @@ def test_label_free_artifact_holds_its_budget_on_normal_data(
     )
 
 
+def _onnx(art: Path, x: np.ndarray, outputs: list[str]) -> list[np.ndarray]:
+    run = ort.InferenceSession(
+        str(art / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    return list(run.run(outputs, {"window": x.astype(np.float32)}))
+
+
+def test_the_artifact_carries_the_input_drift_monitor(
+    calibrated: dict[str, Path],
+) -> None:
+    """The label-free probe's own head is its novelty record (it reads knn+pca): the
+    graph's novelty output is its risk, as in PyTorch, about 0.5 on new normal windows
+    and near 1 on windows whose level moved by 50 train standard deviations."""
+    m = load_manifest(calibrated["art"])
+    assert m.novelty is not None and m.novelty.detectors == "knn+pca"
+    assert m.novelty.level == 0.99 and 0.0 < m.novelty.expected_share < 0.03
+    lf = m.eval_metrics["label_free"]
+    assert m.novelty.reference_windows == lf["reference_windows"]
+    assert m.novelty.calibration_windows == lf["calibration_windows"]
+    assert m.eval_metrics["onnx_parity"]["real_calibration"]["novelty_max_abs"] < 1e-4
+    probe = SavedProbe.load(calibrated["probe"])
+    assert probe.novelty is not None
+    for key in ("calibration", "bandwidth"):
+        torch.testing.assert_close(probe.novelty["rarity"][key], probe.state_dict[key])
+    fresh = _normal(np.random.default_rng(11), 6_000)
+    normal = np.ascontiguousarray(dense_windows(fresh, 100, 5))
+    risk, novelty = _onnx(calibrated["art"], normal, ["risk", "novelty"])
+    np.testing.assert_allclose(novelty, risk, atol=1e-6)
+    assert novelty.shape == (len(normal),) and novelty.dtype == np.float32
+    assert novelty.min() >= 0.0 and novelty.max() <= 1.0
+    assert 0.3 < np.median(novelty) < 0.7 and np.mean(novelty >= 0.99) < 0.05
+    shifted = normal[:16].copy()
+    shifted[:, :, 0] += 50 * _normal(np.random.default_rng(0), N_ROWS)[:, 0].std()
+    (far,) = _onnx(calibrated["art"], shifted, ["novelty"])
+    assert far.min() > 0.999
+    served = build_served(load_model(calibrated["ckpt"]), probe)
+    with torch.no_grad():
+        ref = served(torch.from_numpy(np.concatenate([normal[:32], shifted])))[4]
+    np.testing.assert_allclose(np.r_[novelty[:32], far], ref.numpy(), atol=1e-4)
+
+
+def test_other_detectors_still_record_the_knn_pca_monitor(tmp_path: Path) -> None:
+    """A label-free probe on other detectors records a knn+pca monitor anyway, the
+    same one a knn+pca probe of the same data records (the monitor means the same in
+    every artifact)."""
+    x = _normal(np.random.default_rng(9), 6000)
+    base = _plant_csv(tmp_path / "plant.csv", x)
+    assert main(base) == 0
+    own = SavedProbe.load(tmp_path / "p.pt")
+    assert main([*base[:-1], str(tmp_path / "q.pt"), "--detectors", "pca"]) == 0
+    other = SavedProbe.load(tmp_path / "q.pt")
+    assert other.features == "pca" and own.novelty and other.novelty
+    assert other.novelty["detectors"] == "knn+pca"
+    assert other.novelty["expected_share"] == own.novelty["expected_share"]
+    for key in ("calibration", "bandwidth"):
+        torch.testing.assert_close(
+            other.novelty["rarity"][key], own.novelty["rarity"][key]
+        )
+    # not the pca head's own ranks
+    ranks = other.state_dict["calibration"]
+    assert not torch.equal(other.novelty["rarity"]["calibration"], ranks)
+
+
 def test_label_free_artifact_serves(calibrated: dict[str, Path]) -> None:
     """The service runs the label-free artifact as any other: a normal stretch scores
     below the threshold, a shifted one alerts."""

@@ -10,7 +10,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from model.export import ServedModel
+from model.export import OUTPUTS, ServedModel
 from service.manifest import ArtifactError, load_manifest
 from training.cli import main
 from training.data import WINDOW
@@ -132,6 +132,14 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == 5
     assert m.eval_metrics["onnx_parity"]["random_b64"]["risk_max_abs"] < 1e-4
     assert m.training_data_fingerprint != "unknown" and len(m.onnx_sha256) == 64
+    # the input-drift monitor, fitted by evaluate on the normal train series
+    assert m.novelty is not None and probe.novelty is not None
+    assert m.novelty.model_dump() == {
+        k: probe.novelty[k] for k in type(m.novelty).model_fields
+    }
+    assert m.novelty.detectors == "knn+pca" and m.novelty.level == 0.99
+    assert 0.0 < m.novelty.expected_share < 0.05
+    assert m.eval_metrics["onnx_parity"]["edge"]["novelty_max_abs"] < 1e-4
     # weights live inside model.onnx (no external .data file the sha256 would miss)
     names = sorted(p.name for p in artifact["dir"].iterdir())
     assert names == ["manifest.json", "model.onnx"], names
@@ -146,12 +154,16 @@ def test_onnx_matches_pytorch(artifact: dict[str, Path], batch: int) -> None:
     x = (
         np.random.default_rng(batch).normal(size=(batch, 100, served.n_in)) * 5 + 2
     ).astype(np.float32)
-    risk, contrib, codes, feats = sess.run(None, {"window": x})
+    assert [o.name for o in sess.get_outputs()] == [*OUTPUTS, "novelty"]
+    risk, contrib, codes, feats, novelty = sess.run(None, {"window": x})
     with torch.no_grad():
-        t_risk, t_contrib, t_codes, t_feats = (
+        t_risk, t_contrib, t_codes, t_feats, t_novelty = (
             t.numpy() for t in served(torch.from_numpy(x))
         )
     np.testing.assert_allclose(risk, t_risk, atol=1e-4)
+    # the input-drift monitor, the same smooth rank as a label-free risk
+    np.testing.assert_allclose(novelty, t_novelty, atol=1e-4)
+    assert novelty.shape == (batch,) and ((novelty >= 0) & (novelty <= 1)).all()
     np.testing.assert_allclose(feats, t_feats, atol=1e-3)  # what the probe reads
     assert risk.shape == (batch,) and ((risk >= 0) & (risk <= 1)).all()
     assert contrib.shape == (batch, served.n_in) and codes.shape == (batch, 5)
@@ -397,6 +409,29 @@ def test_export_artifact_called_directly(
     assert "parity with PyTorch on 81 windows" in steps[2]
 
 
+def test_a_probe_without_a_novelty_record_exports_without_the_monitor(
+    artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Probe files older than the monitor export as before: no novelty output,
+    manifest.novelty null, and one line saying how to get one."""
+    from training.export import export_artifact
+
+    model, probe = load_model(artifact["ckpt"]), SavedProbe.load(artifact["probe"])
+    probe.novelty = None
+    probe.save(tmp_path / "old.pt")
+    assert SavedProbe.load(tmp_path / "old.pt").novelty is None
+    m = export_artifact(model=model, probe=probe, out=tmp_path / "art")
+    assert m.novelty is None and load_manifest(tmp_path / "art").novelty is None
+    assert "novelty_max_abs" not in m.eval_metrics["onnx_parity"]["edge"]
+    sess = ort.InferenceSession(
+        str(tmp_path / "art" / "model.onnx"), providers=["CPUExecutionProvider"]
+    )
+    assert [o.name for o in sess.get_outputs()] == OUTPUTS
+    notes = [ln for ln in capsys.readouterr().err.splitlines() if "novelty" in ln]
+    assert len(notes) == 1 and "no input-drift monitor" in notes[0]
+    assert "scjepa evaluate" in notes[0]
+
+
 @pytest.mark.parametrize(
     ("info", "hop"),
     [
@@ -547,6 +582,8 @@ def test_variant_kept_only_within_half_a_point(variants: Path, key: str) -> None
     ]
     assert check["max_drop"] == pytest.approx(max(drops))
     assert check["kept"] == (max(drops) <= 0.005) == file.is_file()
+    # the variant carries the input-drift monitor (read from it by name)
+    assert 0.0 <= check["val_max_abs_novelty_diff"] < 0.05
     q = m.quantization
     assert q is not None
     sha = q.int8_sha256 if key == "int8" else q.fp16_sha256
@@ -599,6 +636,7 @@ def test_fp16_variant_keeps_float32_io_and_tracks_fp32(variants: Path) -> None:
         "tensor(float)",
         "tensor(int64)",
         "tensor(float)",
+        "tensor(float)",  # novelty
     ]
     n = load_manifest(variants).n_channels
     x = np.random.default_rng(4).normal(size=(8, 100, n)).astype(np.float32)

@@ -151,3 +151,61 @@ def test_a_later_format_is_refused(tmp_path: Path) -> None:
 def test_the_served_net_is_the_probe_net() -> None:
     net = make_probe().build_net()
     assert [type(m) for m in net] == [type(m) for m in build_probe_net(6, 8, 0.1)]
+
+
+def _novelty() -> dict:
+    rng = np.random.default_rng(1)
+    return {
+        "detectors": "knn+pca",
+        "params": {
+            "knn_k": 5,
+            "knn_bank": rng.normal(size=(20, 12)).astype(np.float32),
+            "knn_mean": np.zeros(12),
+            "knn_std": np.ones(12),
+            "pca_mean": np.zeros(200, np.float32),
+            "pca_components": rng.normal(size=(3, 200)).astype(np.float32),
+            "scale_mean": np.zeros(2),
+            "scale_std": np.ones(2),
+        },
+        "rarity": {
+            "calibration": torch.linspace(-2, 2, 50),
+            "bandwidth": torch.tensor(0.3),
+        },
+        "level": 0.99,
+        "expected_share": 0.01,
+        "reference_windows": 20,
+        "calibration_windows": 50,
+    }
+
+
+def test_the_novelty_record_round_trips_and_is_checked(tmp_path: Path) -> None:
+    """The input-drift monitor's record comes back as saved; a broken one is refused
+    naming what is wrong; files without one read None (older files)."""
+    make_probe(novelty=_novelty()).save(tmp_path / "n.pt")
+    back = SavedProbe.load(tmp_path / "n.pt").novelty
+    assert back is not None and back["detectors"] == "knn+pca"
+    np.testing.assert_array_equal(
+        back["params"]["knn_bank"], _novelty()["params"]["knn_bank"]
+    )
+    torch.testing.assert_close(back["rarity"]["calibration"], torch.linspace(-2, 2, 50))
+    assert {k: back[k] for k in ("level", "expected_share")} == {
+        "level": 0.99,
+        "expected_share": 0.01,
+    }
+    make_probe().save(tmp_path / "old.pt")
+    assert SavedProbe.load(tmp_path / "old.pt").novelty is None
+    for change, problem in [
+        ({"detectors": "knn+surprise"}, "not knn/pca"),
+        ({"rarity": {"calibration": torch.zeros(0), "bandwidth": torch.tensor(1.0)}},
+         "no calibration scores"),
+        ({"level": 1.5}, "level is not between 0 and 1"),
+        ({"calibration_windows": 0}, "calibration_windows is not a positive count"),
+    ]:  # fmt: skip
+        make_probe(novelty=_novelty() | change).save(tmp_path / "bad.pt")
+        with pytest.raises(UserError, match=problem):
+            SavedProbe.load(tmp_path / "bad.pt")
+    broken = _novelty()
+    del broken["params"]["pca_components"]
+    make_probe(novelty=broken).save(tmp_path / "bad.pt")
+    with pytest.raises(UserError, match="lacks its detectors' constants"):
+        SavedProbe.load(tmp_path / "bad.pt")
