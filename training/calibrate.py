@@ -30,6 +30,12 @@ streams to be served.
 
 Writes a probe file `scjepa export --probe` serves like `scjepa evaluate`'s (its
 threshold rule is "budget"; ``--fa-budget`` serves another operating point).
+
+The same machinery is every served graph's input-drift monitor (:func:`fit_novelty`,
+:func:`novelty_record`; model/export.py NoveltyMonitor): kNN + PCA, ranked the same
+way, fitted by `scjepa evaluate` on the normal series of the entities the served probe
+may fit on, and here on this probe's own split (its own head where it reads knn+pca),
+so the ``novelty`` output means the same in every artifact.
 """
 
 from __future__ import annotations
