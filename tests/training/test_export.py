@@ -701,6 +701,24 @@ def test_bench_infer_compares_like_with_like(
     }
 
 
+def test_bench_infer_costs_the_novelty_monitor(
+    artifact: dict[str, Path], tmp_path: Path
+) -> None:
+    """A graph with the input-drift monitor is timed beside itself without it (the
+    outputs before it), in the same run: the monitor's cost is their ratio."""
+    from training.bench.infer import without_novelty
+
+    bare = without_novelty(artifact["dir"] / "model.onnx", 1)
+    assert bare is not None
+    assert [o.name for o in bare.get_outputs()] == OUTPUTS
+    out = tmp_path / "infer.json"
+    args = ["bench", "infer", "--artifact", str(artifact["dir"]), "--batch-sizes", "4"]
+    assert main([*args, "--seconds", "0.05", "--threads", "1", "--json", str(out)]) == 0
+    rows = {r["runtime"]: r for r in json.loads(out.read_text())["rows"]}
+    row = rows["onnxruntime cpu fp32 without the novelty monitor"]
+    assert row["baseline"] == "onnxruntime cpu fp32" and row["vs_baseline"] > 0
+
+
 def _cuda_in_onnxruntime() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
