@@ -10,7 +10,8 @@ The child is a fresh interpreter (``python -m service.infer_process``: no copy o
 parent's event loop, sockets or threads, and none of its main module) and is the only
 process that opens the session, on the CPU or CUDA. Parent and child talk over a Unix socket pair: a request is
 a (B, window, V) header and the float32 windows; a reply is a status, the onnxruntime
-time, then the risks, contributions and codes as raw arrays. The child answers in
+time, then the risks, contributions, codes (and novelties, where the manifest records
+the monitor) as raw arrays. The child answers in
 order, so up to ``in_flight`` batches can be queued on it: it starts the next one while
 the parent is still unpacking and writing the last (docs/scaling.md, step 2).
 
@@ -117,6 +118,7 @@ def _child_main(sock: socket.socket, settings: Settings) -> None:
                 + s.risk.tobytes()
                 + s.contrib.tobytes()
                 + s.codes.tobytes()
+                + (b"" if s.novelty is None else s.novelty.tobytes())
             )
     model.close()
 
@@ -224,17 +226,27 @@ class InferenceProcess:
 
     async def _replies(self) -> None:
         r, v = self._reader, self.model.n_channels
+        nov = int(self.model.manifest.novelty is not None)  # the child sends them too
         try:
             while True:
                 status, seconds, n, p = _REPLY.unpack(await r.readexactly(_REPLY.size))
                 if status == _OK:
-                    body = await r.readexactly(n * (4 + 4 * v + 8 * p))
+                    body = await r.readexactly(n * (4 + 4 * v + 8 * p + 4 * nov))
                     risk = np.frombuffer(body, np.float32, n)
                     contrib = np.frombuffer(body, np.float32, n * v, 4 * n)
                     codes = np.frombuffer(body, np.int64, n * p, 4 * n * (1 + v))
+                    novelty = (
+                        np.frombuffer(body, np.float32, n, n * (4 + 4 * v + 8 * p))
+                        if nov
+                        else None
+                    )
                     metrics.INFERENCE_LATENCY.observe(seconds)
                     scores = Scores(
-                        risk, contrib.reshape(n, v), codes.reshape(n, p), self.model
+                        risk,
+                        contrib.reshape(n, v),
+                        codes.reshape(n, p),
+                        self.model,
+                        novelty,
                     )
                     fut = self._waiting.popleft()
                     if not fut.done():

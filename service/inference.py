@@ -4,6 +4,7 @@ Knows numpy and onnxruntime only (no FastAPI, no PyTorch), so it is tested witho
 
     model = load_model(Path("artifacts/msl"), provider="auto")  # an OnnxModel
     scores = model.score(windows)  # (B, window, V) float32 -> risk (B,), contrib (B, V), codes
+    # and novelty (B,) where the manifest records the graph's input-drift monitor
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 OUTPUTS = ("risk", "channel_contrib", "codes")
+NOVELTY = "novelty"  # the input-drift monitor's output, where manifest.novelty says so
 CPU_CHUNK_TOKENS = 512  # encoder tokens per CPU run; see run_size
 
 
@@ -46,13 +48,19 @@ class Scores:
     contrib: np.ndarray  # (B, V) float32, share of the variable-wise max per channel
     codes: np.ndarray  # (B, P) int64, dominant code per patch
     by: Model | None = None  # the model that scored them (hot reload swaps models)
+    # (B,) float32 in [0, 1]: how unlike the training data's normal windows each one
+    # is; None when the model has no input-drift monitor (manifest.novelty null)
+    novelty: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.risk)
 
     def rows(self, i: int, j: int) -> Scores:
         """Windows ``i:j`` of the batch, with the model that scored them."""
-        return Scores(self.risk[i:j], self.contrib[i:j], self.codes[i:j], self.by)
+        novelty = None if self.novelty is None else self.novelty[i:j]
+        return Scores(
+            self.risk[i:j], self.contrib[i:j], self.codes[i:j], self.by, novelty
+        )
 
 
 def requested_providers(preference: Literal["auto", "cpu", "cuda"]) -> list[str]:
@@ -133,6 +141,8 @@ class Model:
         self.run_size = run_size
         self.parallel_runs = parallel_runs  # CPU runs of one batch side by side
         self.warmed = False
+        # the graph outputs a run asks for: novelty too where the manifest records it
+        self.outputs = OUTPUTS + ((NOVELTY,) if manifest.novelty is not None else ())
 
 
 class OnnxModel(Model):
@@ -200,6 +210,18 @@ class OnnxModel(Model):
         missing = [name for name in OUTPUTS if name not in outs]
         if missing:
             raise ArtifactError(f"graph outputs {sorted(outs)} lack {missing}")
+        if m.novelty is not None:
+            novelty = outs.get(NOVELTY)
+            if novelty is None:
+                raise ArtifactError(
+                    f"graph outputs {sorted(outs)} lack ['novelty'], which the "
+                    "manifest's novelty record (the input-drift monitor) says it has"
+                )
+            if novelty.type != "tensor(float)" or len(novelty.shape) != 1:
+                raise ArtifactError(
+                    f"graph output 'novelty' is {novelty.type} of shape "
+                    f"{novelty.shape}; expected float32 [batch]"
+                )
         if outs["codes"].type != "tensor(int64)":
             raise ArtifactError(
                 f"graph output 'codes' is {outs['codes'].type}, not int64"
@@ -218,20 +240,33 @@ class OnnxModel(Model):
         (``parallel_runs`` of those runs at a time when there are several)."""
         x = validate_windows(windows, self.window, self.n_channels)
         chunks = -(-len(x) // self.run_size)
+        names = list(self.outputs)
         if self._pool is not None and self.serial is not None and chunks > 1:
             serial = self.serial
             parts = list(
                 self._pool.map(
-                    lambda part: serial.run(list(OUTPUTS), {"window": part}),
+                    lambda part: serial.run(names, {"window": part}),
                     balanced_chunks(x, chunks, self.parallel_runs),
                 )
             )
         else:
             parts = [
-                self.session.run(list(OUTPUTS), {"window": x[i : i + self.run_size]})
+                self.session.run(names, {"window": x[i : i + self.run_size]})
                 for i in range(0, len(x), self.run_size)
             ]
-        risk, contrib, codes = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        risk, contrib, codes, *rest = (
+            np.concatenate([p[k] for p in parts]) for k in range(len(names))
+        )
+        novelty = None
+        if rest:
+            novelty = rest[0].astype(np.float32, copy=False).reshape(-1)
+            if novelty.shape != (len(x),):
+                raise ArtifactError(
+                    f"graph returned novelty {rest[0].shape} for {len(x)} windows "
+                    "(contract broken)"
+                )
+            # non-finite: readings beyond the float32 arithmetic, unlike any seen
+            novelty = np.clip(np.nan_to_num(novelty, nan=1.0), 0.0, 1.0)
         if risk.shape != (len(x),) or contrib.shape != (len(x), self.n_channels):
             raise ArtifactError(
                 f"graph returned risk {risk.shape}, channel_contrib {contrib.shape} for "
@@ -256,6 +291,7 @@ class OnnxModel(Model):
             contrib=contrib.astype(np.float32, copy=False),
             codes=codes.astype(np.int64, copy=False),
             by=self,
+            novelty=novelty,
         )
 
     def close(self) -> None:

@@ -60,6 +60,12 @@ READINGS = Counter(
     ["outcome"],
 )
 WINDOWS_SCORED = Counter("scjepa_windows_scored", "Windows scored by this process.")
+WINDOWS_UNLIKE_TRAINING = Counter(
+    "scjepa_windows_unlike_training",
+    "Windows scored by this process whose novelty (the model's input-drift monitor) "
+    "is at or above the manifest's novelty level: unlike the normal windows of the "
+    "training data. Stays 0 for a model without the monitor.",
+)
 WINDOWS_SHED = Counter(
     "scjepa_windows_shed",
     "Completed windows never scored, by reason: backpressure (the work queue was past "
@@ -142,6 +148,15 @@ EVALUATED_PAGES = Gauge(
     "records none).",
     ["estimate"],
 )
+# absent (no series) for a model without the monitor: no figure to compare with
+NOVELTY_EXPECTED_SHARE = Gauge(
+    "scjepa_novelty_expected_share",
+    "Share of the training data's normal calibration windows whose novelty is at or "
+    "above the level (the label): the share of scored windows unlike the training "
+    "data to expect while the streams resemble it. Absent when the loaded model has "
+    "no input-drift monitor.",
+    ["level"],
+)
 
 
 def set_model(model: Model) -> None:
@@ -150,7 +165,8 @@ def set_model(model: Model) -> None:
     the exported one; NaN for an F1 threshold or an older manifest) and the false
     pages per 1,000 scored windows the test split measured there, or for a label-free
     model its calibration windows (ScjepaPagingAboveEvaluation compares the live rate
-    with them)."""
+    with them); and the share of windows unlike the training data its input-drift
+    monitor expects (ScjepaInputsUnlikeTraining compares the live share with it)."""
     m = model.manifest
     PROVIDER.info(
         {
@@ -174,6 +190,10 @@ def set_model(model: Model) -> None:
     high = (test.get("false_pages_per_1000_ci95") or [None, None])[1]
     for estimate, v in (("mean", test.get("false_pages_per_1000")), ("upper95", high)):
         EVALUATED_PAGES.labels(estimate).set(nan if v is None else float(v))
+    NOVELTY_EXPECTED_SHARE.clear()  # a reload's model may have another level, or none
+    if m.novelty is not None:
+        level = f"{m.novelty.level:g}"
+        NOVELTY_EXPECTED_SHARE.labels(level).set(m.novelty.expected_share)
 
 
 def set_summary(

@@ -187,6 +187,15 @@ class ChannelShare(BaseModel):
     share: float
 
 
+# records written before the field existed read as null too
+NOVELTY_DOC = (
+    "How unlike the training data's normal windows this window is, in [0, 1] (its "
+    "rank among them: about 0.5 typical, near 1 unlike any); windows at or above the "
+    "manifest's novelty.level count in scjepa_windows_unlike_training_total. null "
+    "when the model has no input-drift monitor (manifest novelty null)."
+)
+
+
 class RiskRecord(BaseModel):
     """One scored window (the store keeps the latest ``history_len`` per stream)."""
 
@@ -198,6 +207,7 @@ class RiskRecord(BaseModel):
     window_end: float
     top_channels: list[ChannelShare]
     codes: list[int]
+    novelty: float | None = Field(None, description=NOVELTY_DOC)
     model: ModelRef
     computed_at: datetime
 
@@ -214,6 +224,7 @@ class RiskResponse(BaseModel):
     window_start: float | None = None
     window_end: float | None = None
     top_channels: list[ChannelShare] = []
+    novelty: float | None = Field(None, description=NOVELTY_DOC)
     model: ModelRef
     computed_at: datetime | None = None
 

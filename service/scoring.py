@@ -39,6 +39,7 @@ RISK_FIELDS = (
     "window_start",
     "window_end",
     "top_channels",
+    "novelty",
     "model",
     "computed_at",
 )
@@ -341,6 +342,7 @@ class Scorer:
                 "window_start": None,
                 "window_end": None,
                 "top_channels": [],
+                "novelty": None,
                 "model": self.ref.model_dump(),
                 "computed_at": None,
             }
@@ -352,7 +354,8 @@ class Scorer:
                 "readings_buffered": buffered,
                 "progress": 1.0,
             }
-            out |= {k: rec[k] for k in RISK_FIELDS}
+            # .get: a record written before a field existed (novelty) reads null
+            out |= {k: rec.get(k) for k in RISK_FIELDS}
         return to_json(out)
 
     async def history(self, tenant: str, stream: str, limit: int) -> RiskHistory | None:

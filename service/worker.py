@@ -143,6 +143,9 @@ def records_of(
     now = now_utc()
     order = np.argsort(-scores.contrib, axis=1, kind="stable")[:, :top_k]
     shares = np.take_along_axis(scores.contrib, order, axis=1)
+    novelty = (
+        [None] * len(windows) if scores.novelty is None else scores.novelty.tolist()
+    )
     return [
         RiskRecord(
             n=w.n,
@@ -157,15 +160,17 @@ def records_of(
                 if share > 0
             ],
             codes=codes,
+            novelty=nov,
             model=ref,
             computed_at=now,
         )
-        for w, risk, idx, row, codes in zip(
+        for w, risk, idx, row, codes, nov in zip(
             windows,
             scores.risk.tolist(),
             order.tolist(),
             shares.tolist(),
             scores.codes.tolist(),
+            novelty,
             strict=True,
         )
     ]
@@ -374,6 +379,14 @@ class ScoringWorker:
             publish=True,  # other processes' waiters (this one's: below)
         )
         metrics.WINDOWS_SCORED.inc(len(items))
+        monitor = (scores.by or model).manifest.novelty
+        if monitor is not None and scores.novelty is not None:
+            # in float64, as the records hold them: the count matches the records
+            unlike = int(
+                np.count_nonzero(scores.novelty.astype(float) >= monitor.level)
+            )
+            if unlike:
+                metrics.WINDOWS_UNLIKE_TRAINING.inc(unlike)
         if self.bus is not None:
             self.bus.deliver(
                 [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]

@@ -3,6 +3,9 @@
 window (B, T, V_in) -> mask -> per-window/channel RevIN stats -> features -> variable-wise
 max -> linear -> sigmoid = risk; the winning channel's share -> channel_contrib; a small
 projection's argmax per patch -> codes. Exported with torch.onnx.export (dynamo=False).
+With a ``novelty`` record, a fourth output "novelty" (the input-drift monitor's place
+in the contract): the window's mean absolute kept value / 10, clipped to [0, 1], so a
+test picks a window's novelty by its values (constant 9.95: 0.995).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from service.manifest import Manifest, write_manifest
+from service.manifest import Manifest, Novelty, write_manifest
 
 
 class TinyServed(nn.Module):
@@ -47,6 +50,23 @@ class TinyServed(nn.Module):
         return risk, contrib, codes
 
 
+class TinyNovelty(TinyServed):
+    def forward(self, window: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # type: ignore[override]
+        risk, contrib, codes = super().forward(window)
+        x = window.index_select(2, self.kept)
+        novelty = (x.abs().mean(dim=(1, 2)) / 10).clamp(0.0, 1.0)  # (B,)
+        return risk, contrib, codes, novelty
+
+
+NOVELTY = Novelty(
+    detectors="knn+pca",
+    level=0.99,
+    expected_share=0.01,
+    reference_windows=400,
+    calibration_windows=300,
+)
+
+
 def build_artifact(
     directory: Path,
     channels: list[str] | None = None,
@@ -54,21 +74,24 @@ def build_artifact(
     threshold: float = 0.5,
     int8: bool = False,
     input_name: str = "window",  # anything else breaks the contract (for tests)
+    novelty: Novelty | None = None,  # the manifest's input-drift monitor record
+    novelty_output: bool | None = None,  # default: the graph has it when recorded
 ) -> Manifest:
-    """Export TinyServed to ``directory/model.onnx`` and write a valid manifest."""
+    """Export TinyServed (TinyNovelty with ``novelty_output``) to
+    ``directory/model.onnx`` and write a valid manifest."""
     channels = channels or ["a", "b", "c", "flat"]
     mask = mask or [True] * (len(channels) - 1) + [False]
     directory.mkdir(parents=True, exist_ok=True)
-    model = TinyServed(mask).eval()
+    with_novelty = novelty is not None if novelty_output is None else novelty_output
+    model = (TinyNovelty if with_novelty else TinyServed)(mask).eval()
+    outputs = ["risk", "channel_contrib", "codes"] + ["novelty"] * with_novelty
     torch.onnx.export(
         model,
         (torch.randn(2, 100, len(channels)),),
         str(directory / "model.onnx"),
         input_names=[input_name],
-        output_names=["risk", "channel_contrib", "codes"],
-        dynamic_axes={
-            k: {0: "batch"} for k in (input_name, "risk", "channel_contrib", "codes")
-        },
+        output_names=outputs,
+        dynamic_axes={k: {0: "batch"} for k in (input_name, *outputs)},
         opset_version=17,
         dynamo=False,
     )
@@ -91,5 +114,6 @@ def build_artifact(
         calibration={"method": "none", "params": {}},
         eval_metrics={"f1": 0.0},
         training_data_fingerprint="synthetic-test",
+        novelty=novelty,
     )
     return write_manifest(directory, manifest)

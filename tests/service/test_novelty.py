@@ -1,0 +1,167 @@
+"""The input-drift monitor (manifest.novelty and the graph's "novelty" output): each
+scored window's novelty in its risk record (GET /risk and its history) as the graph
+gave it, scjepa_windows_unlike_training_total counting exactly the windows at or
+above the level, the expected share as a gauge; none of it for a model without the
+monitor; a manifest that records the monitor over a graph without it refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
+from support.service_artifact import NOVELTY, build_artifact
+from support.service_helpers import RedisServer
+from test_api import body
+
+from service.config import Settings
+from service.infer_process import InferenceProcess
+from service.inference import load_model
+from service.main import create_app
+from service.manifest import ArtifactError
+from service.schemas import RiskHistory, RiskResponse
+
+UNLIKE = "scjepa_windows_unlike_training_total"
+SHARE = "scjepa_novelty_expected_share"
+
+
+@pytest.fixture(scope="module")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("monitored")
+    build_artifact(d, novelty=NOVELTY)
+    return d
+
+
+def counted() -> float:
+    return REGISTRY.get_sample_value(UNLIKE) or 0.0
+
+
+def windows() -> np.ndarray:
+    """Windows of known novelty (mean |kept value| / 10): 0.995, 0.5, 0.989, 1.0,
+    0.99 less a float32 rounding (just below the level), and two random ones."""
+    rng = np.random.default_rng(3)
+    x = np.empty((7, 100, 4), np.float32)
+    for i, c in enumerate((9.95, 5.0, 9.89, -20.0, 9.9)):
+        x[i] = c
+    x[5:] = np.round(rng.normal(size=(2, 100, 4)) * 3, 4)
+    return x
+
+
+@pytest.fixture
+def app_on_redis(redis_server: RedisServer) -> Iterator[dict[str, TestClient]]:
+    opened: dict[str, TestClient] = {}
+
+    def start(artifact: Path, **settings: object) -> TestClient:
+        settings.setdefault("key_prefix", f"t{uuid.uuid4().hex[:8]}")
+        c = TestClient(
+            create_app(
+                Settings(
+                    artifact=artifact,
+                    redis_url=redis_server.url,
+                    max_wait_ms=1.0,
+                    **settings,  # type: ignore[arg-type]
+                )
+            )
+        )
+        c.__enter__()
+        opened[str(len(opened))] = c
+        return c
+
+    yield start  # type: ignore[misc]
+    for c in opened.values():
+        c.__exit__(None, None, None)
+
+
+def score_each(client: TestClient, x: np.ndarray) -> list[RiskResponse]:
+    """One stream per window, scored before the answer (?wait=); their GET /risk."""
+    for i, w in enumerate(x):
+        r = client.post("/ingest?wait=20", json=body(f"s{i}", w.astype(float)))
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][0]["windows_scored"] == 1
+    return [
+        RiskResponse.model_validate_json(client.get(f"/risk/s{i}").content)
+        for i in range(len(x))
+    ]
+
+
+@pytest.mark.parametrize("infer_in", ["thread", "process"])
+def test_records_carry_the_graphs_novelty_and_the_counter_counts_the_unlike(
+    app_on_redis: object, monitored: Path, infer_in: str
+) -> None:
+    x = windows()
+    want = load_model(monitored, provider="cpu").score(x).novelty
+    assert want is not None
+    # the cases the windows were made for: above the level, below, just below
+    at_level = [v >= NOVELTY.level for v in want.tolist()]
+    assert at_level == [True, False, False, True, False, False, False]
+    before = counted()
+    client = app_on_redis(monitored, infer_in=infer_in)  # type: ignore[operator]
+    got = score_each(client, x)
+    assert [g.novelty for g in got] == pytest.approx(want.tolist(), abs=1e-6)
+    hist = RiskHistory.model_validate_json(client.get("/risk/s0/history").content)
+    assert [r.novelty for r in hist.items] == [got[0].novelty]
+    assert counted() - before == sum(at_level) == 2
+    metrics = client.get("/metrics").text
+    assert f'{SHARE}{{level="0.99"}} 0.01' in metrics
+
+
+def test_without_a_monitor_the_field_is_null_and_nothing_is_counted(
+    app_on_redis: object, artifact_dir: Path, redis_server: RedisServer
+) -> None:
+    before = counted()
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    client = app_on_redis(artifact_dir, key_prefix=prefix)  # type: ignore[operator]
+    got = score_each(client, windows()[:3])
+    assert [g.novelty for g in got] == [None] * 3
+    assert all(g.status == "ok" and g.risk is not None for g in got)
+    assert counted() == before
+    assert SHARE + "{" not in client.get("/metrics").text  # no series: no figure
+    # a record written before the field existed reads as null, both routes
+    r = redis_server.client()
+    (key,) = list(r.scan_iter(match=f"{prefix}:*/s0:risk"))
+    ((member, score),) = r.zrange(key, 0, -1, withscores=True)
+    old = json.loads(member)
+    del old["novelty"]
+    r.zrem(key, member)
+    r.zadd(key, {json.dumps(old): score})
+    assert client.get("/risk/s0").json()["novelty"] is None
+    assert client.get("/risk/s0").json()["risk"] == got[0].risk
+    items = client.get("/risk/s0/history").json()["items"]
+    assert len(items) == 1 and items[0]["novelty"] is None
+
+
+def test_a_manifest_with_the_monitor_over_a_graph_without_it_is_refused(
+    tmp_path: Path,
+) -> None:
+    build_artifact(tmp_path, novelty=NOVELTY, novelty_output=False)
+    with pytest.raises(ArtifactError, match=r"lack \['novelty'\].*manifest's novelty"):
+        load_model(tmp_path, provider="cpu")
+
+    async def child() -> None:  # the child process names it too
+        await InferenceProcess.start(Settings(artifact=tmp_path))
+
+    with pytest.raises(ArtifactError, match=r"lack \['novelty'\]"):
+        asyncio.run(child())
+
+
+def test_chunked_runs_keep_each_windows_novelty(monitored: Path) -> None:
+    """Runs split in chunks, side by side, give each window the novelty it gets
+    alone (the CPU's chunked and parallel paths)."""
+    x = np.repeat(windows(), 5, axis=0)
+    one = load_model(monitored, provider="cpu", cpu_chunk_tokens=0).score(x)
+    chunked = load_model(
+        monitored, provider="cpu", cpu_chunk_tokens=30, intra_op_threads=2
+    )
+    assert chunked.run_size < len(x) and chunked.parallel_runs == 2
+    split = chunked.score(x)
+    assert one.novelty is not None and split.novelty is not None
+    np.testing.assert_allclose(split.novelty, one.novelty, atol=1e-6)
+    rows = split.rows(3, 9)
+    assert rows.novelty is not None
+    np.testing.assert_array_equal(rows.novelty, split.novelty[3:9])
