@@ -244,6 +244,8 @@ def test_dashboard_shows_what_operators_need() -> None:
         "scjepa_alert_threshold",  # drawn against max risk
         "scjepa_http_request_duration_seconds",  # request latency by route
         "scjepa_inference",  # provider in use (the info metric)
+        "scjepa_windows_unlike_training",  # the input-drift monitor, against
+        "scjepa_novelty_expected_share",  # the share its calibration expects
     }
     assert required <= shown, sorted(required - shown)
     legends = " ".join(

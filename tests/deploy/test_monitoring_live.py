@@ -30,7 +30,7 @@ import pytest
 import yaml
 from support.components import require
 from support.deploy_helpers import DASHBOARDS, DEPLOY, PROM_DIR, load_yaml
-from support.service_artifact import build_artifact
+from support.service_artifact import NOVELTY, build_artifact
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +61,9 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
 
 
 def build_tiny_artifact(directory: Path) -> None:
-    """The service tests' tiny artifact, every scored stream in alert."""
-    build_artifact(directory, threshold=0.0)
+    """The service tests' tiny artifact, every scored stream in alert, with the
+    input-drift monitor (its panel and rules have data)."""
+    build_artifact(directory, threshold=0.0, novelty=NOVELTY)
 
 
 class Proc:
@@ -279,6 +280,7 @@ def test_every_rule_evaluates_without_error(fed: dict[str, Any]) -> None:
     assert alerts["ScjepaApiDown"]["state"] == "inactive"
     assert alerts["ScjepaNoScorerUp"]["state"] == "inactive"
     assert alerts["ScjepaRedisMemoryHigh"]["state"] == "inactive"
+    assert alerts["ScjepaInputsUnlikeTraining"]["state"] == "inactive"
     managers = get_json(fed["prom"] + "/api/v1/alertmanagers")["data"]
     assert [a["url"] for a in managers["activeAlertmanagers"]] == [
         fed["am"] + "/api/v2/alerts"
@@ -303,6 +305,15 @@ def test_service_metrics_reach_prometheus(fed: dict[str, Any]) -> None:
     by_job = {r["metric"]["job"]: float(r["value"][1]) for r in scored}
     assert by_job["scjepa-scorer"] > 0 and by_job["scjepa-api"] == 0, by_job
     assert query(prom, 'scjepa_scorer_batch_seconds_count{job="scjepa-scorer"} > 0')
+    # the monitor: both tiers expose the expected share, the scorer counts (the
+    # feed's windows are like the training data: none unlike it)
+    share = query(prom, "scjepa_novelty_expected_share")
+    assert {(r["metric"]["job"], r["metric"]["level"]) for r in share} == {
+        ("scjepa-api", "0.99"), ("scjepa-scorer", "0.99")}  # fmt: skip
+    assert {float(r["value"][1]) for r in share} == {NOVELTY.expected_share}
+    unlike = query(prom, "sum by (job) (scjepa_windows_unlike_training_total)")
+    assert {r["metric"]["job"]: float(r["value"][1]) for r in unlike} == {
+        "scjepa-api": 0, "scjepa-scorer": 0}  # fmt: skip
     outcomes = {
         r["metric"]["outcome"] for r in query(prom, "job:scjepa_readings:rate1m")
     }

@@ -40,6 +40,7 @@ REQUIRED_ALERTS = {
     "ScjepaRedisMemoryHigh",
     "ScjepaRedisDown",
     "ScjepaAlertPostsFailing",
+    "ScjepaInputsUnlikeTraining",
     "ReadingsRejectedSpike",
     "NoReadingsIngested",
 }
