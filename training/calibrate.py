@@ -31,11 +31,11 @@ streams to be served.
 Writes a probe file `scjepa export --probe` serves like `scjepa evaluate`'s (its
 threshold rule is "budget"; ``--fa-budget`` serves another operating point).
 
-The same machinery is every served graph's input-drift monitor (:func:`fit_novelty`,
-:func:`novelty_record`; model/export.py NoveltyMonitor): kNN + PCA, ranked the same
-way, fitted by `scjepa evaluate` on the normal series of the entities the served probe
-may fit on, and here on this probe's own split (its own head where it reads knn+pca),
-so the ``novelty`` output means the same in every artifact.
+The same machinery is every served graph's input-drift monitor (:func:`novelty_record`;
+model/export.py NoveltyMonitor): kNN + PCA, ranked the same way, fitted by `scjepa
+evaluate` on the normal windows the served probe was fitted and checked on
+(protocol.served_novelty), and here on this probe's own split (its own head where it
+reads knn+pca), so the ``novelty`` output means the same in every artifact.
 """
 
 from __future__ import annotations
@@ -70,21 +70,15 @@ NOVELTY_LEVEL = 0.99
 
 
 def split_normal(
-    ds: Dataset,
-    window: int,
-    stride: int,
-    frac: float,
-    entities: list[int] | None = None,
+    ds: Dataset, window: int, stride: int, frac: float
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Every entity's normal (train) series (``entities``: those of these indices),
-    kept channels: the reference windows (hop ``window``) of the first ``1 - frac``
-    and, after a one-window gap, the calibration windows (every ``stride`` steps) of
-    the rest, per entity."""
+    """Every entity's normal (train) series, kept channels: the reference windows
+    (hop ``window``) of the first ``1 - frac`` and, after a one-window gap, the
+    calibration windows (every ``stride`` steps) of the rest, per entity."""
     from training.data.windows import cut_windows, dense_windows
 
     ref, cal = [], []
-    picked = range(len(ds.entities)) if entities is None else entities
-    for e in (ds.entities[i] for i in picked):
+    for e in ds.entities:
         x = np.asarray(e.train[:, ds.mask], dtype=np.float32)
         cut = int(len(x) * (1.0 - frac))
         ref.append(cut_windows(x[:cut], window))
@@ -227,26 +221,6 @@ def novelty_record(
         )
     record["expected_share"] = float(np.mean(novelty >= NOVELTY_LEVEL))
     return record
-
-
-def fit_novelty(
-    ds: Dataset,
-    window: int,
-    stride: int,
-    entities: list[int] | None = None,
-    calibration_frac: float = 0.2,
-) -> dict[str, Any]:
-    """The novelty record (:func:`novelty_record`) of the normal (train) series of
-    ``ds``'s ``entities`` (None: all): those the served probe may fit on
-    (training.data.windows.fit_entities), cut as `scjepa calibrate` cuts them."""
-    from training.evaluate.detectors import DetectorScores
-
-    reference, cal_windows = split_normal(
-        ds, window, stride, calibration_frac, entities
-    )
-    cal = np.concatenate(cal_windows)
-    dets = DetectorScores(reference, cal)
-    return novelty_record(dets, cal, len(reference), ds.name)
 
 
 def calibrate(

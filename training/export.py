@@ -17,15 +17,17 @@ features, the probe's input; T = the model's seq_len) and ARTIFACT/manifest.json
 The input-drift monitor: where the probe file has a ``novelty`` record (`scjepa
 evaluate` and `scjepa calibrate` write one), the graph has a fifth output,
 ``novelty`` (B,), and the manifest its ``novelty`` figures. It is the window's
-smoothed rank among normal calibration windows of the training data by its kNN and
-PCA scores, `scjepa calibrate`'s label-free risk whatever the probe reads (about 0.5
-for a typical normal window, near 1 for one unlike any); ``expected_share`` of the
-calibration windows reach ``level`` (0.99), so a far larger share of served windows
-says the streams no longer resemble the data the model and its threshold were fitted
-and checked on. A probe file without the record exports without the output (one line
-says so). Two optional variants, each kept only if its
-metrics on the validation and test splits stay within 0.5 points of fp32 (the deltas
-are recorded in the manifest):
+smoothed rank among normal calibration windows (evaluate: the validation split's;
+calibrate: its own) by its kNN and PCA scores (their reference: the normal windows
+the probe was fitted on), `scjepa calibrate`'s label-free risk whatever the probe
+reads (about 0.5 for a typical normal window, near 1 for one unlike any);
+``expected_share`` of the calibration windows reach ``level`` (0.99), so a far
+larger share of served windows says the streams no longer resemble the data the
+model and its threshold were fitted and checked on. A probe file without the record
+exports without the output (one line says so).
+
+Two optional variants, each kept only if its metrics on the validation and test
+splits stay within 0.5 points of fp32 (the deltas are recorded in the manifest):
 
 - ``--int8`` (CPU): model.int8.onnx, the encoder's Transformer MatMuls statically
   quantized (QDQ, int8 weights, uint8 activations with ranges calibrated on the probe's

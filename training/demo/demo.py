@@ -101,6 +101,7 @@ def build_artifact(
         STATS_ROW,
         evaluate,
         normal_windows,
+        prepare_fold,
         served_novelty,
         served_probe,
         with_window_stats,
@@ -155,7 +156,8 @@ def build_artifact(
     # VALIDATION; the test split is only read for the line printed below
     name = max(methods, key=lambda n: ev.fitted[n][0].val["pr_auc"])
     probe = served_probe(ev, name, best, ds, stats if name == STATS_ROW else None)
-    probe.novelty = served_novelty(ds, events.stride)  # the input-drift monitor
+    # the input-drift monitor, of the windows the probe was fitted and checked on
+    probe.novelty = served_novelty(ds.name, prepare_fold(ds, 0, events))
     probe.save(work / "probe.pt")
     row = ev.rows[name]["all"]
     print(

@@ -1140,7 +1140,7 @@ def run(args: argparse.Namespace) -> int:
                     budget_on_val(f, name, sfd, events)
             got = inputs[sfd.fold]
 
-        novelty = served_novelty(serving_view(ds) if serving else ds, events.stride)
+        novelty = served_novelty(ds.name, folds[-1] if serving else folds[0])
 
         def save(name: str, file: Path, **kw: Any) -> None:
             probe = served_probe(
@@ -1361,19 +1361,30 @@ def with_window_stats(
     return lambda x: np.concatenate([codes(x), stats(x)], axis=1)
 
 
-def served_novelty(ds: Dataset, stride: int) -> dict[str, Any] | None:
-    """The input-drift monitor of the files to serve (SavedProbe.novelty): fitted once
-    on the normal (train) series of the entities the served probe may fit on (fold
-    0's, or the serving split's: ``ds`` is then its view), cut as `scjepa calibrate`
-    cuts them (training/calibrate.py fit_novelty); the same for every probe file, as
-    it reads the raw window whatever the probe reads. None, with a note, where the
-    normal data are too few or too alike to rank a window among."""
-    from training.calibrate import fit_novelty
+def served_novelty(name: str, fd: FoldData) -> dict[str, Any] | None:
+    """The input-drift monitor of the files to serve (SavedProbe.novelty), fitted once
+    on the data the served probe was fitted and checked on (``fd``: fold 0, or the
+    serving split): the normal windows of its train split (the detectors' reference,
+    hop 100) and of its validation split (the calibration windows, every stride steps,
+    as the service scores), so that a served window unlike them is one the probe and
+    its threshold were not fitted or checked on. On data sets split in time these are
+    the official test series' first 80 %, not the official train month the label-free
+    detectors read: on SMD-19 the later month's normal windows are unlike that one
+    (results-notes.md, 2026-12-01, thirty-second session). The same record for every
+    probe file, as it reads the raw window whatever the probe reads. None, with a
+    note, where the normal windows are too few or too alike to rank a window among."""
+    from training.calibrate import novelty_record
+    from training.evaluate.detectors import DetectorScores
 
+    ref = fd.splits["train"].x[fd.splits["train"].cur == 0]
+    cal = fd.dense["val"].x[fd.dense["val"].cur == 0]
     try:
-        return fit_novelty(
-            ds, WINDOW, stride, fit_entities(ds, 0 if ds.folds else None)
-        )
+        if len(ref) < 2 or len(cal) < 2:
+            raise UserError(
+                f"{name}: {len(ref)} normal train and {len(cal)} normal validation "
+                "windows"
+            )
+        return novelty_record(DetectorScores(ref, cal), cal, len(ref), name)
     except UserError as e:
         sys.stderr.write(f"evaluate: the files to serve have no drift monitor: {e}\n")
         return None

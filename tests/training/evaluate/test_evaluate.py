@@ -555,7 +555,6 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     err = capsys.readouterr().err
     assert "serving split: [" in err
     assert "hold the model fitted on every entity but fold 0's validation" in err
-    assert "the files to serve have no drift monitor: skab: " in err
     res_s = json.loads((out_s / "results.json").read_text())
     assert res_s["served_fold"] == "serve" and res_s["serve_checkpoint"]["path"] == str(
         rs
@@ -597,11 +596,13 @@ def test_folds_end_to_end_on_skab(tmp_path: Path, skab_root: Path, capsys) -> No
     assert "this is the model fitted on" in capsys.readouterr().err
     m = json.loads((art_s / "manifest.json").read_text())
     assert m["eval_metrics"]["fold"]["fold"] == "serve"
-    # the input-drift monitor is fitted on the normal rows of the entities the
-    # served model fits on: this fixture's serving split has too few to rank a window
-    # among, so the files say so and the artifact has none (the service serves as before)
-    assert SavedProbe.load(out_s / "probe-served.pt").novelty is None
-    assert m["novelty"] is None
+    # the input-drift monitor: the serving split's normal windows, its train split's
+    # the reference, its validation split's (every stride steps) the calibration
+    nov = SavedProbe.load(out_s / "probe-served.pt").novelty
+    assert nov is not None and m["novelty"] is not None
+    for key in ("reference_windows", "calibration_windows", "expected_share"):
+        assert m["novelty"][key] == nov[key]
+    assert 0.0 <= nov["expected_share"] <= 0.05
     assert "real_val" in m["eval_metrics"]["onnx_parity"]
     assert main(["report", str(out_s), "--out", str(doc)]) == 0
     assert "serves the model fitted on every entity but fold 0's" in doc.read_text()
@@ -660,3 +661,24 @@ def test_pooled_folds_read_their_own_windows(skab_root: Path) -> None:
     two = evaluate(ds, {name: fit_level_shift}, [0, 1], FAST_PROBE, n_boot=10,
                    events=events, folds=folds)  # fmt: skip
     assert two.rows[name]["events"]["budget"]["chance"] == b["chance"]
+
+
+def test_no_drift_monitor_from_too_few_normal_windows(capsys) -> None:
+    """Where the served probe's split holds too few normal windows to rank a window
+    among, the files to serve get no monitor, and evaluate says why."""
+    from types import SimpleNamespace
+
+    from training.evaluate.protocol import served_novelty
+
+    def split(n: int) -> SimpleNamespace:
+        x = np.random.default_rng(n).normal(size=(n, 100, 3)).astype(np.float32)
+        return SimpleNamespace(x=x, cur=np.zeros(n, np.int8))
+
+    fd = SimpleNamespace(splits={"train": split(50)}, dense={"val": split(1)})
+    assert served_novelty("tiny", fd) is None  # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert "no drift monitor: tiny: 50 normal train and 1 normal validation" in err
+    fd.dense["val"] = split(300)
+    record = served_novelty("tiny", fd)  # type: ignore[arg-type]
+    assert record is not None and record["calibration_windows"] == 300
+    assert record["reference_windows"] == 50 and record["detectors"] == "knn+pca"
