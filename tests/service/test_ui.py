@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
+from support.service_artifact import NOVELTY, build_artifact
 from support.service_helpers import free_port
 
 from service.config import Settings
@@ -114,6 +115,46 @@ def sections(dom: str) -> dict[str, str]:
         assert m is not None
         out[m.group(1)] = s
     return out
+
+
+@pytest.fixture(scope="module")
+def novelty_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("novelty-artifact")
+    build_artifact(d, novelty=NOVELTY)
+    return d
+
+
+@needs_chromium
+def test_ui_shows_the_drift_monitors_novelty(
+    novelty_artifact: Path, tmp_path: Path
+) -> None:
+    """A model with the input-drift monitor: each card says the latest window's
+    novelty, as GET /risk gives it."""
+    port = free_port()
+    app = create_app(
+        Settings(artifact=novelty_artifact, redis_url=None, max_wait_ms=1.0)
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rng = np.random.default_rng(0)
+        ingest(url, "pump", 3.0 + 0.05 * rng.normal(size=(150, 4)))
+        novelty = httpx.get(f"{url}/risk/pump").json()["novelty"]
+        assert novelty is not None and 0.0 < novelty < 1.0
+        run = chromium(f"{url}/ui", tmp_path, "--dump-dom")
+        assert run.returncode == 0, run.stderr[-2000:]
+        card = sections(run.stdout)["pump"]
+        assert f"<span>novelty {novelty:.2f}</span>" in card, card
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @needs_chromium
