@@ -66,6 +66,14 @@ WINDOWS_UNLIKE_TRAINING = Counter(
     "is at or above the manifest's novelty level: unlike the normal windows of the "
     "training data. Stays 0 for a model without the monitor.",
 )
+WINDOW_NOVELTY = Histogram(
+    "scjepa_window_novelty",
+    "Novelty of each window scored by this process (the model's input-drift monitor): "
+    "its rank among the training data's normal calibration windows, so spread evenly "
+    "over 0-1 with a mean of 0.5 while the streams resemble them. No samples for a "
+    "model without the monitor.",
+    buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99),
+)
 WINDOWS_SHED = Counter(
     "scjepa_windows_shed",
     "Completed windows never scored, by reason: backpressure (the work queue was past "

@@ -382,11 +382,12 @@ class ScoringWorker:
         monitor = (scores.by or model).manifest.novelty
         if monitor is not None and scores.novelty is not None:
             # in float64, as the records hold them: the count matches the records
-            unlike = int(
-                np.count_nonzero(scores.novelty.astype(float) >= monitor.level)
-            )
+            novelty = scores.novelty.astype(float)
+            unlike = int(np.count_nonzero(novelty >= monitor.level))
             if unlike:
                 metrics.WINDOWS_UNLIKE_TRAINING.inc(unlike)
+            for v in novelty.tolist():  # their mean and spread (a shift of the bulk)
+                metrics.WINDOW_NOVELTY.observe(v)
         if self.bus is not None:
             self.bus.deliver(
                 [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]

@@ -42,6 +42,14 @@ def counted() -> float:
     return REGISTRY.get_sample_value(UNLIKE) or 0.0
 
 
+def observed() -> tuple[float, float]:
+    """scjepa_window_novelty's (count, sum)."""
+    return tuple(  # type: ignore[return-value]
+        REGISTRY.get_sample_value(f"scjepa_window_novelty_{k}") or 0.0
+        for k in ("count", "sum")
+    )
+
+
 def windows() -> np.ndarray:
     """Windows of known novelty (mean |kept value| / 10): 0.995, 0.5, 0.989, 1.0,
     0.99 less a float32 rounding (just below the level), and two random ones."""
@@ -100,13 +108,17 @@ def test_records_carry_the_graphs_novelty_and_the_counter_counts_the_unlike(
     # the cases the windows were made for: above the level, below, just below
     at_level = [v >= NOVELTY.level for v in want.tolist()]
     assert at_level == [True, False, False, True, False, False, False]
-    before = counted()
+    before, (n0, sum0) = counted(), observed()
     client = app_on_redis(monitored, infer_in=infer_in)  # type: ignore[operator]
     got = score_each(client, x)
     assert [g.novelty for g in got] == pytest.approx(want.tolist(), abs=1e-6)
     hist = RiskHistory.model_validate_json(client.get("/risk/s0/history").content)
     assert [r.novelty for r in hist.items] == [got[0].novelty]
     assert counted() - before == sum(at_level) == 2
+    # every window's novelty in the histogram (its mean: a shift of the bulk)
+    n1, sum1 = observed()
+    assert n1 - n0 == len(x)
+    assert sum1 - sum0 == pytest.approx(float(want.astype(float).sum()), abs=1e-5)
     metrics = client.get("/metrics").text
     assert f'{SHARE}{{level="0.99"}} 0.01' in metrics
 
@@ -114,13 +126,13 @@ def test_records_carry_the_graphs_novelty_and_the_counter_counts_the_unlike(
 def test_without_a_monitor_the_field_is_null_and_nothing_is_counted(
     app_on_redis: object, artifact_dir: Path, redis_server: RedisServer
 ) -> None:
-    before = counted()
+    before, (n0, sum0) = counted(), observed()
     prefix = f"t{uuid.uuid4().hex[:8]}"
     client = app_on_redis(artifact_dir, key_prefix=prefix)  # type: ignore[operator]
     got = score_each(client, windows()[:3])
     assert [g.novelty for g in got] == [None] * 3
     assert all(g.status == "ok" and g.risk is not None for g in got)
-    assert counted() == before
+    assert counted() == before and observed() == (n0, sum0)
     assert SHARE + "{" not in client.get("/metrics").text  # no series: no figure
     # a record written before the field existed reads as null, both routes
     r = redis_server.client()
