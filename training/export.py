@@ -27,7 +27,8 @@ model and its threshold were fitted and checked on. A probe file without the rec
 exports without the output (one line says so).
 
 Two optional variants, each kept only if its metrics on the validation and test
-splits stay within 0.5 points of fp32 (the deltas are recorded in the manifest):
+splits stay within 0.5 points of fp32 (the deltas are recorded in the manifest) and,
+with the monitor, its novelty within NOVELTY_TOLERANCE (0.01) of fp32's:
 
 - ``--int8`` (CPU): model.int8.onnx, the encoder's Transformer MatMuls statically
   quantized (QDQ, int8 weights, uint8 activations with ranges calibrated on the probe's
@@ -98,6 +99,10 @@ if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays lig
     from service.manifest import Manifest
 
 INT8_TOLERANCE = 0.005  # 0.5 points on every metric
+# a variant's largest |novelty difference| from fp32 on validation and test windows:
+# beyond it the variant would move windows across the monitor's level (0.99) and its
+# drift warning with them, so it is refused as a metric drop would refuse it
+NOVELTY_TOLERANCE = 0.01
 
 
 def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
@@ -379,8 +384,9 @@ def variant_check(
 ) -> dict[str, Any]:
     """Metrics of both models on val and test (the splits that have windows); kept if
     no metric drops > 0.5 points. With ``novelty`` (a graph with the input-drift
-    monitor) the largest |novelty difference| is recorded too (the variant must carry
-    the output: onnxruntime refuses a name the graph lacks)."""
+    monitor) the largest |novelty difference| is recorded too, and above
+    NOVELTY_TOLERANCE refuses the variant (it must carry the output: onnxruntime
+    refuses a name the graph lacks)."""
     from training.evaluate.metrics import metrics
 
     report: dict[str, Any] = {}
@@ -401,7 +407,8 @@ def variant_check(
             worst, *(a[k] - b[k] for k in a if np.isfinite(a[k]) and np.isfinite(b[k]))
         )
     report["max_drop"] = worst
-    report["kept"] = bool(worst <= INT8_TOLERANCE)
+    moved = max((v for k, v in report.items() if k.endswith("novelty_diff")), default=0)
+    report["kept"] = bool(worst <= INT8_TOLERANCE and moved <= NOVELTY_TOLERANCE)
     return report
 
 
@@ -588,7 +595,11 @@ def _export_into(
         )
         metrics[f"{key}_check"] = check
         kept = "kept" if check["kept"] else "refused (file removed)"
-        print(f"{key}: max metric drop {check['max_drop']:.4f} -> {kept}")
+        moved = max(
+            (v for k, v in check.items() if k.endswith("novelty_diff")), default=None
+        )
+        also = "" if moved is None else f", max novelty difference {moved:.4f}"
+        print(f"{key}: max metric drop {check['max_drop']:.4f}{also} -> {kept}")
         if not check["kept"]:
             v_path.unlink()
             continue

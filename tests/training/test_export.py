@@ -17,7 +17,7 @@ from training.data import WINDOW
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.evaluate.select import json_num
-from training.export import build_served
+from training.export import NOVELTY_TOLERANCE, build_served
 from training.pretrain.checkpoint import load_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -581,9 +581,12 @@ def test_variant_kept_only_within_half_a_point(variants: Path, key: str) -> None
         if np.isfinite(check[s]["fp32"][k]) and np.isfinite(check[s]["variant"][k])
     ]
     assert check["max_drop"] == pytest.approx(max(drops))
-    assert check["kept"] == (max(drops) <= 0.005) == file.is_file()
-    # the variant carries the input-drift monitor (read from it by name)
-    assert 0.0 <= check["val_max_abs_novelty_diff"] < 0.05
+    # the variant carries the input-drift monitor (read from it by name), and one
+    # that moves it by more than NOVELTY_TOLERANCE is refused as a metric drop is
+    moved = max(v for k, v in check.items() if k.endswith("_max_abs_novelty_diff"))
+    assert 0.0 <= check["val_max_abs_novelty_diff"] <= moved
+    kept = max(drops) <= 0.005 and moved <= NOVELTY_TOLERANCE
+    assert check["kept"] == kept == file.is_file()
     q = m.quantization
     assert q is not None
     sha = q.int8_sha256 if key == "int8" else q.fp16_sha256
@@ -592,6 +595,38 @@ def test_variant_kept_only_within_half_a_point(variants: Path, key: str) -> None
         from service.manifest import sha256_file
 
         assert sha == sha256_file(file)
+
+
+def test_a_variant_that_moves_the_drift_monitor_is_refused(
+    artifact: dict[str, Path], tmp_path: Path
+) -> None:
+    """The same risks but a novelty moved beyond NOVELTY_TOLERANCE: refused, as a
+    metric drop is (its drift warning would fire on other windows)."""
+    import copy
+
+    from model.export import export_onnx
+    from training.data.windows import Samples
+    from training.export import variant_check
+
+    served = _served(artifact)
+    assert served.novelty is not None
+    moved = copy.deepcopy(served)
+    assert moved.novelty is not None
+    moved.novelty.rarity.bandwidth.mul_(10.0)  # the ranks flattened towards 0.5
+    export_onnx(moved, tmp_path / "moved.onnx")
+    x = np.random.default_rng(0).normal(size=(64, 100, served.n_in)).astype("float32")
+    y = np.r_[np.zeros(32, np.int8), np.ones(32, np.int8)]
+    zeros = np.zeros(64, np.int64)
+    s = Samples(x, y, np.zeros(64, np.int8), zeros.astype(np.int32), zeros, zeros)
+    fp32 = artifact["dir"] / "model.onnx"
+    same = variant_check(fp32, fp32, {"val": s, "test": s}, 0.5, novelty=True)
+    assert same["kept"] and same["val_max_abs_novelty_diff"] == 0.0
+    check = variant_check(
+        fp32, tmp_path / "moved.onnx", {"val": s, "test": s}, 0.5, True
+    )
+    assert check["max_drop"] == 0.0  # the risks are the same
+    assert check["val_max_abs_novelty_diff"] > NOVELTY_TOLERANCE
+    assert not check["kept"]
 
 
 def test_int8_scores_do_not_depend_on_the_batch(
