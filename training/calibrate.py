@@ -66,6 +66,7 @@ MIN_SPREAD = 1e-4
 # the same detectors whatever the probe reads, so its output means the same in every
 # artifact; a window at or above NOVELTY_LEVEL counts as unlike the training data
 NOVELTY_DETECTORS = "knn+pca"
+NOVELTY_NAMES = tuple(NOVELTY_DETECTORS.split("+"))
 NOVELTY_LEVEL = 0.99
 
 
@@ -194,33 +195,39 @@ def novelty_record(
     ``cal``), their label-free head (``head``, where the caller fitted it: `scjepa
     calibrate`'s own), and the manifest's figures: :data:`NOVELTY_LEVEL` and the share
     of the calibration windows at or above it, as the graph computes it."""
-    import torch
-
-    from model.export import NoveltyMonitor
-
-    names = tuple(NOVELTY_DETECTORS.split("+"))
     if head is None:
-        head, _ = fit_rarity(dets, names, cal, source)
+        head, _ = fit_rarity(dets, NOVELTY_NAMES, cal, source)
     record: dict[str, Any] = {
         "detectors": NOVELTY_DETECTORS,
-        "params": dets.saved(names),
+        "params": dets.saved(NOVELTY_NAMES),
         "rarity": {k: v.clone() for k, v in head.state_dict().items()},
         "level": NOVELTY_LEVEL,
         "reference_windows": int(reference_windows),
         "calibration_windows": len(cal),
     }
-    monitor = NoveltyMonitor.from_record(record)
-    with torch.no_grad():
-        novelty = np.concatenate(
-            [
-                monitor(
-                    torch.from_numpy(np.ascontiguousarray(cal[i : i + 256]))
-                ).numpy()
-                for i in range(0, len(cal), 256)
-            ]
-        )
+    novelty = novelty_of(record, cal)
     record["expected_share"] = float(np.mean(novelty >= NOVELTY_LEVEL))
     return record
+
+
+def novelty_of(record: dict[str, Any], windows: np.ndarray) -> np.ndarray:
+    """(N,) float32: the novelty output of ``record``'s monitor (model/export.py
+    NoveltyMonitor) on ``windows`` (N, T, V kept channels), as the graph computes it,
+    256 windows at a time."""
+    import torch
+
+    from model.export import NoveltyMonitor
+
+    monitor = NoveltyMonitor.from_record(record)
+    with torch.no_grad():
+        return np.concatenate(
+            [
+                monitor(
+                    torch.from_numpy(np.ascontiguousarray(windows[i : i + 256]))
+                ).numpy()
+                for i in range(0, len(windows), 256)
+            ]
+        )
 
 
 def calibrate(
@@ -278,7 +285,7 @@ def calibrate(
     try:
         novelty = novelty_record(
             dets, cal, len(reference), ds.name,
-            head if names == tuple(NOVELTY_DETECTORS.split("+")) else None,
+            head if names == NOVELTY_NAMES else None,
         )  # fmt: skip
     except UserError as e:
         print(f"note: no input-drift monitor: {e}", file=sys.stderr)

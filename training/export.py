@@ -390,7 +390,7 @@ def variant_check(
     from training.evaluate.metrics import metrics
 
     report: dict[str, Any] = {}
-    worst = 0.0
+    worst = moved = 0.0
     for split in ("val", "test"):
         s = splits[split]
         if not len(s):  # the serving split of a data set split by entity: no test
@@ -403,11 +403,13 @@ def variant_check(
         if novelty:
             diff = float(np.abs(na[0] - nb[0]).max())
             report[f"{split}_max_abs_novelty_diff"] = diff
+            moved = max(moved, diff)
         worst = max(
             worst, *(a[k] - b[k] for k in a if np.isfinite(a[k]) and np.isfinite(b[k]))
         )
     report["max_drop"] = worst
-    moved = max((v for k, v in report.items() if k.endswith("novelty_diff")), default=0)
+    if novelty:
+        report["max_novelty_diff"] = moved
     report["kept"] = bool(worst <= INT8_TOLERANCE and moved <= NOVELTY_TOLERANCE)
     return report
 
@@ -595,9 +597,7 @@ def _export_into(
         )
         metrics[f"{key}_check"] = check
         kept = "kept" if check["kept"] else "refused (file removed)"
-        moved = max(
-            (v for k, v in check.items() if k.endswith("novelty_diff")), default=None
-        )
+        moved = check.get("max_novelty_diff")
         also = "" if moved is None else f", max novelty difference {moved:.4f}"
         print(f"{key}: max metric drop {check['max_drop']:.4f}{also} -> {kept}")
         if not check["kept"]:

@@ -9,7 +9,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -59,14 +61,12 @@ def test_ui_names_the_models_window(client: TestClient) -> None:
     assert "how rare each 37-step window is" in lf and "<b>next</b>" not in lf
 
 
-@pytest.fixture
-def live_url(request: pytest.FixtureRequest, artifact_dir: Path) -> Iterator[str]:
-    """The app on a free loopback port (uvicorn in a thread, in-memory store); more
-    settings by indirect parametrization."""
+@contextmanager
+def serving(artifact: Path, **more: Any) -> Iterator[str]:
+    """The app on a free loopback port (uvicorn in a thread, in-memory store)."""
     port = free_port()
-    more = getattr(request, "param", {})
     app = create_app(
-        Settings(artifact=artifact_dir, redis_url=None, max_wait_ms=1.0, **more)
+        Settings(artifact=artifact, redis_url=None, max_wait_ms=1.0, **more)
     )
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
@@ -77,9 +77,18 @@ def live_url(request: pytest.FixtureRequest, artifact_dir: Path) -> Iterator[str
     while not server.started:
         assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture
+def live_url(request: pytest.FixtureRequest, artifact_dir: Path) -> Iterator[str]:
+    """:func:`serving` the test artifact; more settings by indirect parametrization."""
+    with serving(artifact_dir, **getattr(request, "param", {})) as url:
+        yield url
 
 
 def ingest(url: str, stream: str, x: np.ndarray, key: str | None = None) -> None:
@@ -130,20 +139,7 @@ def test_ui_shows_the_drift_monitors_novelty(
 ) -> None:
     """A model with the input-drift monitor: each card says the latest window's
     novelty, as GET /risk gives it."""
-    port = free_port()
-    app = create_app(
-        Settings(artifact=novelty_artifact, redis_url=None, max_wait_ms=1.0)
-    )
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with serving(novelty_artifact) as url:
         rng = np.random.default_rng(0)
         ingest(url, "pump", 3.0 + 0.05 * rng.normal(size=(150, 4)))
         novelty = httpx.get(f"{url}/risk/pump").json()["novelty"]
@@ -152,9 +148,6 @@ def test_ui_shows_the_drift_monitors_novelty(
         assert run.returncode == 0, run.stderr[-2000:]
         card = sections(run.stdout)["pump"]
         assert f"<span>novelty {novelty:.2f}</span>" in card, card
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @needs_chromium

@@ -14,6 +14,7 @@ them as tensor ops, in evaluation and in the graph).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
@@ -423,6 +424,30 @@ def feature_parts(features: str) -> tuple[str, ...]:
     return parts
 
 
+def missing_constants(names: Sequence[str], params: Any) -> str | None:
+    """What a set of detectors' saved constants (model/detectors.py, as
+    DetectorScores.saved gives them) lacks for ``names``: "constants" (a key) or
+    "scaling" (their z-scaling fits another number of detectors); None: nothing."""
+    need = {"scale_mean", "scale_std"}
+    need |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in names else set()
+    need |= {"pca_mean", "pca_components"} if "pca" in names else set()
+    if not isinstance(params, dict) or not need <= set(params):
+        return "constants"
+    if len(np.asarray(params["scale_mean"])) != len(names):
+        return "scaling"
+    return None
+
+
+def rarity_problem(state: Any) -> str | None:
+    """What makes a label-free head's state (model/rarity.py) unusable, or None."""
+    ranks, width = state.get("calibration"), state.get("bandwidth")
+    if ranks is None or np.ndim(ranks) != 1 or not len(ranks):
+        return "has no calibration scores"
+    if width is None or not float(width) > 0:
+        return "has no positive bandwidth"
+    return None
+
+
 def novelty_problem(record: Any) -> str | None:
     """What makes a probe file's ``novelty`` record unusable, or None."""
     if not isinstance(record, dict):
@@ -430,20 +455,14 @@ def novelty_problem(record: Any) -> str | None:
     names = str(record.get("detectors", "")).split("+")
     if not names or not set(names) <= {"knn", "pca"}:
         return f"its novelty monitor reads {record.get('detectors')!r}, not knn/pca"
-    params = record.get("params") or {}
-    need = {"scale_mean", "scale_std"}
-    need |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in names else set()
-    need |= {"pca_mean", "pca_components"} if "pca" in names else set()
-    if not isinstance(params, dict) or not need <= set(params):
+    missing = missing_constants(names, record.get("params") or {})
+    if missing == "constants":
         return "its novelty monitor lacks its detectors' constants"
-    if len(np.asarray(params["scale_mean"])) != len(names):
+    if missing == "scaling":
         return f"its novelty monitor's scaling does not fit {len(names)} detectors"
-    rarity = record.get("rarity") or {}
-    ranks, width = rarity.get("calibration"), rarity.get("bandwidth")
-    if ranks is None or np.ndim(ranks) != 1 or not len(ranks):
-        return "its novelty monitor has no calibration scores"
-    if width is None or not float(width) > 0:
-        return "its novelty monitor has no positive bandwidth"
+    head = rarity_problem(record.get("rarity") or {})
+    if head is not None:
+        return f"its novelty monitor {head}"
     if not 0.0 < float(record.get("level", 0.0)) < 1.0:
         return "its novelty level is not between 0 and 1"
     if not 0.0 <= float(record.get("expected_share", -1.0)) <= 1.0:
@@ -571,12 +590,9 @@ class SavedProbe:
         if self.kind not in SAVED_KINDS:
             return f"unknown probe kind {self.kind!r}"
         if self.kind == "rarity":
-            ranks = self.state_dict.get("calibration")
-            if ranks is None or ranks.ndim != 1 or not len(ranks):
-                return "its label-free head has no calibration scores"
-            width = self.state_dict.get("bandwidth")
-            if width is None or not float(width) > 0:
-                return "its label-free head has no positive bandwidth"
+            head = rarity_problem(self.state_dict)
+            if head is not None:
+                return f"its label-free head {head}"
             if not set(self.features.split("+")) <= set(DETECTOR_PARTS):
                 return (
                     f"a label-free head reads detector scores only, not {self.features}"
@@ -616,12 +632,10 @@ class SavedProbe:
         ):
             return f"{self.features} without the {N_STATS} statistics' mean and std"
         dets = [p for p in parts if p in DETECTOR_PARTS]
-        need = {"scale_mean", "scale_std"}
-        need |= {"knn_bank", "knn_mean", "knn_std"} if "knn" in dets else set()
-        need |= {"pca_mean", "pca_components"} if "pca" in dets else set()
-        if dets and not need <= set(self.detectors or {}):
+        missing = missing_constants(dets, self.detectors or {}) if dets else None
+        if missing == "constants":
             return f"{self.features} without its detectors' constants"
-        if dets and len(np.asarray((self.detectors or {})["scale_mean"])) != len(dets):
+        if missing == "scaling":
             return f"detector scaling does not fit {len(dets)} detectors"
         if self.novelty is not None:
             return novelty_problem(self.novelty)

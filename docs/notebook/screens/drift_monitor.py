@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import torch
 
-from model.export import NoveltyMonitor
+from training.calibrate import novelty_of
 from training.data import load_dataset
 from training.evaluate.protocol import prepare_fold, served_novelty
 from training.evaluate.warning import event_config
@@ -31,7 +31,6 @@ for name in sys.argv[1:]:
     fold = prepare_fold(ds, 0, ev)
     record = served_novelty(name, fold)
     assert record is not None, name
-    monitor = NoveltyMonitor.from_record(record)
     print(
         f"\n{name}: level {record['level']}, expected share "
         f"{record['expected_share']:.4f} ({record['calibration_windows']} calibration, "
@@ -39,15 +38,7 @@ for name in sys.argv[1:]:
     )
     for split in ("val", "test"):
         s = fold.dense[split]
-        with torch.no_grad():
-            nov = np.concatenate(
-                [
-                    monitor(
-                        torch.from_numpy(np.ascontiguousarray(s.x[i : i + 512]))
-                    ).numpy()
-                    for i in range(0, len(s), 512)
-                ]
-            )
+        nov = novelty_of(record, s.x)
         normal = (s.cur == 0) & (s.y == 0)
         for label, m in (("normal", normal), ("in or before an incident", ~normal)):
             if not m.any():
