@@ -1,0 +1,92 @@
+"""Screen, out of fold on train + validation: do bagged trees, trees drawn on half the
+features, or a random forest warn more than the served trees? (results-notes.md,
+2026-12-01, thirty-third session; criterion there.)
+
+    python docs/notebook/screens/bagged_trees.py msl smd skab daphnet   # $SCJEPA_DATA
+
+Input: the 18 pooled window statistics, standardised on the fold's normal windows as
+served. Rows: the served trees (the control), the served trees with ``max_features``
+0.5, the mean risk of 5 such trees each fitted on a bootstrap resample of the fit
+windows (each stopped and calibrated on the validation block as served), and a random
+forest (its vote is the risk). Keys and protocol: _screen.cv_table.
+"""
+
+import sys
+from dataclasses import replace
+
+import _screen as screen
+import numpy as np
+import torch
+from sklearn.ensemble import RandomForestClassifier
+
+from training.evaluate.baselines import WindowStatsFeatures
+from training.evaluate.probe import Probe, ProbeConfig
+from training.evaluate.protocol import normal_windows
+from training.evaluate.select import OutOfFold
+
+torch.set_num_threads(1)
+HALF = replace(ProbeConfig(kind="trees"), max_features=0.5)
+BAGS, SEEDS = 5, 3
+
+
+def held_out(fit_block):
+    """An ``extra`` row of cv_table: ``fit_block(x_tr, y_tr, x_v, y_v)`` returns a
+    scorer, fitted on two blocks and stopped / calibrated on the next; it scores the
+    held-out block (repeated for the 3 seeds the table expects)."""
+
+    def fit(blocks) -> OutOfFold:
+        k = len(blocks)
+        f_hop = [feats(b.hop) for b in blocks]
+        f_dense = [feats(b.dense) for b in blocks]
+        hop, dense = [], []
+        for j in range(k):
+            v = (j + 1) % k
+            tr = [i for i in range(k) if i not in (j, v)]
+            x_tr = np.concatenate([f_hop[i] for i in tr])
+            y_tr = np.concatenate([blocks[i].hop.y for i in tr])
+            score = fit_block(x_tr, y_tr, f_hop[v], blocks[v].hop.y)
+            hop.append(np.stack([score(f_hop[j])] * SEEDS))
+            dense.append(np.stack([score(f_dense[j])] * SEEDS))
+        return OutOfFold(hop, dense, f_hop[0].shape[1])
+
+    return fit
+
+
+def half_features(x_tr, y_tr, x_v, y_v):
+    p = Probe(x_tr.shape[1], HALF, 0)
+    p.fit(x_tr, y_tr, x_v, y_v)
+    return p.predict
+
+
+def bagged(x_tr, y_tr, x_v, y_v):
+    probes = []
+    for seed in range(BAGS):
+        i = np.random.default_rng(seed).integers(0, len(x_tr), len(x_tr))
+        p = Probe(x_tr.shape[1], HALF, seed)
+        p.fit(x_tr[i], y_tr[i], x_v, y_v)
+        probes.append(p)
+    return lambda f: np.mean([p.predict(f) for p in probes], 0)
+
+
+def forest(x_tr, y_tr, x_v, y_v):
+    rf = RandomForestClassifier(
+        n_estimators=300, min_samples_leaf=20, max_features="sqrt", random_state=0
+    ).fit(x_tr, y_tr)
+    return lambda f: rf.predict_proba(f)[:, 1]
+
+
+for name in sys.argv[1:]:
+    ds = screen.name_ds(name)
+    stats = WindowStatsFeatures(normal_windows(ds, 100, 0 if ds.folds else None))
+    feats = lambda s, f=stats: f(s.x)  # noqa: E731
+    screen.cv_table(
+        name,
+        {"statistics": feats},
+        [("trees", "every window")],
+        extra={
+            "statistics, trees, max_features 0.5": held_out(half_features),
+            f"statistics, {BAGS} bagged trees, max_features 0.5": held_out(bagged),
+            "statistics, random forest": held_out(forest),
+        },
+        paired="first",
+    )
