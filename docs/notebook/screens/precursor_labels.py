@@ -1,0 +1,111 @@
+"""Screen, out of fold on train + validation: do the probes warn more when the normal
+windows an incident is 100-200 (or 100-300) steps ahead of are fitted with a soft
+label of 0.5? (results-notes.md, 2026-12-01, thirty-third session; criterion there.)
+
+    python docs/notebook/screens/precursor_labels.py msl smd skab daphnet   # $SCJEPA_DATA
+    python docs/notebook/screens/precursor_labels.py --folds 1,2,3,4 --trees skab daphnet
+
+Each such window is fitted twice, as normal and as positive; stopping and calibration
+keep the true labels (the next window's). Input: the 18 pooled window statistics,
+read by the trees and by the MLP. Keys and protocol: _screen.cv_table.
+"""
+
+import sys
+
+import _screen as screen
+import numpy as np
+import torch
+
+from training.data import Samples
+from training.evaluate.baselines import WindowStatsFeatures
+from training.evaluate.probe import Probe, ProbeConfig
+from training.evaluate.protocol import normal_windows
+from training.evaluate.select import OutOfFold
+
+torch.set_num_threads(1)
+WINDOW = 100
+
+
+def precursors(s: Samples, ahead: int) -> np.ndarray:
+    """Normal windows (their next window normal too) with an anomalous step in the
+    ``ahead`` windows after the next one."""
+    out = np.zeros(len(s), bool)
+    for n in np.flatnonzero((s.y == 0) & (s.cur == 0)):
+        labels = ds.entities[s.entity[n]].labels
+        lo = s.end[n] + WINDOW
+        out[n] = labels[lo : lo + ahead * WINDOW].any()
+    return out
+
+
+def soft(kind: str, ahead: int):
+    """An ``extra`` row of cv_table: ``kind`` probes fitted on two blocks with the
+    precursor windows fitted twice (normal and positive), stopped and calibrated on
+    the next block (true labels), scoring the held-out one."""
+
+    def fit(blocks) -> OutOfFold:
+        k, seeds = len(blocks), (0, 1, 2)
+        f_hop = [feats(b.hop) for b in blocks]
+        f_dense = [feats(b.dense) for b in blocks]
+        pre = [precursors(b.hop, ahead) for b in blocks]
+        hop, dense, n_pre = [], [], 0
+        for j in range(k):
+            v = (j + 1) % k
+            tr = [i for i in range(k) if i not in (j, v)]
+            x_tr = np.concatenate(
+                [f_hop[i] for i in tr] + [f_hop[i][pre[i]] for i in tr]
+            )
+            y_tr = np.concatenate(
+                [blocks[i].hop.y for i in tr]
+                + [np.ones(pre[i].sum(), np.int8) for i in tr]
+            )
+            n_pre += sum(pre[i].sum() for i in tr)
+            h, d = [], []
+            for seed in seeds if kind == "mlp" else seeds[:1]:
+                p = Probe(x_tr.shape[1], ProbeConfig(kind=kind), seed)
+                p.fit(x_tr, y_tr, f_hop[v], blocks[v].hop.y)
+                h.append(p.predict(f_hop[j]))
+                d.append(p.predict(f_dense[j]))
+            reps = len(seeds) // len(h)
+            hop.append(np.stack(h * reps))
+            dense.append(np.stack(d * reps))
+        print(
+            f"  {kind}, {ahead} ahead: {n_pre / k:.0f} precursor windows per fit",
+            flush=True,
+        )
+        return OutOfFold(hop, dense, f_hop[0].shape[1])
+
+    return fit
+
+
+args = sys.argv[1:]
+folds, trees_only = [0], "--trees" in args
+if "--folds" in args:
+    i = args.index("--folds")
+    folds = [int(f) for f in args.pop(i + 1).split(",")]
+    args.pop(i)
+rows = {
+    "statistics, trees, soft 100-200 ahead": ("trees", 1),
+    "statistics, trees, soft 100-300 ahead": ("trees", 2),
+    "statistics, mlp, as served": ("mlp", 0),
+    "statistics, mlp, soft 100-200 ahead": ("mlp", 1),
+    "statistics, mlp, soft 100-300 ahead": ("mlp", 2),
+}
+for name in (a for a in args if a != "--trees"):
+    ds = screen.name_ds(name)
+    for fold in folds:
+        stats = WindowStatsFeatures(
+            normal_windows(ds, WINDOW, fold if ds.folds else None)
+        )
+        feats = lambda s, f=stats: f(s.x)  # noqa: E731
+        screen.cv_table(
+            name,
+            {"statistics": feats},
+            [("trees", "every window")],
+            extra={
+                label: soft(kind, ahead)
+                for label, (kind, ahead) in rows.items()
+                if kind == "trees" or not trees_only
+            },
+            paired="first",
+            fold=fold,
+        )
