@@ -166,8 +166,10 @@ class Settings(BaseSettings):
     read_timeout_s: Annotated[float, Field(gt=0)] = 15.0
     top_channels: Annotated[int, Field(ge=1)] = 5  # contributing channels reported
     # GET /metrics exports the latest risk of this many streams, those of highest
-    # risk (scjepa_top_stream_risk, labelled tenant and stream): N series at most,
-    # so the cap keeps Prometheus' cardinality bounded; 0 = none
+    # risk (scjepa_top_stream_risk, labelled tenant and stream), and the recent
+    # novelty of as many, those of highest recent novelty (scjepa_top_stream_novelty,
+    # with the input-drift monitor): N series each at most, so the cap keeps
+    # Prometheus' cardinality bounded; 0 = none
     top_streams: Annotated[int, Field(ge=0, le=1000)] = 20
     # POST /ingest and GET /risk/{stream} answered ahead of FastAPI's routing
     # (service/fastpaths.py), through the same handlers; off = the FastAPI routes

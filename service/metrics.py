@@ -1,24 +1,25 @@
 """Prometheus metrics, defined once at module level (prometheus_client conventions).
 
 Seconds-based histograms with sub-millisecond buckets; no stream id as a label but in
-``scjepa_top_stream_risk``, bounded by SCJEPA_TOP_STREAMS series (label cardinality
-must not grow with the number of streams). Metrics are per process: run one uvicorn
-worker per container and scale with replicas.
+``scjepa_top_stream_risk`` and ``scjepa_top_stream_novelty``, each bounded by
+SCJEPA_TOP_STREAMS series (label cardinality must not grow with the number of
+streams). Metrics are per process: run one uvicorn worker per container and scale
+with replicas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from math import nan
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
 from service.manifest import served_point, serving_budget
+from service.store import NOVELTY_SPAN
 
 if TYPE_CHECKING:
     from service.inference import Model
-    from service.store import QueueStats
+    from service.store import QueueStats, Ranked
 
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
@@ -130,11 +131,20 @@ STREAMS_IN_ALERT = Gauge(
     "scjepa_streams_in_alert", "Streams whose latest risk is at or above threshold."
 )
 MAX_RISK = Gauge("scjepa_max_risk", "Highest latest risk over the tracked streams.")
-# the one gauge labelled by stream: at most SCJEPA_TOP_STREAMS series, replaced on each
-# refresh, so a stream that leaves the top N leaves the exposition (no stale value)
+# the gauges labelled by stream: at most SCJEPA_TOP_STREAMS series each, replaced on
+# each refresh, so a stream that leaves the top N leaves the exposition (no stale value)
 TOP_STREAM_RISK = Gauge(
     "scjepa_top_stream_risk",
     "Latest risk of the SCJEPA_TOP_STREAMS streams of highest latest risk.",
+    ["tenant", "stream"],
+)
+TOP_STREAM_NOVELTY = Gauge(
+    "scjepa_top_stream_novelty",
+    "Recent novelty (the model's input-drift monitor: an exponentially weighted mean "
+    f"over the stream's last ~{NOVELTY_SPAN} scored windows, 0.5 while they resemble "
+    "the training data) of the SCJEPA_TOP_STREAMS streams of highest recent novelty: "
+    "the streams least like the training data. Absent when the loaded model has no "
+    "input-drift monitor.",
     ["tenant", "stream"],
 )
 # The loaded model's operating point (set at start-up and on a hot reload)
@@ -208,16 +218,19 @@ def set_summary(
     streams: int,
     in_alert: int,
     max_risk: float,
-    top: Sequence[tuple[str, str, float]] = (),
+    top: Ranked = (),
+    top_novelty: Ranked = (),
 ) -> None:
-    """The store-wide stream gauges; ``top`` (tenant, stream, risk) replaces the top
-    streams' series wholesale: the series set is exactly the current top N."""
+    """The store-wide stream gauges; ``top`` (tenant, stream, risk) and
+    ``top_novelty`` (tenant, stream, recent novelty) replace the top streams' series
+    wholesale: each series set is exactly the current top N."""
     STREAMS_TRACKED.set(streams)
     STREAMS_IN_ALERT.set(in_alert)
     MAX_RISK.set(max_risk)
-    TOP_STREAM_RISK.clear()
-    for tenant, stream, risk in top:
-        TOP_STREAM_RISK.labels(tenant, stream).set(risk)
+    for gauge, ranked in ((TOP_STREAM_RISK, top), (TOP_STREAM_NOVELTY, top_novelty)):
+        gauge.clear()
+        for tenant, stream, value in ranked:
+            gauge.labels(tenant, stream).set(value)
 
 
 def set_queue(stats: QueueStats) -> None:

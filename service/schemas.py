@@ -8,6 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.store import NOVELTY_SPAN
+
 # No braces (the Redis hash tag), no slashes (the URL path), bounded length, and not
 # "." or ".." (URL dot segments: no GET /risk/{stream} could name them). The one
 # definition: the GET /risk paths (routes/risk.py, handlers.py) use it too.
@@ -196,6 +198,17 @@ NOVELTY_DOC = (
 )
 
 
+RECENT_NOVELTY_DOC = (
+    "The stream's recent novelty: an exponentially weighted mean of its scored "
+    f"windows' novelty over about the last {NOVELTY_SPAN} (starting from 0.5, what "
+    "windows like the training data's give), so that a stream that stays unlike "
+    "the training data rises toward 1 where one window's novelty is noise; "
+    "scjepa_top_stream_novelty lists the streams where it is highest. null when the "
+    "model has no input-drift monitor, and for a stream scored only before it was "
+    "kept."
+)
+
+
 class RiskRecord(BaseModel):
     """One scored window (the store keeps the latest ``history_len`` per stream)."""
 
@@ -225,6 +238,7 @@ class RiskResponse(BaseModel):
     window_end: float | None = None
     top_channels: list[ChannelShare] = []
     novelty: float | None = Field(None, description=NOVELTY_DOC)
+    recent_novelty: float | None = Field(None, description=RECENT_NOVELTY_DOC)
     model: ModelRef
     computed_at: datetime | None = None
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 RECHECK_S = 0.5  # a waiting ingest call re-reads the store at least this often
 # what GET /risk copies from the newest risk record, in RiskResponse's field order
+# (recent_novelty, the stream's, from its state: in its place, set afterwards)
 RISK_FIELDS = (
     "risk",
     "threshold",
@@ -40,6 +41,7 @@ RISK_FIELDS = (
     "window_end",
     "top_channels",
     "novelty",
+    "recent_novelty",
     "model",
     "computed_at",
 )
@@ -343,6 +345,7 @@ class Scorer:
                 "window_end": None,
                 "top_channels": [],
                 "novelty": None,
+                "recent_novelty": None,
                 "model": self.ref.model_dump(),
                 "computed_at": None,
             }
@@ -356,6 +359,9 @@ class Scorer:
             }
             # .get: a record written before a field existed (novelty) reads null
             out |= {k: rec.get(k) for k in RISK_FIELDS}
+            # a state written before it was kept, or by a model without the
+            # monitor, has none: null
+            out["recent_novelty"] = state.novelty if state else None
         return to_json(out)
 
     async def history(self, tenant: str, stream: str, limit: int) -> RiskHistory | None:

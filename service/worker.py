@@ -371,7 +371,10 @@ class ScoringWorker:
                     t,
                     s,
                     e,
-                    [(r.n, r.model_dump_json(), r.risk) for r in by_stream[t, s, e]],
+                    [
+                        (r.n, r.model_dump_json(), r.risk, r.novelty)
+                        for r in by_stream[t, s, e]
+                    ],
                 )
                 for t, s, e in keys
             ],

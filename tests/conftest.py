@@ -25,7 +25,7 @@ from support.components import (
     may_skip_in_ci,
     require,
 )
-from support.service_artifact import build_artifact
+from support.service_artifact import NOVELTY, build_artifact
 from support.service_helpers import AnyRedis, ClientFactory, RedisCluster, RedisServer
 
 from service.config import Settings
@@ -79,6 +79,15 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisClu
 def artifact_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("artifact")
     build_artifact(d, int8=True)
+    return d
+
+
+@pytest.fixture(scope="session")
+def monitored(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test artifact with the input-drift monitor (a window's novelty is its mean
+    absolute value / 10: support/service_artifact.py)."""
+    d = tmp_path_factory.mktemp("monitored")
+    build_artifact(d, novelty=NOVELTY)
     return d
 
 

@@ -74,9 +74,10 @@ def _scoring_runs(state: Any) -> bool:
 
 
 def _top(state: Any) -> int:
-    """How many streams scjepa_top_stream_risk names: none where tenants' keys are set
-    and /metrics is open, as any caller would learn other tenants' stream names, which
-    no tenant route tells (SCJEPA_OPS_KEY_ROUTES naming /metrics lifts that)."""
+    """How many streams scjepa_top_stream_risk and scjepa_top_stream_novelty name:
+    none where tenants' keys are set and /metrics is open, as any caller would learn
+    other tenants' stream names, which no tenant route tells (SCJEPA_OPS_KEY_ROUTES
+    naming /metrics lifts that)."""
     settings = state.settings
     door = getattr(state, "door", None)
     keyed = door is not None and not door.keys.open
@@ -88,14 +89,18 @@ def _top(state: Any) -> int:
 @router.get("/metrics", response_class=Response)
 async def prometheus(request: Request) -> Response:
     """Prometheus exposition format; the stream gauges are refreshed from the store,
-    and the work-queue gauges too where no scoring worker refreshes them (role api)."""
+    and the work-queue gauges too where no scoring worker refreshes them (role api).
+    The streams of highest recent novelty only for a model with the input-drift
+    monitor (one reloaded without it leaves recent novelties of the previous model)."""
     state = request.app.state
     store = getattr(state, "store", None)
     slot = getattr(state, "slot", None)
     if store is not None and slot is not None:
         try:
-            s = await store.summary(slot.current.manifest.threshold, _top(state))
-            metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top)
+            manifest = slot.current.manifest
+            s = await store.summary(manifest.threshold, _top(state))
+            drift = s.top_novelty if manifest.novelty is not None else ()
+            metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top, drift)
             if getattr(state, "worker", None) is None:
                 metrics.set_queue(await store.queue_stats())
         except StoreUnavailable:

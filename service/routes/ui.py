@@ -163,9 +163,11 @@ function render(c, cur, hist) {
   const parts = [items.length + " windows scored", alerts + " in alert",
                  cur.readings_total + " readings", "chart: risk 0 to " + top.toFixed(2)];
   // the input-drift monitor: how unlike the training data's normal windows the
-  // latest window is (null without one)
-  if (cur.novelty !== null && cur.novelty !== undefined) {
-    parts.push("novelty " + cur.novelty.toFixed(2));
+  // latest window is, and the stream's recent windows (null without one)
+  for (const [key, label] of [["novelty", "novelty"], ["recent_novelty", "recent novelty"]]) {
+    if (cur[key] !== null && cur[key] !== undefined) {
+      parts.push(label + " " + cur[key].toFixed(2));
+    }
   }
   if (cur.top_channels && cur.top_channels.length) {
     parts.push("top channels: " + cur.top_channels.slice(0, 3)

@@ -127,6 +127,9 @@ class QueueStats:
     oldest_age_s: float
 
 
+Ranked = tuple[tuple[str, str, float], ...]  # (tenant, stream, value), highest first
+
+
 @dataclass(frozen=True)
 class Summary:
     """Over the live streams (not idle longer than the TTL), whatever replica fed them."""
@@ -136,7 +139,10 @@ class Summary:
     max_risk: float  # 0.0 when nothing was scored yet
     # (tenant, stream, latest risk) of the ``top`` streams of highest latest risk,
     # highest first (ties: the later tenant/stream name first, as Redis orders them)
-    top: tuple[tuple[str, str, float], ...] = ()
+    top: Ranked = ()
+    # the same for their recent novelty (:func:`recent_novelty`): the ``top`` streams
+    # least like the training data (none scored by a model with the monitor: empty)
+    top_novelty: Ranked = ()
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,38 @@ class StreamState:
     total: int
     buffered: int
     last_ts: float | None
+    novelty: float | None = None  # its recent novelty (:func:`recent_novelty`)
+
+
+# A risk record as the scorer writes it (:meth:`Store.put_scored`): the window number
+# n, the record (JSON), its risk and novelty (None: a model without the monitor).
+Record = tuple[int, str, float, float | None]
+
+# A stream's recent novelty: an exponentially weighted mean of its scored windows'
+# novelty over a span of NOVELTY_SPAN windows (weight 2 / (span + 1) on the newest),
+# starting from NOVELTY_PRIOR, the mean novelty of data like the calibration windows
+# (a rank among them), so that a new stream must show it for a while to rank high.
+# One window's novelty is noisy (1 % of normal windows reach 0.99 by design) and
+# windows a hop apart share most of their readings (at hop 5, 20 of them are one
+# window's worth of data): 60 windows are 300 readings at hop 5, three windows' worth.
+# On the benchmarks' validation streams (the calibration windows' own data, incidents
+# included) the 99th percentile of the recent novelty is 0.81-0.99 at a span of 60,
+# and a stream that turns wholly unlike the training data passes it after 29-109
+# windows; at 30 it is 0.90-1.00 (only a stream near 1 throughout stands out), at
+# 120 0.70-0.97 but passed after 31-169 windows (docs/notebook/results-notes.md,
+# 2026-12-01). The Redis record script mirrors the update.
+NOVELTY_SPAN = 60
+NOVELTY_PRIOR = 0.5
+NOVELTY_WEIGHT = 2 / (NOVELTY_SPAN + 1)
+
+
+def recent_novelty(recent: float | None, novelty: float | None) -> float | None:
+    """A stream's recent novelty after a window of ``novelty`` was recorded; None for
+    a window without one (a model without the monitor: no figure to keep)."""
+    if novelty is None:
+        return None
+    prev = NOVELTY_PRIOR if recent is None else recent
+    return prev + NOVELTY_WEIGHT * (novelty - prev)
 
 
 TS = np.dtype("<f8")  # a stored row: its timestamp, then one VALUE per channel
@@ -242,17 +280,19 @@ class Store(ABC):
     @abstractmethod
     async def put_scored(
         self,
-        items: list[tuple[str, str, int, list[tuple[int, str, float]]]],
+        items: list[tuple[str, str, int, list[Record]]],
         *,
         ack: Sequence[str] = (),
         publish: bool = False,
     ) -> list[list[bool]]:
-        """Write risk records: per (tenant, stream, epoch, [(n, JSON record, risk)]),
-        add each record unless the stream already has one for window ``n`` (the first
-        write wins: a window scored twice is recorded once) or is no longer in the
-        epoch its windows were cut in (started over or forgotten since: the record
-        would take the new life's window ``n``), cap the history, and note the
-        risk of the stream's newest record for :meth:`summary`. Returns, per item and
+        """Write risk records: per (tenant, stream, epoch, [:data:`Record`]), add each
+        record unless the stream already has one for window ``n`` (the first write
+        wins: a window scored twice is recorded once) or is no longer in the epoch its
+        windows were cut in (started over or forgotten since: the record would take
+        the new life's window ``n``), cap the history, fold each record written into
+        the stream's recent novelty (:func:`recent_novelty`, in the order given; kept
+        in its state, so it goes with it), and note the risk of the stream's newest
+        record and its recent novelty for :meth:`summary`. Returns, per item and
         record, whether it was written now. Then, once the records are written (so
         that a failure leaves the items pending), acknowledge the work items ``ack``
         (:meth:`ack_work`) and, with ``publish``, tell every process that these
@@ -361,8 +401,9 @@ class Store(ABC):
     @abstractmethod
     async def summary(self, threshold: float, top: int = 0) -> Summary:
         """Counts for the gauges, over every tenant: live streams, streams in alert,
-        highest latest risk, and the ``top`` streams of highest latest risk (cost
-        independent of the number of streams: bounded by ``top``)."""
+        highest latest risk, and the ``top`` streams of highest latest risk and of
+        highest recent novelty (cost independent of the number of streams: bounded by
+        ``top``)."""
 
     @abstractmethod
     async def rate(self, bucket: str, rps: float, burst: int) -> float:
@@ -432,11 +473,16 @@ def make_store(
 
 
 __all__ = [
+    "NOVELTY_PRIOR",
+    "NOVELTY_SPAN",
+    "NOVELTY_WEIGHT",
     "TS",
     "VALUE",
     "AppendResult",
     "LayoutChanged",
     "QueueStats",
+    "Ranked",
+    "Record",
     "Store",
     "StoreUnavailable",
     "StreamState",
@@ -449,5 +495,6 @@ __all__ = [
     "gcra",
     "layout_of",
     "make_store",
+    "recent_novelty",
     "row_dtype",
 ]

@@ -25,6 +25,8 @@ from service.store import (
     AppendResult,
     LayoutChanged,
     QueueStats,
+    Ranked,
+    Record,
     Store,
     StreamState,
     Summary,
@@ -33,6 +35,7 @@ from service.store import (
     completed_ends,
     forward_fill,
     gcra,
+    recent_novelty,
 )
 
 Key = tuple[str, str]  # (tenant, stream)
@@ -47,6 +50,7 @@ class _Stream:
     last_ts: float | None = None
     risks: list[tuple[int, str]] = field(default_factory=list)  # ascending n
     latest_risk: float | None = None
+    novelty: float | None = None  # recent novelty (service.store.recent_novelty)
     touched: float = field(default_factory=time.monotonic)
     layout: str | None = None
     pending: dict[float, np.ndarray] = field(default_factory=dict)  # held readings
@@ -273,7 +277,7 @@ class MemoryStore(Store):
         s = self._get((tenant, stream))
         if s is None or (s.total == 0 and not s.pending):
             return None
-        return StreamState(s.total, len(s.buf), s.last_ts)
+        return StreamState(s.total, len(s.buf), s.last_ts, s.novelty)
 
     async def delete(self, tenant: str, stream: str) -> int | None:
         s = self._get((tenant, stream))  # an expired one is unknown already
@@ -284,7 +288,7 @@ class MemoryStore(Store):
 
     async def put_scored(
         self,
-        items: list[tuple[str, str, int, list[tuple[int, str, float]]]],
+        items: list[tuple[str, str, int, list[Record]]],
         *,
         ack: Sequence[str] = (),
         publish: bool = False,
@@ -297,11 +301,12 @@ class MemoryStore(Store):
                 continue
             have = {n for n, _ in s.risks}
             flags = []
-            for n, rec, _ in records:
+            for n, rec, _, novelty in records:
                 flags.append(n not in have)
                 if n not in have:
                     bisect.insort(s.risks, (n, rec), key=lambda r: r[0])
                     have.add(n)
+                    s.novelty = recent_novelty(s.novelty, novelty)
             del s.risks[: -self.history_len]
             newest = max(records, key=lambda r: r[0])
             if s.risks and s.risks[-1][0] == newest[0]:
@@ -334,19 +339,26 @@ class MemoryStore(Store):
 
     async def summary(self, threshold: float, top: int = 0) -> Summary:
         self._expire()
-        latest = [
-            (r, f"{tenant}/{stream}", tenant, stream)
-            for (tenant, stream), s in self._streams.items()
-            if (r := s.latest_risk) is not None
-        ]
-        # highest risk first, ties by the later tenant/stream: Redis' ZREVRANGE order
-        best = heapq.nlargest(top, latest, key=lambda x: (x[0], x[1]))
+        latest = [s.latest_risk for s in self._streams.values()]
+        risks = [r for r in latest if r is not None]
         return Summary(
             len(self._streams),
-            sum(r >= threshold for r, *_ in latest),
-            max((r for r, *_ in latest), default=0.0),
-            tuple((tenant, stream, r) for r, _, tenant, stream in best),
+            sum(r >= threshold for r in risks),
+            max(risks, default=0.0),
+            self._ranked(top, "latest_risk"),
+            self._ranked(top, "novelty"),
         )
+
+    def _ranked(self, top: int, field: str) -> Ranked:
+        """The ``top`` streams of highest ``field`` (those without one left out),
+        highest first, ties by the later tenant/stream: Redis' ZREVRANGE order."""
+        have = [
+            (v, f"{tenant}/{stream}", tenant, stream)
+            for (tenant, stream), s in self._streams.items()
+            if (v := getattr(s, field)) is not None
+        ]
+        best = heapq.nlargest(top, have, key=lambda x: (x[0], x[1]))
+        return tuple((tenant, stream, v) for v, _, tenant, stream in best)
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:
         now = time.monotonic()

@@ -28,11 +28,15 @@ from redis.retry import Retry
 
 from service import metrics
 from service.store import (
+    NOVELTY_PRIOR,
+    NOVELTY_WEIGHT,
     TS,
     VALUE,
     AppendResult,
     LayoutChanged,
     QueueStats,
+    Ranked,
+    Record,
     Store,
     StoreUnavailable,
     StreamState,
@@ -60,7 +64,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{p3}:acme/pump-7:state  hash: n (readings accepted), last_ts, layout, epoch
 #                                  (Redis TIME in µs when the state was created,
 #                                  later than the stream's previous; 0 = stored
-#                                  before epochs), max_ts (held readings' newest)
+#                                  before epochs), max_ts (held readings' newest),
+#                                  novelty (its recent novelty, written with its
+#                                  records: service.store.recent_novelty)
 #   scjepa:{p3}:acme/pump-7:risk   zset of JSON risk records scored by window number n
 #   scjepa:{p3}:acme/pump-7:pend   zset ts -> flag + packed row: readings held until the
 #                                  watermark passes them (SCJEPA_ALLOWED_LATENESS_S > 0)
@@ -74,6 +80,7 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{global}:streams        zset tenant/stream -> last ingest time (the gauges)
 #   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges; noted
 #                                  only for a stream in :streams, see NOTE_LATEST)
+#   scjepa:{global}:novelty        zset tenant/stream -> recent novelty (the same)
 #   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
 
 # KEYS: rows, seen, state, work, risk, pend. ARGV: window, hop, ttl, horizon, max_queued,
@@ -299,50 +306,79 @@ APPEND = _APPEND.substitute(
 )
 
 # KEYS: risk, state. ARGV: history length, ttl, the epoch the windows were cut in,
-# then (n, JSON record) pairs. A record is added only when the stream has none for its
-# window n (the first write wins: a window scored twice is recorded once) and the
-# stream is still in that epoch: a scorer's late write for a stream that started over
-# (or was forgotten) since its windows were cut writes nothing, where it would have won
-# the new life's window of the same number. Returns one flag per record (1 = written
-# now) and the window number of the stream's newest record (false when refused).
-PUT = """
+# then (n, JSON record, novelty) triples (novelty '' for none). A record is added only
+# when the stream has none for its window n (the first write wins: a window scored
+# twice is recorded once) and the stream is still in that epoch: a scorer's late write
+# for a stream that started over (or was forgotten) since its windows were cut writes
+# nothing, where it would have won the new life's window of the same number. Each
+# record added is folded into the state's recent novelty as recent_novelty() does
+# (one without a novelty removes it). Returns one flag per record (1 = written now),
+# the window number of the stream's newest record (false when refused) and the recent
+# novelty when a record was written ('' when removed; else false).
+_PUT = Template("""
 local key, out = KEYS[1], {}
 local epoch = redis.call('HGET', KEYS[2], 'epoch')
 if not epoch and redis.call('EXISTS', KEYS[2]) == 1 then epoch = '0' end  -- pre-epoch
 if epoch ~= ARGV[3] then  -- another epoch, or no state: forgotten
-  for i = 4, #ARGV, 2 do out[#out + 1] = 0 end
-  return {out, false}
+  for i = 4, #ARGV, 3 do out[#out + 1] = 0 end
+  return {out, false, false}
 end
-for i = 4, #ARGV, 2 do
+local recent, noted = tonumber(redis.call('HGET', KEYS[2], 'novelty') or ''), false
+for i = 4, #ARGV, 3 do
   if redis.call('ZCOUNT', key, ARGV[i], ARGV[i]) == 0 then
     redis.call('ZADD', key, ARGV[i], ARGV[i + 1])
     out[#out + 1] = 1
+    local v = tonumber(ARGV[i + 2])
+    if v then
+      recent = recent or $prior
+      recent = recent + $weight * (v - recent)
+    else recent = nil end
+    noted = true
   else
     out[#out + 1] = 0
   end
 end
 redis.call('ZREMRANGEBYRANK', key, 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', key, ARGV[2])
+if noted then
+  if recent then
+    noted = string.format('%.17g', recent)
+    redis.call('HSET', KEYS[2], 'novelty', noted)
+  else
+    noted = ''
+    redis.call('HDEL', KEYS[2], 'novelty')
+  end
+end
 local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-return {out, top[2] or false}
-"""
+return {out, top[2] or false, noted}
+""")
+PUT = _PUT.substitute(prior=repr(NOVELTY_PRIOR), weight=repr(NOVELTY_WEIGHT))
 
 # KEYS: state, rows, risk. GET /risk's reads in one call: n, last_ts, buffered rows,
-# the newest risk record (false -> nil when absent).
+# the newest risk record, the recent novelty (false -> nil when absent).
 LATEST = """
-local st = redis.call('HMGET', KEYS[1], 'n', 'last_ts')
+local st = redis.call('HMGET', KEYS[1], 'n', 'last_ts', 'novelty')
 local rec = redis.call('ZREVRANGE', KEYS[3], 0, 0)
-return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or false}
+return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or false,
+        st[3] or false}
 """
 
-# KEYS: {global}:streams, {global}:latest. ARGV: risk, member pairs. Notes the newest
-# risks of the streams still registered: a stream deleted between its record and this
-# (DELETE's ZREMs) is not noted back, where no idle expiry (by :streams) would find it.
+# KEYS: {global}:streams, then the gauges' indexes to note in ({global}:latest,
+# {global}:novelty). ARGV: per index, its number of (score, member) pairs, then the
+# pairs; a score '' removes the member. Notes the streams still registered only: a
+# stream deleted between its record and this (DELETE's ZREMs) is not noted back, where
+# no idle expiry (by :streams) would find it.
 NOTE_LATEST = """
-for i = 1, #ARGV, 2 do
-  if redis.call('ZSCORE', KEYS[1], ARGV[i + 1]) then
-    redis.call('ZADD', KEYS[2], ARGV[i], ARGV[i + 1])
+local at = 1
+for k = 2, #KEYS do
+  local stop = at + 2 * tonumber(ARGV[at])
+  for i = at + 1, stop, 2 do
+    if ARGV[i] == '' then redis.call('ZREM', KEYS[k], ARGV[i + 1])
+    elseif redis.call('ZSCORE', KEYS[1], ARGV[i + 1]) then
+      redis.call('ZADD', KEYS[k], ARGV[i], ARGV[i + 1])
+    end
   end
+  at = stop + 1
 end
 return 0
 """
@@ -400,22 +436,23 @@ end
 return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
 """
 
-# KEYS: {global}:streams, {global}:latest. ARGV: cutoff, threshold, top (>= 1). Forgets
-# a batch of idle streams, then counts with range queries: O(log N + top) per scrape,
-# not O(N). Returns the count, those in alert and the top members with their risks.
+# KEYS: {global}:streams, {global}:latest, {global}:novelty. ARGV: cutoff, threshold,
+# top (>= 1). Forgets a batch of idle streams, then counts with range queries:
+# O(log N + top) per scrape, not O(N). Returns the count, those in alert and the top
+# members with their risks, and with their recent novelty.
 SUMMARY = f"""
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {10 * EXPIRE_BATCH})
 if #old > 0 then
   for s = 1, #old, 1000 do
     local part = {{unpack(old, s, math.min(s + 999, #old))}}
-    redis.call('ZREM', KEYS[1], unpack(part))
-    redis.call('ZREM', KEYS[2], unpack(part))
+    for k = 1, #KEYS do redis.call('ZREM', KEYS[k], unpack(part)) end
   end
 end
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
 local alert = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
-local top = redis.call('ZREVRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1, 'WITHSCORES')
-return {{n, alert, top}}
+local last = tonumber(ARGV[3]) - 1
+return {{n, alert, redis.call('ZREVRANGE', KEYS[2], 0, last, 'WITHSCORES'),
+        redis.call('ZREVRANGE', KEYS[3], 0, last, 'WITHSCORES')}}
 """
 
 # KEYS: the bucket. ARGV: period and burst in microseconds. GCRA on Redis's clock (one
@@ -469,6 +506,16 @@ def _pairs(reply: Any) -> list[Any]:
     if reply and not isinstance(reply[0], list):
         return list(zip(reply[::2], reply[1::2], strict=True))
     return cast(list[Any], reply)
+
+
+def _ranked(reply: Any) -> Ranked:
+    """A WITHSCORES reply of a gauges' index (members tenant/stream; a tenant holds no
+    "/", auth.py) as (tenant, stream, score), in its order."""
+    out = []
+    for member, score in _pairs(reply):
+        tenant, _, stream = member.decode().partition("/")
+        out.append((tenant, stream, float(score)))
+    return tuple(out)
 
 
 def _float(raw: bytes | None) -> float | None:
@@ -855,12 +902,12 @@ class RedisStore(Store):
 
     async def state(self, tenant: str, stream: str) -> StreamState | None:
         pipe = self._pipeline()
-        pipe.hmget(self._key(tenant, stream, "state"), ["n", "last_ts"])
+        pipe.hmget(self._key(tenant, stream, "state"), ["n", "last_ts", "novelty"])
         pipe.llen(self._key(tenant, stream, "rows"))
-        (n, last_ts), buffered = await self._call("state", pipe.execute())
+        (n, last_ts, novelty), buffered = await self._call("state", pipe.execute())
         if n is None:
             return None
-        return StreamState(int(n), int(buffered), _float(last_ts))
+        return StreamState(int(n), int(buffered), _float(last_ts), _float(novelty))
 
     async def delete(self, tenant: str, stream: str) -> int | None:
         """The stream's keys in one script (atomic against its appends and record
@@ -882,6 +929,7 @@ class RedisStore(Store):
         pipe.zrem(self._tenant(tenant, "touched"), stream)
         pipe.zrem(self._global("streams"), member)
         pipe.zrem(self._global("latest"), member)
+        pipe.zrem(self._global("novelty"), member)
         touched, named, *_ = await self._call("delete", pipe.execute())
         self._touched.pop(member, None)  # its next ingest registers it again
         if epoch is None:
@@ -891,13 +939,14 @@ class RedisStore(Store):
 
     async def put_scored(
         self,
-        items: list[tuple[str, str, int, list[tuple[int, str, float]]]],
+        items: list[tuple[str, str, int, list[Record]]],
         *,
         ack: Sequence[str] = (),
         publish: bool = False,
     ) -> list[list[bool]]:
-        """Two round trips: the record scripts, then (once they are written) the
-        newest risks, the acknowledgements and the news, packed together on the
+        """Two round trips: the record scripts (each also the stream's recent
+        novelty, in its state), then (once they are written) the newest risks and
+        recent novelties, the acknowledgements and the news, packed together on the
         store's own connections (:meth:`_run`) as the scripts are. Once the windows
         are acknowledged they are done: an error reply to the gauges' index of newest
         risks (a Redis at maxmemory refuses that ZADD, OOM, not XACK or XDEL) or to the
@@ -907,27 +956,32 @@ class RedisStore(Store):
         calls = []
         for tenant, stream, epoch, records in items:
             args: list[Any] = [self.history_len, self.ttl_s, epoch]
-            for n, rec, _ in records:
-                args += [n, rec]
+            for n, rec, _, novelty in records:
+                args += [n, rec, "" if novelty is None else repr(novelty)]
             keys = [self._key(tenant, stream, k) for k in ("risk", "state")]
             calls.append((self._put, keys, args))
         replies = await self._call("put_risks", self._scripts(calls), scripts=True)
-        latest: dict[str, float] = {}
+        latest: list[Any] = []  # (score, member) pairs of each index
+        recent: list[Any] = []
         written = []
-        for (tenant, stream, _, records), (flags, top) in zip(
+        for (tenant, stream, _, records), (flags, top, novelty) in zip(
             items, replies, strict=True
         ):
             written.append([bool(f) for f in flags])
             newest = max(records, key=lambda r: r[0])
+            member = f"{tenant}/{stream}"
             if top is not None and int(float(top)) == newest[0]:
-                latest[f"{tenant}/{stream}"] = newest[2]
-        news = [(t, s, [n for n, _, _ in recs]) for t, s, _, recs in items]
-        keys = [self._global("streams"), self._global("latest")]
-        pairs = [x for member, risk in latest.items() for x in (risk, member)]
+                latest += (newest[2], member)
+            if novelty is not None:  # b"": removed (a model without the monitor)
+                recent += (novelty, member)
+        news = [(t, s, [r[0] for r in recs]) for t, s, _, recs in items]
+        keys = [self._global(k) for k in ("streams", "latest", "novelty")]
+        pairs = [len(latest) // 2, *latest, len(recent) // 2, *recent]
+        noted = bool(latest or recent)
         if (
             self.cluster
         ):  # a Cluster pipeline takes neither PUBLISH nor other slots' keys
-            if latest:
+            if noted:
                 try:
                     await self._call(
                         "put_risks", self._note_latest(keys=keys, args=pairs)
@@ -937,7 +991,7 @@ class RedisStore(Store):
             await self.ack_work(list(ack))
             return written
         commands = []
-        if latest:  # the script's text: one round trip, no NOSCRIPT to recover from
+        if noted:  # the script's text: one round trip, no NOSCRIPT to recover from
             commands.append(["EVAL", NOTE_LATEST, len(keys), *keys, *pairs])
         acks = self._ack_commands(ack)
         at = slice(len(commands), len(commands) + len(acks))
@@ -991,11 +1045,13 @@ class RedisStore(Store):
         than a pipeline of the three reads), packed on the store's own connections as
         the ingest scripts are (docs/notebook/benchmarks.md, Service)."""
         keys = [self._key(tenant, stream, k) for k in ("state", "rows", "risk")]
-        ((n, last_ts, buffered, rec),) = await self._call(
+        ((n, last_ts, buffered, rec, novelty),) = await self._call(
             "latest", self._scripts([(self._latest, keys, [])]), scripts=True
         )
         state = (
-            None if n is None else StreamState(int(n), int(buffered), _float(last_ts))
+            None
+            if n is None
+            else StreamState(int(n), int(buffered), _float(last_ts), _float(novelty))
         )
         return state, None if rec is None else cast(bytes, rec).decode()
 
@@ -1007,18 +1063,19 @@ class RedisStore(Store):
         return [cast(bytes, n).decode() for n in names]
 
     async def summary(self, threshold: float, top: int = 0) -> Summary:
-        keys = [self._global("streams"), self._global("latest")]
+        keys = [self._global(k) for k in ("streams", "latest", "novelty")]
         # one range read serves both max_risk (its first) and the top streams
         args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1)]
-        n, alert, pairs = await self._call(
+        n, alert, risks, novelties = await self._call(
             "summary", self._summary(keys=keys, args=args)
         )
-        best = []  # a member is tenant/stream; a tenant holds no "/" (auth.py)
-        for member, risk in _pairs(pairs):
-            tenant, _, stream = member.decode().partition("/")
-            best.append((tenant, stream, float(risk)))
+        best = _ranked(risks)
         return Summary(
-            int(n), int(alert), best[0][2] if best else 0.0, tuple(best[:top])
+            int(n),
+            int(alert),
+            best[0][2] if best else 0.0,
+            best[:top],
+            _ranked(novelties)[:top],
         )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

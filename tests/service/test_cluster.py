@@ -66,7 +66,12 @@ def test_work_queue_claims_and_first_write_wins_on_a_cluster(
             claimed = await store.claim_work("b", 0.1, 100)
             assert {i.id for i in claimed} == {i.id for i in got}
             recs = [
-                (i.tenant, i.stream, i.epoch, [(i.window.n, f"r{i.window.n}", 0.5)])
+                (
+                    i.tenant,
+                    i.stream,
+                    i.epoch,
+                    [(i.window.n, f"r{i.window.n}", 0.5, None)],
+                )
                 for i in got
             ]
             assert await store.put_scored(recs) == [[True]] * 24

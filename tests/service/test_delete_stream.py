@@ -27,7 +27,7 @@ from test_store_units import fresh_store
 from service import alerting
 from service.config import Settings
 from service.main import create_app
-from service.store import Summary
+from service.store import Summary, recent_novelty
 from service.store.redis_store import RedisStore
 from service.worker import ScoredWindow
 
@@ -63,22 +63,27 @@ def redis(request: pytest.FixtureRequest, store_kind: str) -> AnyRedis | None:
 
 
 def test_a_deleted_stream_leaves_nothing_behind(
-    make_client: ClientFactory, redis: AnyRedis | None
+    make_client: ClientFactory, redis: AnyRedis | None, monitored: Path
 ) -> None:
-    """A stream with risks and readings held (allowed lateness) is deleted: 204, and
-    nothing of it is left (GET /risk and its history 404, not listed, not counted in
-    the gauges, no Redis key naming it, its quota place free); the other stream is
-    untouched; a second DELETE is a 404 like GET /risk's; the name sent again is a
-    new stream, warming up."""
-    client = make_client(allowed_lateness_s=5.0, max_streams_per_tenant=2)
+    """A stream with risks, a recent novelty (a model with the input-drift monitor)
+    and readings held (allowed lateness) is deleted: 204, and nothing of it is left
+    (GET /risk and its history 404, not listed, not counted in the gauges nor among
+    the top streams, no Redis key naming it, its quota place free); the other stream
+    is untouched; a second DELETE is a 404 like GET /risk's; the name sent again is
+    a new stream, warming up, with no recent novelty."""
+    client = make_client(
+        artifact=monitored, allowed_lateness_s=5.0, max_streams_per_tenant=2
+    )
     prefix = client.app.state.settings.key_prefix  # type: ignore[attr-defined]
     for stream in ("p", "q"):
         body = {"stream": stream, "readings": readings(150)}
         assert client.post("/ingest?wait=20", json=body).status_code == 200
     assert client.get("/risk/p").json()["status"] == "ok"
+    assert client.get("/risk/p").json()["recent_novelty"] is not None
     assert client.post("/ingest", json={"stream": "r", "readings": readings(1)}
                        ).status_code == 403  # fmt: skip
     assert metric(client, "scjepa_streams_tracked") == 2
+    assert 'stream="p"' in client.get("/metrics").text
 
     r = client.delete("/streams/p")
     assert (r.status_code, r.content) == (204, b"")
@@ -87,13 +92,14 @@ def test_a_deleted_stream_leaves_nothing_behind(
     assert client.get("/streams").json()["streams"] == ["q"]
     assert client.get("/risk/q").json()["readings_total"] == 145  # 5 s held
     assert metric(client, "scjepa_streams_tracked") == 1
+    assert 'stream="p"' not in client.get("/metrics").text  # neither top streams
     if redis is not None:
         r_ = redis.client()
         left = [k for k in r_.scan_iter(f"{prefix}:*") if b"/p" in k]
         assert left == []
         for k in ("names", "touched"):
             assert r_.zscore(f"{prefix}:{{default}}:{k}", "p") is None
-        for k in ("streams", "latest"):
+        for k in ("streams", "latest", "novelty"):
             assert r_.zscore(f"{prefix}:{{global}}:{k}", "default/p") is None
     again = client.delete("/streams/p")
     assert again.status_code == 404
@@ -107,6 +113,7 @@ def test_a_deleted_stream_leaves_nothing_behind(
     assert res.json()["results"][0]["accepted"] == 3  # not duplicates of the old
     cur = client.get("/risk/p").json()
     assert (cur["status"], cur["readings_total"]) == ("warming_up", 0)  # 3 held
+    assert cur["recent_novelty"] is None
     assert client.get("/risk/p/history").json()["items"] == []
     assert client.get("/streams").json()["streams"] == ["p", "q"]  # registered again
 
@@ -156,7 +163,7 @@ def test_windows_queued_when_a_stream_is_deleted_write_nothing(
 
             def recs(items: list[Any], tag: str) -> list[tuple[str, str, int, Any]]:
                 return [("t", "s", it.epoch, [(it.window.n, f"{tag}-{it.window.n}",
-                                               0.9)]) for it in items]  # fmt: skip
+                                               0.9, None)]) for it in items]  # fmt: skip
 
             assert await store.put_scored(recs(held, "old")) == [[False]]
             assert await store.state("t", "s") is None
@@ -454,9 +461,10 @@ def test_a_deleted_stream_is_not_noted_back_in_the_gauges(
     its note of the newest risk; or, as here, the name sent again within 5 s through
     a replica whose memo skips registering it) noted no risk back into the gauges'
     index: it stayed there for ever (the idle expiry reads the registered streams
-    only), a deleted stream counted in alert and exported among the top streams."""
+    only), a deleted stream counted in alert and exported among the top streams (of
+    risk, and of recent novelty)."""
 
-    async def main() -> tuple[int, int, float, tuple[Any, ...]]:
+    async def main() -> tuple[int, int, float, tuple[Any, ...], tuple[Any, ...]]:
         def replica() -> RedisStore:
             return RedisStore(any_redis.url, prefix=prefix, ttl_s=600, history_len=10,
                               dedupe_horizon=100, timeout_s=5.0, partitions=2)  # fmt: skip
@@ -477,16 +485,16 @@ def test_a_deleted_stream_is_not_noted_back_in_the_gauges(
             items = await a.read_work("c", 10, 0)
             new = [it for it in items if it.epoch == max(i.epoch for i in items)]
             written = await a.put_scored(
-                [("t", "s", it.epoch, [(it.window.n, "{}", 0.9)]) for it in new]
+                [("t", "s", it.epoch, [(it.window.n, "{}", 0.9, 0.9)]) for it in new]
             )
             assert written == [[True]]  # the new life's record is kept
             s = await a.summary(0.5, 5)
-            return s.streams, s.in_alert, s.max_risk, s.top
+            return s.streams, s.in_alert, s.max_risk, s.top, s.top_novelty
         finally:
             await a.close()
             await b.close()
 
-    assert asyncio.run(main()) == (0, 0, 0.0, ())
+    assert asyncio.run(main()) == (0, 0, 0.0, (), ())
 
 
 def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
@@ -495,8 +503,9 @@ def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
     """A scorer wrote a window's record, then (its second call) the stream's newest
     risk for the gauges; a DELETE through another replica lands between the two: the
     risk is not noted (it was, for ever: the deleted stream counted in alert, as the
-    max risk and among the top streams). After a SCRIPT FLUSH the gauge write still
-    notes a live stream's risk (its script is loaded again)."""
+    max risk and among the top streams), nor its recent novelty. After a SCRIPT
+    FLUSH the gauge write still notes a live stream's risk and recent novelty (its
+    script is loaded again)."""
 
     async def main() -> list[Any]:
         prefix = f"d{time.time_ns()}"  # two processes' stores on one Redis
@@ -528,12 +537,12 @@ def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
                                  hop=10, max_queued=100)  # fmt: skip
             items = {it.stream: it for it in await scorer.read_work("c", 10, 0)}
             s = items["s"]
-            rec = [("t", "s", s.epoch, [(10, "{}", 0.95)])]
+            rec = [("t", "s", s.epoch, [(10, "{}", 0.95, 0.99)])]
             out.append(await scorer.put_scored(rec, ack=[s.id]))
             out.append(await api.summary(0.5, top=5))
             any_redis.client().script_flush()
             q = items["q"]
-            rec = [("t", "q", q.epoch, [(10, "{}", 0.7)])]
+            rec = [("t", "q", q.epoch, [(10, "{}", 0.7, 0.6)])]
             out.append(await scorer.put_scored(rec, ack=[q.id]))
             out.append(await api.summary(0.5, top=5))
             return out
@@ -543,7 +552,9 @@ def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
 
     assert asyncio.run(main()) == [
         [[True]],
-        Summary(1, 0, 0.0, ()),
+        Summary(1, 0, 0.0, (), ()),
         [[True]],
-        Summary(1, 1, 0.7, (("t", "q", 0.7),)),
+        Summary(
+            1, 1, 0.7, (("t", "q", 0.7),), (("t", "q", recent_novelty(None, 0.6)),)
+        ),
     ]

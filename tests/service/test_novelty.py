@@ -26,16 +26,10 @@ from service.inference import load_model
 from service.main import create_app
 from service.manifest import ArtifactError
 from service.schemas import RiskHistory, RiskResponse
+from service.store import recent_novelty
 
 UNLIKE = "scjepa_windows_unlike_training_total"
 SHARE = "scjepa_novelty_expected_share"
-
-
-@pytest.fixture(scope="module")
-def monitored(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("monitored")
-    build_artifact(d, novelty=NOVELTY)
-    return d
 
 
 def counted() -> float:
@@ -112,6 +106,9 @@ def test_records_carry_the_graphs_novelty_and_the_counter_counts_the_unlike(
     client = app_on_redis(monitored, infer_in=infer_in)  # type: ignore[operator]
     got = score_each(client, x)
     assert [g.novelty for g in got] == pytest.approx(want.tolist(), abs=1e-6)
+    # one window each: its stream's recent novelty one step from 0.5 toward it
+    assert [g.recent_novelty for g in got] == [recent_novelty(None, g.novelty)
+                                               for g in got]  # fmt: skip
     hist = RiskHistory.model_validate_json(client.get("/risk/s0/history").content)
     assert [r.novelty for r in hist.items] == [got[0].novelty]
     assert counted() - before == sum(at_level) == 2
@@ -131,6 +128,7 @@ def test_without_a_monitor_the_field_is_null_and_nothing_is_counted(
     client = app_on_redis(artifact_dir, key_prefix=prefix)  # type: ignore[operator]
     got = score_each(client, windows()[:3])
     assert [g.novelty for g in got] == [None] * 3
+    assert [g.recent_novelty for g in got] == [None] * 3
     assert all(g.status == "ok" and g.risk is not None for g in got)
     assert counted() == before and observed() == (n0, sum0)
     assert SHARE + "{" not in client.get("/metrics").text  # no series: no figure
@@ -146,6 +144,28 @@ def test_without_a_monitor_the_field_is_null_and_nothing_is_counted(
     assert client.get("/risk/s0").json()["risk"] == got[0].risk
     items = client.get("/risk/s0/history").json()["items"]
     assert len(items) == 1 and items[0]["novelty"] is None
+
+
+def test_a_stream_state_stored_before_its_recent_novelty_reads_null(
+    app_on_redis: object, monitored: Path, redis_server: RedisServer
+) -> None:
+    """A stream's state as a release before the recent novelty stored it (no field):
+    GET /risk's recent_novelty is null, its record's novelty as it was; the stream's
+    next window starts the recent novelty over from 0.5."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    client = app_on_redis(monitored, key_prefix=prefix)  # type: ignore[operator]
+    (got,) = score_each(client, windows()[:1])
+    assert got.recent_novelty is not None
+    r = redis_server.client()
+    (state,) = list(r.scan_iter(match=f"{prefix}:*/s0:state"))
+    assert r.hdel(state, "novelty") == 1
+    old = client.get("/risk/s0").json()
+    assert old["recent_novelty"] is None and old["novelty"] == got.novelty
+    nxt = body("s0", windows()[1].astype(float), start=100)  # the next window
+    r = client.post("/ingest?wait=20", json=nxt)
+    assert r.json()["results"][0]["windows_scored"] == 1, r.text
+    new = client.get("/risk/s0").json()
+    assert new["recent_novelty"] == recent_novelty(None, new["novelty"])
 
 
 def test_a_manifest_with_the_monitor_over_a_graph_without_it_is_refused(

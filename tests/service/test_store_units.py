@@ -24,6 +24,7 @@ from service.config import Settings
 from service.inference import Scores
 from service.store import (
     AppendResult,
+    Record,
     Store,
     WorkItem,
     completed_ends,
@@ -377,18 +378,20 @@ def test_work_queue_claims_and_first_write_wins(store_url: str | None) -> None:
                     it.tenant,
                     it.stream,
                     it.epoch,
-                    [(it.window.n, f"first-{it.window.n}", 0.5)],
+                    [(it.window.n, f"first-{it.window.n}", 0.5, None)],
                 )
                 for it in first
             ]
             assert await store.put_scored(recs) == [[True]] * len(first)
-            again = [(t, s, e, [(n, "second", 0.9)]) for t, s, e, [(n, _, _)] in recs]
+            again = [
+                (t, s, e, [(n, "second", 0.9, None)]) for t, s, e, [(n, *_)] in recs
+            ]
             # the scorer's whole write: records, then the acknowledgements and news
             ack = [i.id for i in first]
             flags = await store.put_scored(again, ack=ack, publish=True)
             assert flags == [[False]] * len(first)
             assert (await store.queue_stats()).depth == len(rest)  # first: acked
-            for t, s, _, [(n, rec, _)] in recs:
+            for t, s, _, [(n, rec, *_)] in recs:
                 assert await store.scored(t, [(s, [n, 999])]) == [{n: rec}]
             await store.ack_work([i.id for i in rest])
             stats = await store.queue_stats()
@@ -425,7 +428,7 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
             first, second = await store.read_work("c", 10, 0.1)
             await store.client.set(store._global("latest"), "not a sorted set")
             before = errors._value.get()
-            rec = [("t", "a", first.epoch, [(first.window.n, "rec", 0.5)])]
+            rec = [("t", "a", first.epoch, [(first.window.n, "rec", 0.5, None)])]
             assert await store.put_scored(rec, ack=[first.id], publish=True) == [[True]]
             assert errors._value.get() == before + 1
             assert (await store.queue_stats()).depth == 1  # acknowledged: gone
@@ -433,7 +436,7 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
             await store.client.delete(store._global("latest"))
             work = store.work_keys[int(second.id.partition("-")[0])]
             await store.client.set(work, "not a stream")
-            rec = [("t", "a", second.epoch, [(second.window.n, "rec2", 0.5)])]
+            rec = [("t", "a", second.epoch, [(second.window.n, "rec2", 0.5, None)])]
             with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
                 await store.put_scored(rec, ack=[second.id], publish=True)
             assert await store.scored("t", [("a", [10, 20])]) == [
@@ -916,14 +919,14 @@ def test_a_stream_started_over_ignores_its_previous_lifes_records(
             await store.client.delete(*[store._key("t", "s", k) for k in
                                         ("rows", "seen", "state", "risk")])  # fmt: skip
             late = await store.put_scored([("t", "s", old[0].epoch, [(it.window.n,
-                                           f"old-{it.window.n}", 0.9) for it in old])])  # fmt: skip
+                                           f"old-{it.window.n}", 0.9, None) for it in old])])  # fmt: skip
             await store.client.zadd(store._key("t", "s", "risk"),
                                     {f"left-{n}": n for n in range(10, 101, 10)})  # fmt: skip
             await store.append("t", "s", ts[100:], x[100:], window=10, hop=10,
                                max_queued=100)  # fmt: skip
             new = await store.read_work("c", 100, 0)
             flags = await store.put_scored([("t", "s", new[0].epoch, [(it.window.n,
-                                             f"new-{it.window.n}", 0.1) for it in new])])  # fmt: skip
+                                             f"new-{it.window.n}", 0.1, None) for it in new])])  # fmt: skip
             state, rec = await store.latest("t", "s")
             assert state is not None
             return late, flags, rec, state.total
@@ -965,8 +968,10 @@ def test_a_late_write_of_a_stream_started_over_is_refused(
             )
             assert new[0].epoch > old[0].epoch
 
-            def recs(items: list[WorkItem], tag: str) -> list[tuple[int, str, float]]:
-                return [(it.window.n, f"{tag}-{it.window.n}", 0.5) for it in items]
+            def recs(items: list[WorkItem], tag: str) -> list[Record]:
+                return [
+                    (it.window.n, f"{tag}-{it.window.n}", 0.5, None) for it in items
+                ]
 
             late = await store.put_scored([("t", "s", old[0].epoch, recs(old, "old"))])
             flags = await store.put_scored([("t", "s", new[0].epoch, recs(new, "new"))])

@@ -1,7 +1,8 @@
-"""scjepa_top_stream_risk on every store (in memory, one Redis, a Redis Cluster): the
-one gauge labelled by stream exports exactly the SCJEPA_TOP_STREAMS streams of highest
-latest risk, over every tenant; a stream that leaves the top N leaves the exposition
-(no stale value), and N = 0 exports no series."""
+"""scjepa_top_stream_risk and scjepa_top_stream_novelty on every store (in memory, one
+Redis, a Redis Cluster): the gauges labelled by stream export exactly the
+SCJEPA_TOP_STREAMS streams of highest latest risk, and of highest recent novelty (the
+input-drift monitor's, smoothed per stream), over every tenant; a stream that leaves
+the top N leaves the exposition (no stale value), and N = 0 exports no series."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from support.service_helpers import ClientFactory
 from test_store_units import fresh_store
 
 from service.config import Settings
+from service.store import NOVELTY_SPAN, recent_novelty
 
 T0 = 1_700_000_000.0
 KEYS = {"acme": "k-acme", "beta": "k-beta"}
@@ -36,10 +38,14 @@ class Feeder:
         self.client = client
         self.sent: dict[tuple[str, str], int] = {}
 
-    def send(self, tenant: str, stream: str, value: float) -> float:
+    def send(self, tenant: str, stream: str, value: float, windows: int = 1) -> float:
+        """``windows`` windows of ``value``, scored before the answer: the last one's
+        risk."""
         start = self.sent.get((tenant, stream), 0)
-        self.sent[(tenant, stream)] = start + 100
-        readings = [{"ts": T0 + start + i, "values": [value] * 4} for i in range(100)]
+        self.sent[(tenant, stream)] = start + 100 * windows
+        readings = [
+            {"ts": T0 + start + i, "values": [value] * 4} for i in range(100 * windows)
+        ]
         r = self.client.post(
             "/ingest",
             json={"stream": stream, "readings": readings},
@@ -48,17 +54,19 @@ class Feeder:
         )
         assert r.status_code == 200, r.text
         (res,) = r.json()["results"]
-        assert res["windows_scored"] == 1, res
+        assert res["windows_scored"] == windows, res
         return float(res["risk"])
 
 
-def top_series(client: TestClient) -> dict[tuple[str, str], float]:
-    """scjepa_top_stream_risk as one scrape of GET /metrics exports it."""
+def top_series(
+    client: TestClient, name: str = "scjepa_top_stream_risk"
+) -> dict[tuple[str, str], float]:
+    """``name`` (a top-streams gauge) as one scrape of GET /metrics exports it."""
     text = client.get("/metrics", headers={"X-API-Key": OPS}).text
     return {
         (s.labels["tenant"], s.labels["stream"]): s.value
         for family in text_string_to_metric_families(text)
-        if family.name == "scjepa_top_stream_risk"
+        if family.name == name
         for s in family.samples
     }
 
@@ -92,9 +100,69 @@ def test_top_streams_follow_the_latest_risks(make_client: ClientFactory) -> None
     assert set(top_series(client)) == {("beta", "pump"), ("acme", "fan")}
 
 
+NOVELTY = "scjepa_top_stream_novelty"
+
+
+def test_top_streams_by_recent_novelty(
+    make_client: ClientFactory, monitored: Path
+) -> None:
+    """A model with the input-drift monitor: each stream's recent novelty (GET /risk's
+    recent_novelty) is the exponentially weighted mean of its windows' novelty, in
+    the order scored, from 0.5; scjepa_top_stream_novelty lists the 2 streams where
+    it is highest, following it as windows come, and a deleted stream leaves it."""
+    client = make_client(artifact=monitored, top_streams=2, **KEYED)
+    feed, want = Feeder(client), {}
+    weight = 2 / (NOVELTY_SPAN + 1)
+
+    def send(tenant: str, stream: str, value: float, windows: int) -> None:
+        feed.send(tenant, stream, value, windows)
+        key, head = {"X-API-Key": KEYS[tenant]}, f"/risk/{stream}"
+        items = client.get(f"{head}/history?limit={windows}", headers=key).json()
+        recent = want.get((tenant, stream), 0.5)
+        for item in reversed(items["items"]):  # oldest first
+            recent += weight * (item["novelty"] - recent)
+        want[(tenant, stream)] = recent
+        got = client.get(head, headers=key).json()
+        assert got["recent_novelty"] == pytest.approx(recent, abs=1e-12)
+        assert got["novelty"] == items["items"][0]["novelty"]  # the latest window's
+
+    # novelty = mean |value| / 10 (support/service_artifact.py)
+    send("acme", "pump", 9.95, 3)  # 0.995 three times
+    send("beta", "pump", 9.95, 1)
+    send("acme", "fan", 1.0, 2)  # 0.1: under 0.5
+    assert want[("acme", "pump")] > want[("beta", "pump")] > 0.5 > want[("acme", "fan")]
+    assert top_series(client, NOVELTY) == pytest.approx(top(want, 2))
+    send("beta", "pump", 20.0, 3)  # 1.0: above acme/pump
+    assert list(top_series(client, NOVELTY)) == [("beta", "pump"), ("acme", "pump")]
+    assert top_series(client, NOVELTY) == pytest.approx(top(want, 2))
+    send("acme", "pump", 0.0, 5)  # falls under acme/fan: leaves
+    assert set(top_series(client, NOVELTY)) == {("beta", "pump"), ("acme", "fan")}
+    assert top_series(client, NOVELTY) == pytest.approx(top(want, 2))
+
+    r = client.delete("/streams/pump", headers={"X-API-Key": KEYS["beta"]})
+    assert r.status_code == 204
+    del want[("beta", "pump")]
+    assert top_series(client, NOVELTY) == pytest.approx(top(want, 2))
+    # the name sent again is a new stream: its recent novelty starts over from 0.5
+    send("beta", "pump", 5.0, 1)
+    assert want[("beta", "pump")] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+def test_without_a_monitor_no_stream_has_a_recent_novelty(
+    make_client: ClientFactory,
+) -> None:
+    client = make_client(**KEYED)  # the test artifact: no monitor
+    Feeder(client).send("acme", "pump", 9.95, 2)
+    got = client.get("/risk/pump", headers={"X-API-Key": KEYS["acme"]}).json()
+    assert got["novelty"] is None and got["recent_novelty"] is None
+    assert set(top_series(client)) == {("acme", "pump")}
+    assert top_series(client, NOVELTY) == {}
+
+
 @pytest.mark.parametrize("store_kind", ["memory"])
 def test_an_open_metrics_names_no_stream_of_any_tenant(
-    make_client: ClientFactory,
+    make_client: ClientFactory, monitored: Path
 ) -> None:
     """With tenants' keys set, an open /metrics would tell anyone the stream names of
     every tenant (acme's GET /risk of beta's stream is a 404): it names none; behind
@@ -102,11 +170,14 @@ def test_an_open_metrics_names_no_stream_of_any_tenant(
     api.md's tenants section says so."""
     tenants = [f"{t}:{k}" for t, k in KEYS.items()]
     acme = {"X-API-Key": KEYS["acme"]}
-    for client, named in ((make_client(api_keys=tenants), False),
-                          (make_client(**KEYED), True)):  # fmt: skip
+    for settings, named in (({"api_keys": tenants}, False), (KEYED, True)):
+        client = make_client(artifact=monitored, **settings)
         Feeder(client).send("beta", "pump", 1.0)
         assert client.get("/risk/pump", headers=acme).status_code == 404
-        assert set(top_series(client)) == ({("beta", "pump")} if named else set())
+        for name in ("scjepa_top_stream_risk", NOVELTY):
+            assert set(top_series(client, name)) == (
+                {("beta", "pump")} if named else set()
+            )
     assert client.get("/metrics", headers=acme).status_code == 401
     text = " ".join((REFERENCE / "api.md").read_text().split())
     assert "names no stream while tenants' keys are set and `/metrics` is open" in text
@@ -148,7 +219,7 @@ def test_store_summary_top_order_is_the_same_on_every_store(
             items = await store.read_work("c", 10, 0)
             assert len(items) == 4
             written = await store.put_scored([
-                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream])])
+                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
                 for it in items
             ])  # fmt: skip
             assert written == [[True]] * 4
@@ -170,3 +241,55 @@ def test_top_streams_setting_is_validated(
     monkeypatch.setenv("SCJEPA_TOP_STREAMS", bad)
     with pytest.raises(ValidationError, match="top_streams"):
         Settings()
+
+
+def test_recent_novelty_follows_the_records_written(store_url: str | None) -> None:
+    """Each record written folds its novelty into the stream's recent novelty, once
+    (a window written again changes nothing: the first write wins), the Redis script
+    to the same float as recent_novelty(); a record of a model without the monitor
+    removes it (a reload to such a model: no figure of another model's left), from
+    the stream's state and the top streams alike."""
+
+    async def main() -> list[object]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        out: list[object] = []
+
+        async def write(stream: str, n: int, novelty: float | None) -> None:
+            item = items[stream]
+            rec = [(item.tenant, stream, item.epoch, [(n, f"{n}", 0.5, novelty)])]
+            out.append(await store.put_scored(rec))
+            state = await store.state("t", stream)
+            assert state is not None
+            out.append(state.novelty)
+            out.append((await store.summary(0.5, 5)).top_novelty)
+
+        try:
+            await store.ensure_groups()
+            for stream in ("a", "b"):
+                await store.register("t", [stream], 10)
+                await store.append("t", stream, T0 + np.arange(30.0),
+                                   np.ones((30, 2), np.float32), window=10, hop=10,
+                                   max_queued=100)  # fmt: skip
+            items = {it.stream: it for it in await store.read_work("c", 10, 0)}
+            await write("a", 10, 0.9)
+            await write("a", 10, 0.1)  # written again: nothing changes
+            await write("b", 10, None)  # no monitor: none
+            await write("a", 20, 0.3)
+            await write("b", 20, 0.7)
+            await write("a", 30, None)  # a model without the monitor: removed
+            return out
+        finally:
+            await store.close()
+
+    a1 = recent_novelty(None, 0.9)
+    a2 = recent_novelty(a1, 0.3)
+    b2 = recent_novelty(None, 0.7)
+    assert a1 == 0.5 + 2 / (NOVELTY_SPAN + 1) * 0.4
+    assert asyncio.run(main()) == [
+        [[True]], a1, (("t", "a", a1),),
+        [[False]], a1, (("t", "a", a1),),
+        [[True]], None, (("t", "a", a1),),
+        [[True]], a2, (("t", "a", a2),),
+        [[True]], b2, (("t", "b", b2), ("t", "a", a2)),
+        [[True]], None, (("t", "b", b2),),
+    ]  # fmt: skip

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
-from support.service_artifact import NOVELTY, build_artifact
 from support.service_helpers import free_port
 
 from service.config import Settings
@@ -126,28 +125,22 @@ def sections(dom: str) -> dict[str, str]:
     return out
 
 
-@pytest.fixture(scope="module")
-def novelty_artifact(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("novelty-artifact")
-    build_artifact(d, novelty=NOVELTY)
-    return d
-
-
 @needs_chromium
-def test_ui_shows_the_drift_monitors_novelty(
-    novelty_artifact: Path, tmp_path: Path
-) -> None:
+def test_ui_shows_the_drift_monitors_novelty(monitored: Path, tmp_path: Path) -> None:
     """A model with the input-drift monitor: each card says the latest window's
-    novelty, as GET /risk gives it."""
-    with serving(novelty_artifact) as url:
+    novelty and the stream's recent novelty, as GET /risk gives them."""
+    with serving(monitored) as url:
         rng = np.random.default_rng(0)
         ingest(url, "pump", 3.0 + 0.05 * rng.normal(size=(150, 4)))
-        novelty = httpx.get(f"{url}/risk/pump").json()["novelty"]
+        cur = httpx.get(f"{url}/risk/pump").json()
+        novelty, recent = cur["novelty"], cur["recent_novelty"]
         assert novelty is not None and 0.0 < novelty < 1.0
+        assert recent is not None and f"{recent:.2f}" != f"{novelty:.2f}"
         run = chromium(f"{url}/ui", tmp_path, "--dump-dom")
         assert run.returncode == 0, run.stderr[-2000:]
         card = sections(run.stdout)["pump"]
         assert f"<span>novelty {novelty:.2f}</span>" in card, card
+        assert f"<span>recent novelty {recent:.2f}</span>" in card, card
 
 
 @needs_chromium

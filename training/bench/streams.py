@@ -101,6 +101,7 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
     import numpy as np
     import redis
 
+    from service.store import Record
     from service.store.redis_store import RedisStore
 
     t0 = 1_700_000_000.0
@@ -121,7 +122,9 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
             "codes": [1, 2, 3, 4, 5], "model": {"name": "m", "version": "1"},
             "computed_at": "2026-11-25T07:00:00.000000Z",
         }  # fmt: skip
-        recs = [(n, json.dumps(rec | {"n": n}), 0.1) for n in range(100, 50_100, 100)]
+        recs: list[Record] = [
+            (n, json.dumps(rec | {"n": n}), 0.1, None) for n in range(100, 50_100, 100)
+        ]
         state = store._key("default", "s-000000", "state")
         epoch = int(await store.client.hget(state, "epoch"))  # the windows' epoch
         await store.put_scored([("default", "s-000000", epoch, recs)])
