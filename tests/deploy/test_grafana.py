@@ -246,6 +246,7 @@ def test_dashboard_shows_what_operators_need() -> None:
         "scjepa_inference",  # provider in use (the info metric)
         "scjepa_windows_unlike_training",  # the input-drift monitor, against
         "scjepa_novelty_expected_share",  # the share its calibration expects
+        "scjepa_top_stream_novelty",  # and which streams drifted
     }
     assert required <= shown, sorted(required - shown)
     legends = " ".join(
@@ -321,3 +322,46 @@ def test_streams_at_highest_risk_are_listed_against_the_threshold() -> None:
     legends = {t["expr"]: t.get("legendFormat") for t in series["targets"]}
     assert legends[top] == "{{stream}} ({{tenant}})"
     assert "max(scjepa_alert_threshold)" in legends
+
+
+def test_streams_least_like_the_training_data_are_listed_beside_the_drift() -> None:
+    """ScjepaInputsUnlikeTraining is store-wide; the operator it warns sees WHICH
+    streams look unlike the training data: a table of the top streams by recent
+    novelty (stream, tenant, recent novelty), one row per tenant/stream whatever the
+    number of processes scraped, highest first, instant, in the row of the drift
+    panels (the alert's description points to it)."""
+    dash = next(iter(dashboards().values()))
+    by_title = {p["title"]: p for p in panels(dash)}
+    table = by_title["Streams least like the training data"]
+    assert table["type"] == "table"
+    (target,) = table["targets"]
+    top = "max by (tenant, stream) (scjepa_top_stream_novelty)"
+    assert target["expr"] == f"sort_desc({top})"
+    assert target["instant"] and target["format"] == "table", target
+    (organize,) = table["transformations"]
+    options = organize["options"]
+    columns = sorted(options["indexByName"], key=options["indexByName"].get)
+    names = [options["renameByName"].get(c, c) for c in columns]
+    assert names == ["stream", "tenant", "recent novelty"]
+    assert table["options"]["sortBy"] == [
+        {"displayName": "recent novelty", "desc": True}
+    ]
+    row = {
+        p["title"]: p["gridPos"]["y"]
+        for p in panels(dash)
+        if p["title"]
+        in (
+            "Windows unlike the training data",
+            "Mean novelty of the scored windows",
+            "Streams least like the training data",
+        )
+    }
+    assert len(set(row.values())) == 1, row  # side by side
+    rules = load_yaml(PROM_DIR / "rules" / "alerts.yml")["groups"]
+    (alert,) = [
+        r
+        for g in rules
+        for r in g["rules"]
+        if r.get("alert") == "ScjepaInputsUnlikeTraining"
+    ]
+    assert table["title"] in alert["annotations"]["description"]
