@@ -278,3 +278,19 @@ def name_ds(name: str) -> Dataset:
     if name not in _loaded:
         _loaded[name] = load_dataset(name)
     return _loaded[name]
+
+
+def served_monitor(name: str):
+    """(event settings, fold 0, its served model's input-drift monitor record) of the
+    data set ``name``: the monitor fitted as `scjepa evaluate` fits it
+    (protocol.served_novelty: the normal windows of fold 0's train split its
+    reference, of its validation split its calibration)."""
+    from training.evaluate.protocol import prepare_fold, served_novelty
+    from training.evaluate.warning import event_config as events
+
+    ds = name_ds(name)
+    ev = events(ds)
+    fold = prepare_fold(ds, 0, ev)
+    record = served_novelty(name, fold)
+    assert record is not None, name
+    return ev, fold, record

@@ -18,19 +18,13 @@ import sys
 
 import numpy as np
 import torch
+from _screen import served_monitor
 
 from training.calibrate import novelty_of
-from training.data import load_dataset
-from training.evaluate.protocol import prepare_fold, served_novelty
-from training.evaluate.warning import event_config
 
 torch.set_num_threads(1)
 for name in sys.argv[1:]:
-    ds = load_dataset(name)
-    ev = event_config(ds)
-    fold = prepare_fold(ds, 0, ev)
-    record = served_novelty(name, fold)
-    assert record is not None, name
+    _, fold, record = served_monitor(name)
     print(
         f"\n{name}: level {record['level']}, expected share "
         f"{record['expected_share']:.4f} ({record['calibration_windows']} calibration, "

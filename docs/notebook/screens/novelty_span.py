@@ -18,11 +18,9 @@ import sys
 
 import numpy as np
 import torch
+from _screen import served_monitor
 
 from training.calibrate import novelty_of
-from training.data import load_dataset
-from training.evaluate.protocol import prepare_fold, served_novelty
-from training.evaluate.warning import event_config
 
 SPANS = (10, 30, 60, 120, 240)
 
@@ -43,11 +41,7 @@ def recent(nov: np.ndarray, entity: np.ndarray, t: np.ndarray, span: int) -> np.
 
 torch.set_num_threads(1)
 for name in sys.argv[1:]:
-    ds = load_dataset(name)
-    ev = event_config(ds)
-    fold = prepare_fold(ds, 0, ev)
-    record = served_novelty(name, fold)
-    assert record is not None, name
+    ev, fold, record = served_monitor(name)
     val = fold.dense["val"]
     nov = novelty_of(record, val.x)
     print(
