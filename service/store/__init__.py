@@ -375,7 +375,9 @@ class Store(ABC):
         """Forget the stream at once, as the idle TTL would: its rows, held readings,
         dedupe horizon, state, risk records, its place in the tenant's names (GET
         /streams, the quota) and in the gauges. Returns the epoch of the life deleted
-        (what its alert state is closed for), None when nothing was stored for it.
+        (what its alert state is closed for; where that is gone with the life's keys,
+        a later one of the same clock that no new life's precedes), None when nothing
+        was stored for it.
         Windows already queued are scored as any, and their records refused (no state,
         or a later epoch once it sends again: :meth:`put_scored`), so they leave the
         queue without bringing it back."""

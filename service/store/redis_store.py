@@ -383,13 +383,19 @@ end
 return 0
 """
 
-# KEYS: rows, seen, state, risk, pend (one slot). Deletes them; returns the stream's
-# epoch ('0' for a state stored before epochs, or records left without one), false
-# when none of them was there.
+# KEYS: rows, seen, state, risk, pend (one slot). Deletes them; returns {1, the
+# stream's epoch} ('0' for a state stored before epochs, or records left without one),
+# or {0, Redis' clock in µs} when none of them was there: no later than the epoch of a
+# life started after it, and later than that of any life deleted before it (epochs are
+# this node's clock when a life starts), so a retried DELETE whose first call removed
+# the keys still closes that life's alert state (service.alerting: forget).
 DELETE = """
 local epoch = redis.call('HGET', KEYS[3], 'epoch')
-if redis.call('DEL', unpack(KEYS)) == 0 then return false end
-return epoch or '0'
+if redis.call('DEL', unpack(KEYS)) == 0 then
+  local t = redis.call('TIME')  -- no keys: a bound on any life deleted before
+  return {0, string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))}
+end
+return {1, epoch or '0'}
 """
 
 # KEYS: the tenant's names, touched. ARGV: now, cutoff (older = idle past the TTL),
@@ -917,10 +923,12 @@ class RedisStore(Store):
         left and answers as the first would have (a stream known by its name only
         counts as known, while the name is live: one idle past the TTL, its keys
         expired and its name not yet pruned, is unknown, as GET /streams and
-        MemoryStore have it)."""
+        MemoryStore have it). The retry cannot read the deleted life's epoch; it
+        returns Redis' clock, later than it, which closes that life's alert state as
+        the epoch would (a firing alert is resolved, not left to its ``endsAt``)."""
         keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state", "risk")]
         keys.append(self._key(tenant, stream, "pend"))
-        epoch = await self._call("delete", self._delete(keys=keys))
+        found, epoch = await self._call("delete", self._delete(keys=keys))
         member = f"{tenant}/{stream}"
         cutoff = time.time() - self.ttl_s
         pipe = self._pipeline()
@@ -932,9 +940,9 @@ class RedisStore(Store):
         pipe.zrem(self._global("novelty"), member)
         touched, named, *_ = await self._call("delete", pipe.execute())
         self._touched.pop(member, None)  # its next ingest registers it again
-        if epoch is None:
+        if not found:  # a retry: the life's epoch went with its keys; Redis' clock
             live = named and touched is not None and float(touched) > cutoff
-            return 0 if live else None
+            return int(epoch) if live else None
         return int(epoch)
 
     async def put_scored(

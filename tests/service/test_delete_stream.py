@@ -215,29 +215,45 @@ def test_a_deleted_stream_queued_windows_do_not_bring_it_back(
 def test_a_delete_cut_short_is_completed_by_its_retry(any_redis: AnyRedis) -> None:
     """Redis failed between the stream's keys and its names (two slots, two calls):
     the retry finds no keys but the names left, removes them and answers deleted, not
-    unknown (the name would stay listed, a 404 to every other call, until the TTL)."""
+    unknown (the name would stay listed, a 404 to every other call, until the TTL);
+    and what it answers closes the deleted life's firing alert, whose epoch went with
+    the keys (it resolves, not left to its endsAt), and no later life's."""
+    policy = alerting.Policy("http://127.0.0.1:9", ttl_s=60)
 
-    async def main() -> tuple[int | None, list[str], int | None]:
+    async def main() -> list[Any]:
         store = fresh_store(any_redis.url, dedupe_horizon=100, partitions=2)
         assert isinstance(store, RedisStore)
+        states = alerting.MemoryStates(policy)
         try:
             await store.register("t", ["s"], 10)
             await store.append("t", "s", T0 + np.arange(5.0),
                                np.ones((5, 2), np.float32), window=10, hop=10,
                                max_queued=100)  # fmt: skip
+            state = store._key("t", "s", "state")
+            epoch = int(await store.client.hget(state, "epoch"))
+            now = time.time()
+            out: list[Any] = [await states([window(10, epoch)], now)]  # fires
             keys = ("rows", "seen", "state", "risk", "pend")
             for k in keys:  # what the first call's script did before Redis failed
                 await store.client.delete(store._key("t", "s", k))
             retry = await store.delete("t", "s")
-            return (
-                retry,
+            out += [
+                retry is not None and retry > epoch,
+                await states.forget("t", "s", retry, now),  # was firing: resolved
                 await store.streams("t", None, 10),
                 await store.delete("t", "s"),
-            )
+            ]
+            # the name sent again starts a life the retry's bound precedes
+            await store.register("t", ["s"], 10)
+            await store.append("t", "s", T0 + np.arange(5.0),
+                               np.ones((5, 2), np.float32), window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            out.append(int(await store.client.hget(state, "epoch")) > retry)
+            return out
         finally:
             await store.close()
 
-    assert asyncio.run(main()) == (0, [], None)
+    assert asyncio.run(main()) == [[alerting.FIRE], True, True, [], None, True]
 
 
 def test_a_stream_idle_past_the_ttl_is_unknown_to_delete(
