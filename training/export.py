@@ -87,9 +87,9 @@ from training.evaluate.results import git_commit
 from training.evaluate.select import (
     OPERATING_BUDGETS,
     cautious,
-    json_num,
     served_at,
 )
+from training.strict_json import json_num
 
 if TYPE_CHECKING:  # torch and the model load where they run: `--help` stays light
     import onnx

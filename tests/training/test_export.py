@@ -16,9 +16,9 @@ from training.cli import main
 from training.data import WINDOW
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
-from training.evaluate.select import json_num
 from training.export import NOVELTY_TOLERANCE, build_served
 from training.pretrain.checkpoint import load_model
+from training.strict_json import json_num
 
 REPO = Path(__file__).resolve().parents[2]
 

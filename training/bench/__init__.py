@@ -100,12 +100,14 @@ def check_json(path: Path | None, option: str = "--json") -> None:
 
 
 def write_json(path: Path, obj: Any, option: str = "--json", indent: int = 1) -> None:
-    """Write the results; an error is one line naming the option."""
+    """Write the results as strict JSON (a figure not measured, NaN, is null); an
+    error is one line naming the option."""
+    from training import strict_json
     from training.errors import UserError
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(obj, indent=indent) + "\n")
+        path.write_text(strict_json.dumps(obj, indent=indent) + "\n")
     except OSError as e:
         raise UserError(f"{option} {path}: cannot write ({e.strerror or e})") from None
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from training import strict_json
 from training.bench import (
     check_json,
     load_after,
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     if args.long_lived:
         with redis_server() as redis_url:
             res = ran_on | long_lived_bytes(redis_url) | {"load_after": load_after()}
-        print(json.dumps(res, indent=1))
+        print(strict_json.dumps(res, indent=1))
         if args.json:
             write_json(args.json, res)
         return 0
@@ -234,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
             ),
             "ingest_one_reading": run_async(timed(url, "POST", ["/ingest"] * 20, body)),
         }
-        print(json.dumps(out, indent=1), flush=True)
+        print(strict_json.dumps(out, indent=1), flush=True)
         # idle: wait out the TTL while a scraper polls, as Prometheus would
         t = time.perf_counter()
         deadline = t + args.ttl_s + 120

@@ -8,11 +8,11 @@ scjepa data stats --dataset csv --root my.csv --label-col fault --entity-col pum
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from training import strict_json
 from training.data import DATASETS, WINDOW, load_dataset
 from training.data.stats import dataset_stats
 from training.errors import UserError
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     ds = load_dataset(args.dataset, args.root, **kwargs)
     st = dataset_stats(ds, args.window)
     if args.json:
-        text = json.dumps(st, indent=2)
+        text = strict_json.dumps(st, indent=2)
         if args.json == "-":
             sys.stdout.write(text + "\n")
             return 0

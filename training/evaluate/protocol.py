@@ -94,7 +94,6 @@ from training.evaluate.results import (
 from training.evaluate.select import (
     OPERATING_BUDGETS,
     CVConfig,
-    json_num,
     probe_points,
     quantile_threshold,
 )
@@ -108,6 +107,7 @@ from training.evaluate.warning import (
     stretches,
     val_counts,
 )
+from training.strict_json import json_num
 
 if TYPE_CHECKING:  # torch and the model load in run(): `--help` stays light
     from model import SCJEPA

@@ -1,12 +1,15 @@
 """Results files and the markdown tables made from them (evaluation.md, item 8).
 
 results.json's shape is :class:`Results` (rows: :class:`Row`); `scjepa report` and
-docs/results/*/results.json read it as plain JSON.
+docs/results/*/results.json read it as plain JSON. It is strict JSON
+(:mod:`training.strict_json`): an undefined figure (no positive or no event to rate it
+on) is null and reads n/a; a threshold at which no alert fires (none kept the
+false-alarm budget) is null and compares as +inf (:func:`served_any`). Older files hold
+NaN and Infinity there; `scjepa report` reads them alike.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 import numpy as np
 
+from training import strict_json
 from training.data.windows import SERVE
 from training.evaluate.power import MIN_POSITIVES
 
@@ -23,7 +27,7 @@ if TYPE_CHECKING:  # `scjepa report` reads results without PyTorch or the loader
 
 
 class Stat(TypedDict):
-    """A metric over seeds."""
+    """A metric over seeds; null where undefined (no positive or event to rate)."""
 
     mean: float
     std: float
@@ -36,7 +40,8 @@ class Row(TypedDict):
     NotRequired keys after ``reliability``; older files load without them.
     """
 
-    thresholds: list[Any]  # per seed, chosen on validation (per seed and fold: folds)
+    # per seed, chosen on validation (per seed and fold: folds); null: never alerts
+    thresholds: list[Any]
     val: dict[str, Stat]  # metric -> mean/std over seeds, validation split
     # test split: metric -> Stat, plus "n" (windows) and "positives" (ints)
     all: dict[str, Any]
@@ -171,9 +176,7 @@ def write_results(
     """results.json, scores.npz (test scores per row and seed, (seeds, N); the dense
     windows' under dense/), results.md."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(
-        json.dumps(results, indent=2, default=_json) + "\n"
-    )
+    (out / "results.json").write_text(strict_json.dumps(results, indent=2) + "\n")
     arrays: dict[str, Any] = {"y": test.y, "cur": test.cur, "entity": test.entity}
     arrays |= {"t": test.t, "end": test.end}
     arrays |= {f"score/{name}": s for name, s in scores.items()}
@@ -185,20 +188,14 @@ def write_results(
     return out / "results.json"
 
 
-def _json(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, np.integer):
-        return int(value)
-    return float(value)
+def _num(x: Any) -> bool:
+    """A defined figure: results.json writes an undefined one (NaN) as null; older
+    files hold NaN, and both read n/a."""
+    return x is not None and bool(np.isfinite(x))
 
 
 def _cell(stat: dict[str, float]) -> str:
-    return (
-        f"{stat['mean']:.3f} ± {stat['std']:.3f}"
-        if np.isfinite(stat["mean"])
-        else "n/a"
-    )
+    return f"{stat['mean']:.3f} ± {stat['std']:.3f}" if _num(stat["mean"]) else "n/a"
 
 
 def merge(parts: list[tuple[dict[str, Any], str]]) -> dict[str, Any]:
@@ -316,11 +313,11 @@ PUBLISHED = {
 
 
 def _f(x: float, nd: int = 3) -> str:
-    return f"{x:.{nd}f}" if x is not None and np.isfinite(x) else "n/a"
+    return f"{x:.{nd}f}" if _num(x) else "n/a"
 
 
 def _ci(pair: Any, nd: int = 3) -> str:
-    if not pair or not all(np.isfinite(v) for v in pair):
+    if not pair or not all(_num(v) for v in pair):
         return "n/a"
     return f"[{pair[0]:.{nd}f}, {pair[1]:.{nd}f}]"
 
@@ -328,8 +325,10 @@ def _ci(pair: Any, nd: int = 3) -> str:
 def _diff(d: Mapping[str, Any] | None, nd: int = 3) -> str:
     if not d:
         return ""
+    if not _num(d["diff"]):
+        return "n/a"
     lo, hi = d["ci95"]
-    mark = "" if not (np.isfinite(lo) and np.isfinite(hi)) or lo <= 0 <= hi else " *"
+    mark = "" if not (_num(lo) and _num(hi)) or lo <= 0 <= hi else " *"
     return f"{d['diff']:+.{nd}f} {_ci(d['ci95'], nd)}{mark}"
 
 
@@ -406,7 +405,7 @@ def operator_line(res: Mapping[str, Any]) -> str:
         v = rows[n].get("val_events", {})
         w = v.get("warned_rate", {}).get("mean", float("nan"))
         fa = v.get("false_alarms_per_1000_windows", {}).get("mean", float("nan"))
-        return (w if np.isfinite(w) else -1.0, -fa if np.isfinite(fa) else -1e9)
+        return (w if _num(w) else -1.0, -fa if _num(fa) else -1e9)
 
     name = served or max(rows, key=key)
     cross = CV_KIND in rows[name]["events"]  # runs since 2026-11-28
@@ -663,7 +662,8 @@ def served_lines(res: Mapping[str, Any]) -> list[str]:
 
 def served_any(figures: Mapping[str, Any]) -> bool:
     """Whether a threshold was served at an operating point (its test figures'
-    per-seed and fold thresholds: inf, None in JSON, where none held the budget)."""
+    per-seed and fold thresholds: inf, null in JSON (Infinity in older files), where
+    none held the budget)."""
     return any(
         v is not None and np.isfinite(v)
         for v in np.ravel(np.array(figures["thresholds"], dtype=object))
@@ -701,7 +701,7 @@ def operating_lines(res: Mapping[str, Any]) -> list[str]:
 
     def ci(t: Mapping[str, Any], key: str, nd: int) -> str:
         lo, hi = t.get("ci95", {}).get(key, (None, None))
-        if lo is None or not np.isfinite([lo, hi]).all():
+        if not (_num(lo) and _num(hi)):
             return ""
         return f" [{lo:.{nd}f}, {hi:.{nd}f}]"
 

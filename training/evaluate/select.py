@@ -63,6 +63,7 @@ from training.evaluate.warning import (
     stretches,
     window_members,
 )
+from training.strict_json import json_num
 
 BUDGETS = (1.0, 2.0, 5.0, 10.0)  # false alarms per 1,000 windows, averaged
 # the served model's operating points: budgets (false alarms per 1,000 windows) at
@@ -597,8 +598,3 @@ def choose(
         for n in names
     ]
     return {"winner": winner, "rows": rows, "cv": k.cv}
-
-
-def json_num(v: float | None) -> float | None:
-    """JSON-safe: None for a missing or undefined figure (no NaN in results.json)."""
-    return float(v) if v is not None and np.isfinite(v) else None

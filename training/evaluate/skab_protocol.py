@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +58,7 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from training import strict_json
 from training.data import load_dataset
 from training.data.types import Entity
 from training.errors import UserError
@@ -582,7 +582,7 @@ def run(args: argparse.Namespace) -> int:
     text = markdown(res)
     try:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
+        (args.out / "results.json").write_text(strict_json.dumps(res, indent=1) + "\n")
         (args.out / "table.md").write_text(text)
     except OSError as e:
         raise UserError(f"--out {args.out}: cannot write ({e.strerror or e})") from None

@@ -1,8 +1,9 @@
 """The pre-training loop behind `scjepa pretrain` (training/pretrain/train.py holds the
 command line and imports this module only when it runs, so `--help` needs no PyTorch).
 
-The run dir gets config.yaml (resolved), metrics.jsonl (one line per epoch: every loss
-term, codebook usage, collapse diagnostics), last.pt (resume), best.pt (model
+The run dir gets config.yaml (resolved), metrics.jsonl (one line per epoch, strict
+JSON: every loss term, null where not finite; codebook usage, collapse diagnostics;
+``best``, null while no epoch is selected), last.pt (resume), best.pt (model
 selection on the val loss, from optim.select_from on; early stopping after
 optim.patience epochs without improvement), usage.png and curves.png.
 """
@@ -25,6 +26,7 @@ from torch import Tensor, nn
 
 from model import SCJEPA, TargetEncoder
 from model.codebook import pca_variance_ratio, usage_stats
+from training import strict_json
 from training.data import Pairs
 from training.errors import UserError
 from training.pretrain import distributed
@@ -397,7 +399,7 @@ def pretrain(
         save_config(cfg, out / "config.yaml")
         log = {"amp": use_amp, "device": str(device), "world": dd.world}
         log |= {"threads": threads, "train_pairs": len(train), "val_pairs": len(val)}
-        (out / "run.json").write_text(json.dumps(log, indent=1))
+        (out / "run.json").write_text(strict_json.dumps(log, indent=1))
 
     row: dict[str, Any] = {}
     for epoch in range(start_epoch, cfg.optim.epochs):
@@ -459,7 +461,7 @@ def pretrain(
             if improved:
                 save_checkpoint(out / PENDING_BEST, **state)
             with open(out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(strict_json.dumps(row) + "\n")
             save_checkpoint(out / "last.pt", **state)
             if improved:
                 os.replace(out / PENDING_BEST, out / "best.pt")

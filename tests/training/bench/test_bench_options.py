@@ -17,6 +17,8 @@ import pytest
 import yaml
 
 from tests.support.components import require
+from tests.support.json_helpers import strict_loads
+from training.bench import write_json
 from training.bench.serve import probe_process
 from training.cli import main
 
@@ -119,6 +121,18 @@ def test_an_unwritable_json_is_refused_before_the_run(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert f"--json {bad}:" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_figure_not_measured_is_null_in_the_json(tmp_path: Path) -> None:
+    """A bench's NaN (no request of a kind timed, no CPU time read) was written as
+    NaN, which JSON.parse, Go and dashboards refuse; strict JSON has null."""
+    out = tmp_path / "bench.json"
+    write_json(out, {"cpu_s": float("nan"), "p99_ms": [1.5, float("inf")], "ok": True})
+    assert strict_loads(out.read_text()) == {
+        "cpu_s": None,
+        "p99_ms": [1.5, None],
+        "ok": True,
+    }
 
 
 def test_bench_train_records_machine_baseline_and_ratio(tmp_path: Path) -> None:

@@ -1,11 +1,10 @@
 """`scjepa evaluate --dataset csv` on a user's labels that leave a split without
-anomalies: undefined figures are n/a (NaN in results.json), never zeros; no baseline
+anomalies: undefined figures are n/a (null in results.json), never zeros; no baseline
 is "best on validation" when validation has nothing to rank on; bad option values are
 one line, before any work."""
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from support.json_helpers import strict_loads
 
 from training.cli import main
 from training.evaluate.metrics import best_f1_threshold, confusion
@@ -125,7 +125,8 @@ def test_untrained_twins_are_baselines_to_beat() -> None:
 def test_test_split_without_anomalies_reads_na(tmp_path: Path) -> None:
     """Anomalies only in the first 80 % of test.csv: the test split has none, so its
     recall and F1 are n/a in results.json and in the report (they were 0.000), and the
-    run prints no numpy warning about it."""
+    run prints no numpy warning about it. results.json is strict JSON: undefined is
+    null (it was NaN, which JSON.parse, Go and dashboards refuse)."""
     root = _csv_folder(
         tmp_path / "data", [(300, 350), (700, 750), (1300, 1350), (1450, 1500)]
     )
@@ -134,12 +135,12 @@ def test_test_split_without_anomalies_reads_na(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert main([*args, *FAST]) == 0
-    res = json.loads((out / "results.json").read_text())
+    res = strict_loads((out / "results.json").read_text())
     assert res["splits"]["test"]["positives"] == 0
     assert res["splits"]["val"]["positives"] > 0
     for name in ("kNN to train windows", "raw-feature probe (MLP)"):
         a = res["rows"][name]["all"]
-        assert math.isnan(a["recall"]["mean"]) and math.isnan(a["f1"]["mean"]), name
+        assert a["recall"]["mean"] is None and a["f1"]["mean"] is None, name
     doc = tmp_path / "r.md"
     assert main(["report", str(out), "--out", str(doc)]) == 0
     line = next(
@@ -150,16 +151,20 @@ def test_test_split_without_anomalies_reads_na(tmp_path: Path) -> None:
 
 def test_validation_without_anomalies_names_no_best_baseline(tmp_path: Path) -> None:
     """No anomaly in the validation part (rows 1200-1600): no validation PR AUC, so no
-    row is the best baseline "on validation PR AUC" (it was the first one listed)."""
+    row is the best baseline "on validation PR AUC" (it was the first one listed). No
+    threshold is set at the false-alarm budget either: null in results.json (it was
+    Infinity, not JSON), a threshold that never alerts."""
     root = _csv_folder(
         tmp_path / "data", [(300, 350), (700, 750), (1000, 1050), (1750, 1800)]
     )
     out = tmp_path / "ev"
     args = ["evaluate", "--dataset", "csv", "--root", str(root), "--out", str(out)]
     assert main([*args, *FAST]) == 0
-    res = json.loads((out / "results.json").read_text())
+    res = strict_loads((out / "results.json").read_text())
     assert res["splits"]["val"]["positives"] == 0
     assert res["best_baseline"]["window"] is None
+    knn = res["rows"]["kNN to train windows"]["events"]["budget"]
+    assert knn["thresholds"] == [None] and knn["warned"]["mean"] == 0
     assert main(["report", str(out), "--out", str(tmp_path / "r.md")]) == 0
     text = (tmp_path / "r.md").read_text()
     assert "best baseline on validation PR AUC (-)" in text

@@ -4,13 +4,18 @@ the generated pages in docs/reference/ exactly what their recorded command write
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import re
 import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.json_helpers import strict_loads
 
+from training import strict_json
 from training.cli import main
 from training.evaluate import report
 
@@ -170,21 +175,25 @@ def test_chance_line_says_when_the_rotations_cannot_decide() -> None:
     )
 
 
-def test_undefined_figures_read_n_a_not_nan() -> None:
+@pytest.mark.parametrize("nan", [float("nan"), None], ids=["NaN", "null"])
+def test_undefined_figures_read_n_a_not_nan(nan: float | None) -> None:
     """A validation split without a positive (or a negative) window leaves its AUCs
-    undefined, and a test split without incidents its warned rate and chance p: the
-    page says n/a or -, never prints a NaN as if it were a figure."""
-    import json
-
+    undefined, a test split without incidents its warned rate and chance p, a metric
+    two rows cannot be compared on their paired difference: the page says n/a or -,
+    never prints a NaN as if it were a figure; null (strict JSON, as results.json is
+    written) as NaN (older files)."""
     from training.evaluate.results import markdown
 
     res = json.loads(Path("docs/results/msl-trees200/results.json").read_text())
     assert not re.search(r"\bnan\b", markdown(res))
-    nan = float("nan")
     for row in res["rows"].values():
         for key in ("pr_auc", "roc_auc"):
             if key in row.get("val", {}):
                 row["val"][key]["mean"] = nan
+        row["all"]["pr_auc"] = {"mean": nan, "std": nan}
+        row["block_ci95"]["pr_auc"] = [nan, nan]
+        if "window" in row.get("paired", {}):
+            row["paired"]["window"]["pr_auc"] = {"diff": nan, "ci95": [nan, nan]}
         for p in row.get("events", {}).get("operating_points", []):
             p["events"] = 0
             p["warned_rate"]["mean"] = nan
@@ -196,10 +205,45 @@ def test_undefined_figures_read_n_a_not_nan() -> None:
         ln for ln in text.splitlines() if re.search(r"\bnan\b", ln)
     ][:3]
     assert "val PR AUC n/a / ROC AUC n/a" in text
+    window = text.split("Window metrics (hop")[1].split("\n\n")[1].splitlines()[2:]
+    cells = [c for c in (ln.split(" | ") for ln in window) if c[0][2:] in res["rows"]]
+    assert len(cells) == len(res["rows"])
+    assert all(
+        c[3] == c[8] == "n/a" and c[9] in ("n/a", "(best baseline)") for c in cells
+    )
     points = text.split("**Operating points of the served model**")[1]
     served = [ln for ln in points.split("\n\n")[1].splitlines() if "| 0 / 0 |" in ln]
     assert served and all(ln.endswith("| - |") for ln in served)
     assert all("| 0 / 0 | n/a |" in ln for ln in served)
+
+
+def test_null_thresholds_read_as_infinity_did(tmp_path: Path) -> None:
+    """results.json is strict JSON: a threshold that never alerts (none kept the
+    budget) is null; files written before hold Infinity (users keep them). `scjepa
+    report` makes the same page of both: the operating point none held is "none held
+    B out of fold" either way."""
+    res = json.loads((MSL.parent / "msl-trees200" / "results.json").read_text())
+
+    def older(o: Any, key: str = "") -> Any:  # the same file as json.dumps wrote it
+        if isinstance(o, dict):
+            return {k: older(v, k) for k, v in o.items()}
+        if isinstance(o, list):
+            return [older(v, key) for v in o]
+        return math.inf if o is None and key == "thresholds" else o
+
+    files = {"strict": strict_json.dumps(res), "older": json.dumps(older(res))}
+    strict_loads(files["strict"])
+    with pytest.raises(ValueError, match="Infinity"):
+        strict_loads(files["older"])
+    pages = {}
+    for kind, text in files.items():
+        d = tmp_path / kind / "msl"
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(text)
+        assert main(["report", str(d), "--out", str(tmp_path / f"{kind}.md")]) == 0
+        pages[kind] = tables((tmp_path / f"{kind}.md").read_text())
+    assert pages["strict"] == pages["older"]
+    assert "| 0.1 | none held B out of fold |" in pages["strict"]
 
 
 @pytest.mark.parametrize(

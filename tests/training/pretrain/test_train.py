@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from support.json_helpers import strict_loads
 from support.train_helpers import TINY_MODEL, random_pairs, tiny_train_config
 
 from model import SCJEPA
@@ -139,10 +140,12 @@ def test_model_selection_waits_for_select_from_and_early_stops(tmp_path: Path) -
         optim={"epochs": 6, "select_from": 3, "patience": 1, "lr": 0.0}
     )
     pretrain(cfg, random_pairs(), tmp_path)
+    # strict JSON lines: no epoch selected yet is a null best (it was Infinity)
     rows = [
-        json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
+        strict_loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ]
     assert [r["improved"] for r in rows][:3] == [False, False, True]
+    assert [r["best"] for r in rows][:2] == [None, None]
     # lr 0: the val loss cannot improve after epoch 3, so patience 1 stops at epoch 4
     assert len(rows) == 4
     assert load_checkpoint(tmp_path / "best.pt")["epoch"] == 3
