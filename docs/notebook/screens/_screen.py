@@ -177,6 +177,55 @@ def cv_table(
     return blocks, oof, ev
 
 
+def probe_fit(kind: str, config=None):
+    """``fit`` for :func:`held_out`: the served ``kind`` probe (or ``config``), 3 seeds
+    for the MLP, one for the deterministic trees."""
+    from training.evaluate.probe import Probe, ProbeConfig
+
+    cfg = config or ProbeConfig(kind=kind)
+
+    def fit(x_tr, y_tr, x_v, y_v):
+        out = []
+        for seed in (0, 1, 2) if cfg.kind == "mlp" else (0,):
+            p = Probe(x_tr.shape[1], cfg, seed)
+            p.fit(x_tr, y_tr, x_v, y_v)
+            out.append(p.predict)
+        return out
+
+    return fit
+
+
+def held_out(featurize, fit, extra=None):
+    """An ``extra`` row of :func:`cv_table` for a fit that is not the served one:
+    ``fit(x_tr, y_tr, x_v, y_v)`` returns scorers (one per seed, or one repeated for
+    the table's 3), fitted on two blocks' hop windows (features ``featurize``) plus,
+    with ``extra(fit_blocks, f_hop)`` -> (x, y), rows of its own; stopped and
+    calibrated on the next block, they score the held-out one."""
+    from training.evaluate.select import OutOfFold
+
+    def row(blocks) -> OutOfFold:
+        k = len(blocks)
+        f_hop = [featurize(b.hop) for b in blocks]
+        f_dense = [featurize(b.dense) for b in blocks]
+        hop, dense = [], []
+        for j in range(k):
+            v = (j + 1) % k
+            tr = [i for i in range(k) if i not in (j, v)]
+            x_tr = [f_hop[i] for i in tr]
+            y_tr = [blocks[i].hop.y for i in tr]
+            if extra is not None:
+                x, y = extra([blocks[i] for i in tr], [f_hop[i] for i in tr])
+                x_tr, y_tr = [*x_tr, x], [*y_tr, y]
+            scorers = fit(np.concatenate(x_tr), np.concatenate(y_tr), f_hop[v],
+                          blocks[v].hop.y)  # fmt: skip
+            reps = 3 // len(scorers)
+            hop.append(np.stack([s(f_hop[j]) for s in scorers] * reps))
+            dense.append(np.stack([s(f_dense[j]) for s in scorers] * reps))
+        return OutOfFold(hop, dense, f_hop[0].shape[1])
+
+    return row
+
+
 def event_config(name: str):
     """The published run's event settings of ``name`` (stride, look-back, budget)."""
     import json

@@ -22,40 +22,10 @@ from sklearn.ensemble import RandomForestClassifier
 from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
-from training.evaluate.select import OutOfFold
 
 torch.set_num_threads(1)
 HALF = replace(ProbeConfig(kind="trees"), max_features=0.5)
-BAGS, SEEDS = 5, 3
-
-
-def held_out(fit_block):
-    """An ``extra`` row of cv_table: ``fit_block(x_tr, y_tr, x_v, y_v)`` returns a
-    scorer, fitted on two blocks and stopped / calibrated on the next; it scores the
-    held-out block (repeated for the 3 seeds the table expects)."""
-
-    def fit(blocks) -> OutOfFold:
-        k = len(blocks)
-        f_hop = [feats(b.hop) for b in blocks]
-        f_dense = [feats(b.dense) for b in blocks]
-        hop, dense = [], []
-        for j in range(k):
-            v = (j + 1) % k
-            tr = [i for i in range(k) if i not in (j, v)]
-            x_tr = np.concatenate([f_hop[i] for i in tr])
-            y_tr = np.concatenate([blocks[i].hop.y for i in tr])
-            score = fit_block(x_tr, y_tr, f_hop[v], blocks[v].hop.y)
-            hop.append(np.stack([score(f_hop[j])] * SEEDS))
-            dense.append(np.stack([score(f_dense[j])] * SEEDS))
-        return OutOfFold(hop, dense, f_hop[0].shape[1])
-
-    return fit
-
-
-def half_features(x_tr, y_tr, x_v, y_v):
-    p = Probe(x_tr.shape[1], HALF, 0)
-    p.fit(x_tr, y_tr, x_v, y_v)
-    return p.predict
+BAGS = 5
 
 
 def bagged(x_tr, y_tr, x_v, y_v):
@@ -65,14 +35,14 @@ def bagged(x_tr, y_tr, x_v, y_v):
         p = Probe(x_tr.shape[1], HALF, seed)
         p.fit(x_tr[i], y_tr[i], x_v, y_v)
         probes.append(p)
-    return lambda f: np.mean([p.predict(f) for p in probes], 0)
+    return [lambda f: np.mean([p.predict(f) for p in probes], 0)]
 
 
 def forest(x_tr, y_tr, x_v, y_v):
     rf = RandomForestClassifier(
         n_estimators=300, min_samples_leaf=20, max_features="sqrt", random_state=0
     ).fit(x_tr, y_tr)
-    return lambda f: rf.predict_proba(f)[:, 1]
+    return [lambda f: rf.predict_proba(f)[:, 1]]
 
 
 for name in sys.argv[1:]:
@@ -84,9 +54,13 @@ for name in sys.argv[1:]:
         {"statistics": feats},
         [("trees", "every window")],
         extra={
-            "statistics, trees, max_features 0.5": held_out(half_features),
-            f"statistics, {BAGS} bagged trees, max_features 0.5": held_out(bagged),
-            "statistics, random forest": held_out(forest),
+            "statistics, trees, max_features 0.5": screen.held_out(
+                feats, screen.probe_fit("trees", HALF)
+            ),
+            f"statistics, {BAGS} bagged trees, max_features 0.5": screen.held_out(
+                feats, bagged
+            ),
+            "statistics, random forest": screen.held_out(feats, forest),
         },
         paired="first",
     )

@@ -18,9 +18,7 @@ import torch
 
 from training.data import Samples
 from training.evaluate.baselines import WindowStatsFeatures
-from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
-from training.evaluate.select import OutOfFold
 
 torch.set_num_threads(1)
 WINDOW = 100
@@ -42,39 +40,12 @@ def soft(kind: str, ahead: int):
     precursor windows fitted twice (normal and positive), stopped and calibrated on
     the next block (true labels), scoring the held-out one."""
 
-    def fit(blocks) -> OutOfFold:
-        k, seeds = len(blocks), (0, 1, 2)
-        f_hop = [feats(b.hop) for b in blocks]
-        f_dense = [feats(b.dense) for b in blocks]
-        pre = [precursors(b.hop, ahead) for b in blocks]
-        hop, dense, n_pre = [], [], 0
-        for j in range(k):
-            v = (j + 1) % k
-            tr = [i for i in range(k) if i not in (j, v)]
-            x_tr = np.concatenate(
-                [f_hop[i] for i in tr] + [f_hop[i][pre[i]] for i in tr]
-            )
-            y_tr = np.concatenate(
-                [blocks[i].hop.y for i in tr]
-                + [np.ones(pre[i].sum(), np.int8) for i in tr]
-            )
-            n_pre += sum(pre[i].sum() for i in tr)
-            h, d = [], []
-            for seed in seeds if kind == "mlp" else seeds[:1]:
-                p = Probe(x_tr.shape[1], ProbeConfig(kind=kind), seed)
-                p.fit(x_tr, y_tr, f_hop[v], blocks[v].hop.y)
-                h.append(p.predict(f_hop[j]))
-                d.append(p.predict(f_dense[j]))
-            reps = len(seeds) // len(h)
-            hop.append(np.stack(h * reps))
-            dense.append(np.stack(d * reps))
-        print(
-            f"  {kind}, {ahead} ahead: {n_pre / k:.0f} precursor windows per fit",
-            flush=True,
-        )
-        return OutOfFold(hop, dense, f_hop[0].shape[1])
+    def twice(fit_blocks, f_hop):
+        pre = [precursors(b.hop, ahead) for b in fit_blocks]
+        x = np.concatenate([f[m] for f, m in zip(f_hop, pre, strict=True)])
+        return x, np.ones(len(x), np.int8)
 
-    return fit
+    return screen.held_out(feats, screen.probe_fit(kind), twice if ahead else None)
 
 
 args = sys.argv[1:]

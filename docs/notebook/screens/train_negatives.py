@@ -26,9 +26,7 @@ import numpy as np
 import torch
 
 from training.evaluate.baselines import WindowStatsFeatures
-from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.protocol import normal_windows
-from training.evaluate.select import OutOfFold
 
 torch.set_num_threads(1)
 
@@ -37,31 +35,8 @@ def with_negatives(kind: str, featurize, extra: np.ndarray):
     """An ``extra`` row of cv_table: ``kind`` probes fitted on two blocks plus
     ``extra`` (features of windows labelled normal), stopped and calibrated on the
     next block, scoring the held-out one (3 seeds for the MLP, one for the trees)."""
-
-    def fit(blocks) -> OutOfFold:
-        k, seeds = len(blocks), (0, 1, 2)
-        f_hop = [featurize(b.hop) for b in blocks]
-        f_dense = [featurize(b.dense) for b in blocks]
-        hop, dense = [], []
-        for j in range(k):
-            v = (j + 1) % k
-            fit_ = [i for i in range(k) if i not in (j, v)]
-            x_tr = np.concatenate([f_hop[i] for i in fit_] + [extra])
-            y_tr = np.concatenate(
-                [blocks[i].hop.y for i in fit_] + [np.zeros(len(extra), np.int8)]
-            )
-            h, d = [], []
-            for seed in seeds if kind == "mlp" else seeds[:1]:
-                p = Probe(x_tr.shape[1], ProbeConfig(kind=kind), seed)
-                p.fit(x_tr, y_tr, f_hop[v], blocks[v].hop.y)
-                h.append(p.predict(f_hop[j]))
-                d.append(p.predict(f_dense[j]))
-            reps = len(seeds) // len(h)
-            hop.append(np.stack(h * reps))
-            dense.append(np.stack(d * reps))
-        return OutOfFold(hop, dense, extra.shape[1])
-
-    return fit
+    rows = (extra, np.zeros(len(extra), np.int8))
+    return screen.held_out(featurize, screen.probe_fit(kind), lambda *_: rows)
 
 
 for name in sys.argv[1:]:
