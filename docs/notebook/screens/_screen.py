@@ -177,6 +177,16 @@ def cv_table(
     return blocks, oof, ev
 
 
+def statistics(ds: Dataset, fold: int = 0):
+    """Samples -> the 18 pooled window statistics, standardised on ``fold``'s normal
+    windows as served (the official train split's where the data set has one)."""
+    from training.evaluate.baselines import WindowStatsFeatures
+    from training.evaluate.protocol import normal_windows
+
+    stats = WindowStatsFeatures(normal_windows(ds, 100, fold if ds.folds else None))
+    return lambda s: stats(s.x)
+
+
 def probe_fit(kind: str, config=None):
     """``fit`` for :func:`held_out`: the served ``kind`` probe (or ``config``), 3 seeds
     for the MLP, one for the deterministic trees."""

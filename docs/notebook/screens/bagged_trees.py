@@ -19,9 +19,7 @@ import numpy as np
 import torch
 from sklearn.ensemble import RandomForestClassifier
 
-from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.probe import Probe, ProbeConfig
-from training.evaluate.protocol import normal_windows
 
 torch.set_num_threads(1)
 HALF = replace(ProbeConfig(kind="trees"), max_features=0.5)
@@ -47,8 +45,7 @@ def forest(x_tr, y_tr, x_v, y_v):
 
 for name in sys.argv[1:]:
     ds = screen.name_ds(name)
-    stats = WindowStatsFeatures(normal_windows(ds, 100, 0 if ds.folds else None))
-    feats = lambda s, f=stats: f(s.x)  # noqa: E731
+    feats = screen.statistics(ds)
     screen.cv_table(
         name,
         {"statistics": feats},

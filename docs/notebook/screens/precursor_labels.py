@@ -17,8 +17,6 @@ import numpy as np
 import torch
 
 from training.data import Samples
-from training.evaluate.baselines import WindowStatsFeatures
-from training.evaluate.protocol import normal_windows
 
 torch.set_num_threads(1)
 WINDOW = 100
@@ -64,10 +62,7 @@ rows = {
 for name in (a for a in args if a != "--trees"):
     ds = screen.name_ds(name)
     for fold in folds:
-        stats = WindowStatsFeatures(
-            normal_windows(ds, WINDOW, fold if ds.folds else None)
-        )
-        feats = lambda s, f=stats: f(s.x)  # noqa: E731
+        feats = screen.statistics(ds, fold)
         screen.cv_table(
             name,
             {"statistics": feats},
