@@ -319,15 +319,34 @@ def apply_overrides(d: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     return d
 
 
+# the shipped presets (configs/ of the checkout the code runs from)
+PRESETS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def config_path(path: str | Path) -> Path:
+    """A config file as given; a preset's name (``paper``, ``improved.yaml``) or its
+    path in the checkout (``configs/paper.yaml``) is found from any working directory:
+    the README's commands run outside the checkout too."""
+    p = Path(path)
+    if p.is_file() or p.parent not in (Path("."), Path("configs")):
+        return p
+    shipped = PRESETS / (p.name if p.suffix else f"{p.name}.yaml")
+    return shipped if shipped.is_file() else p
+
+
 def load_config(
     path: str | Path | None, overrides: list[str] | None = None
 ) -> TrainConfig:
-    """Read a sectioned YAML file (or only defaults when path is None), apply overrides."""
+    """Read a sectioned YAML file (or only defaults when path is None; a preset by
+    name: :func:`config_path`), apply overrides."""
     d: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
+        p = config_path(path)
         if not p.is_file():
-            raise UserError(f"{p}: config file not found")
+            presets = ", ".join(sorted(q.stem for q in PRESETS.glob("*.yaml")))
+            raise UserError(
+                f"{p}: config file not found (a file, or a preset: {presets})"
+            )
         d = yaml.safe_load(p.read_text()) or {}
         if not isinstance(d, dict):
             raise UserError(f"{p}: expected sections data/model/loss/optim/run")

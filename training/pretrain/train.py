@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "train entities (skab@K) or the served model's (skab@serve)",
     )
     p.add_argument("--root", help="data folder (default $SCJEPA_DATA)")
-    p.add_argument("--config", default="configs/paper.yaml", help="YAML preset")
+    p.add_argument("--config", default="configs/paper.yaml",
+                   help="YAML file, or a preset: paper, improved, fast")  # fmt: skip
     p.add_argument(
         "--set",
         action="append",

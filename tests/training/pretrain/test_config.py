@@ -100,3 +100,20 @@ def test_cli_bad_value_is_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "model.tau=0 is out of range" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_a_preset_is_found_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scjepa pretrain` run outside the checkout: its default (configs/paper.yaml)
+    and a preset by name load the shipped files; a path elsewhere is not taken for a
+    preset, and a missing file names the presets."""
+    shipped = load_config(REPO / "configs" / "improved.yaml")
+    monkeypatch.chdir(tmp_path)
+    assert load_config("configs/paper.yaml") == load_config("paper.yaml")
+    assert load_config("improved") == shipped
+    (tmp_path / "paper.yaml").write_text("optim:\n  epochs: 3\n")
+    assert load_config("paper.yaml").optim.epochs == 3  # the file given wins
+    with pytest.raises(UserError, match=r"elsewhere/paper.yaml: config file not "
+                       r"found \(a file, or a preset: fast, improved, paper\)"):  # fmt: skip
+        load_config("elsewhere/paper.yaml")
