@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,7 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
     import numpy as np
     import redis
 
+    from service.schemas import ChannelShare, ModelRef, RiskRecord
     from service.store import Record
     from service.store.redis_store import RedisStore
 
@@ -116,16 +118,20 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
             x = rng.normal(size=(1000, channels)).astype(np.float32)
             await store.append("default", "s-000000", ts, x, window=100, hop=100,
                                max_queued=10**6)  # fmt: skip
-        rec: dict[str, Any] = {
-            "risk": 0.123456, "threshold": 0.5, "alert": False,
-            "window_start": t0, "window_end": t0 + 99,
-            "top_channels": [{"name": f"ch{i}", "share": 0.2} for i in range(5)],
-            "codes": [1, 2, 3, 4, 5], "model": {"name": "m", "version": "1"},
-            "computed_at": "2026-11-25T07:00:00.000000Z",
-        }  # fmt: skip
+        # the scorer's record (service.worker.records_of) with float32 numbers at
+        # their full printed length, the novelty included
+        f32 = lambda v: float(np.float32(v))  # noqa: E731
+        rec = RiskRecord(
+            n=0, risk=f32(0.1228), threshold=f32(0.3084), alert=False,
+            window_start=t0, window_end=t0 + 99,
+            top_channels=[ChannelShare(name=f"ch{i}", share=0.123457) for i in range(5)],
+            codes=[1, 2, 3, 4, 5], novelty=f32(0.5123),
+            model=ModelRef(name="m", version="1"), computed_at=datetime.now(UTC),
+        )  # fmt: skip
         recs: list[Record] = [
-            (n, json.dumps(rec | {"n": n}), 0.1, None) for n in range(100, 50_100, 100)
-        ]
+            (n, rec.model_copy(update={"n": n}).model_dump_json(), rec.risk,
+             rec.novelty) for n in range(100, 50_100, 100)
+        ]  # fmt: skip
         state = store._key("default", "s-000000", "state")
         epoch = int(await store.client.hget(state, "epoch"))  # the windows' epoch
         await store.put_scored([("default", "s-000000", epoch, recs)])
