@@ -113,3 +113,20 @@ def test_client_reopens_a_keep_alive_connection_the_server_closed() -> None:
     answers, err = asyncio.run(go())
     assert answers == [(200, b"ok"), (200, b"ok")]
     assert isinstance(err, ConnectionResetError)
+
+
+def test_bench_streams_long_lived_measures_the_scorers_records(tmp_path: Path) -> None:
+    """`scjepa bench streams --long-lived`: one stream written through the service's
+    store (its own redis-server), each key's bytes adding up to the stream's, the
+    risk history 500 records as the scorer writes them (a few hundred bytes each)."""
+    require("redis-server")
+    out = tmp_path / "long.json"
+    assert main(["bench", "streams", "--long-lived", "--json", str(out)]) == 0
+    res = json.loads(out.read_text())
+    keys = res["bytes_by_key"]
+    assert set(keys) == {"rows", "seen", "state", "risk"}
+    assert sum(keys.values()) == res["bytes_per_stream"]
+    assert res["streams_per_gib"] == round(2**30 / res["bytes_per_stream"])
+    assert 500 * 400 < keys["risk"] < 500 * 1000
+    assert keys["seen"] >= 8 * 10_000 and keys["rows"] >= 100 * (8 + 4 * 25)
+    assert res["seen_as_sorted_set"] > keys["seen"]
