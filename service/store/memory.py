@@ -338,27 +338,23 @@ class MemoryStore(Store):
         return list(itertools.islice(live, limit))
 
     async def summary(self, threshold: float, top: int = 0) -> Summary:
+        """One pass over the streams (the Redis store reads its indexes instead: this
+        store's scrape grows with its streams)."""
         self._expire()
-        latest = [s.latest_risk for s in self._streams.values()]
-        risks = [r for r in latest if r is not None]
+        latest: list[tuple[float, str, str, str]] = []
+        novel: list[tuple[float, str, str, str]] = []
+        for (tenant, stream), s in self._streams.items():
+            if s.latest_risk is not None:
+                latest.append((s.latest_risk, f"{tenant}/{stream}", tenant, stream))
+            if s.novelty is not None:
+                novel.append((s.novelty, f"{tenant}/{stream}", tenant, stream))
         return Summary(
             len(self._streams),
-            sum(r >= threshold for r in risks),
-            max(risks, default=0.0),
-            self._ranked(top, "latest_risk"),
-            self._ranked(top, "novelty"),
+            sum(x[0] >= threshold for x in latest),
+            max((x[0] for x in latest), default=0.0),
+            _ranked(latest, top),
+            _ranked(novel, top),
         )
-
-    def _ranked(self, top: int, field: str) -> Ranked:
-        """The ``top`` streams of highest ``field`` (those without one left out),
-        highest first, ties by the later tenant/stream: Redis' ZREVRANGE order."""
-        have = [
-            (v, f"{tenant}/{stream}", tenant, stream)
-            for (tenant, stream), s in self._streams.items()
-            if (v := getattr(s, field)) is not None
-        ]
-        best = heapq.nlargest(top, have, key=lambda x: (x[0], x[1]))
-        return tuple((tenant, stream, v) for v, _, tenant, stream in best)
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:
         now = time.monotonic()
@@ -410,3 +406,10 @@ class MemoryStore(Store):
 
     async def ping(self) -> None:
         return None
+
+
+def _ranked(have: list[tuple[float, str, str, str]], top: int) -> Ranked:
+    """The ``top`` of (value, member, tenant, stream), highest first, ties by the later
+    tenant/stream: Redis' ZREVRANGE order."""
+    best = heapq.nlargest(top, have, key=lambda x: (x[0], x[1]))
+    return tuple((tenant, stream, v) for v, _, tenant, stream in best)
