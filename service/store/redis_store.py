@@ -81,6 +81,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges; noted
 #                                  only for a stream in :streams, see NOTE_LATEST)
 #   scjepa:{global}:novelty        zset tenant/stream -> recent novelty (the same)
+#   scjepa:{global}:latest_at      hash tenant/stream -> when the noted value was
+#   scjepa:{global}:novelty_at     written (Redis TIME in µs, from PUT): a note older
+#                                  than the one there is dropped (NOTE_LATEST)
 #   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
 
 # KEYS: rows, seen, state, work, risk, pend. ARGV: window, hop, ttl, horizon, max_queued,
@@ -313,15 +316,17 @@ APPEND = _APPEND.substitute(
 # nothing, where it would have won the new life's window of the same number. Each
 # record added is folded into the state's recent novelty as recent_novelty() does
 # (one without a novelty removes it). Returns one flag per record (1 = written now),
-# the window number of the stream's newest record (false when refused) and the recent
-# novelty when a record was written ('' when removed; else false).
+# the window number of the stream's newest record (false when refused), the recent
+# novelty when a record was written ('' when removed; else false), and Redis' clock in
+# µs: when these were read, so that notes of two writes sent in either order leave the
+# later one's figures in the gauges' indexes (NOTE_LATEST).
 _PUT = Template("""
 local key, out = KEYS[1], {}
 local epoch = redis.call('HGET', KEYS[2], 'epoch')
 if not epoch and redis.call('EXISTS', KEYS[2]) == 1 then epoch = '0' end  -- pre-epoch
 if epoch ~= ARGV[3] then  -- another epoch, or no state: forgotten
   for i = 4, #ARGV, 3 do out[#out + 1] = 0 end
-  return {out, false, false}
+  return {out, false, false, false}
 end
 local recent, noted = tonumber(redis.call('HGET', KEYS[2], 'novelty') or ''), false
 for i = 4, #ARGV, 3 do
@@ -350,7 +355,8 @@ if noted then
   end
 end
 local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
-return {out, top[2] or false, noted}
+local t = redis.call('TIME')
+return {out, top[2] or false, noted, string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))}
 """)
 PUT = _PUT.substitute(prior=repr(NOVELTY_PRIOR), weight=repr(NOVELTY_WEIGHT))
 
@@ -363,19 +369,29 @@ return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or f
         st[3] or false}
 """
 
-# KEYS: {global}:streams, then the gauges' indexes to note in ({global}:latest,
-# {global}:novelty). ARGV: per index, its number of (score, member) pairs, then the
-# pairs; a score '' removes the member. Notes the streams still registered only: a
-# stream deleted between its record and this (DELETE's ZREMs) is not noted back, where
-# no idle expiry (by :streams) would find it.
+# KEYS: {global}:streams, the gauges' indexes to note in ({global}:latest,
+# {global}:novelty), then as many hashes of when each member's figure was written
+# ({global}:latest_at, {global}:novelty_at). ARGV: per index, its number of (time,
+# score, member) triples, then the triples; a score '' removes the member (and its
+# time: a model without the monitor keeps none). A figure older (by PUT's clock) than
+# the one noted is dropped: two scorers writing one stream's windows may note in the
+# other order than they wrote, which left the earlier write's figure. Notes the
+# streams still registered only: a stream deleted between its record and this
+# (DELETE's ZREMs) is not noted back, where no idle expiry (by :streams) would find it.
 NOTE_LATEST = """
-local at = 1
-for k = 2, #KEYS do
-  local stop = at + 2 * tonumber(ARGV[at])
-  for i = at + 1, stop, 2 do
-    if ARGV[i] == '' then redis.call('ZREM', KEYS[k], ARGV[i + 1])
-    elseif redis.call('ZSCORE', KEYS[1], ARGV[i + 1]) then
-      redis.call('ZADD', KEYS[k], ARGV[i], ARGV[i + 1])
+local at, n = 1, (#KEYS - 1) / 2
+for k = 2, n + 1 do
+  local stop = at + 3 * tonumber(ARGV[at])
+  for i = at + 1, stop, 3 do
+    local member = ARGV[i + 2]
+    local seen = tonumber(redis.call('HGET', KEYS[k + n], member) or '')
+    if seen and seen > tonumber(ARGV[i]) then  -- a later write's figure is there
+    elseif ARGV[i + 1] == '' then
+      redis.call('ZREM', KEYS[k], member)
+      redis.call('HDEL', KEYS[k + n], member)
+    elseif redis.call('ZSCORE', KEYS[1], member) then
+      redis.call('ZADD', KEYS[k], ARGV[i + 1], member)
+      redis.call('HSET', KEYS[k + n], member, ARGV[i])
     end
   end
   at = stop + 1
@@ -442,7 +458,8 @@ end
 return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
 """
 
-# KEYS: {global}:streams, {global}:latest, {global}:novelty. ARGV: cutoff, threshold,
+# KEYS: {global}:streams, {global}:latest, {global}:novelty, {global}:latest_at,
+# {global}:novelty_at. ARGV: cutoff, threshold,
 # top (>= 1). Forgets a batch of idle streams, then counts with range queries:
 # O(log N + top) per scrape, not O(N). Returns the count, those in alert and the top
 # members with their risks, and with their recent novelty.
@@ -451,7 +468,8 @@ local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {1
 if #old > 0 then
   for s = 1, #old, 1000 do
     local part = {{unpack(old, s, math.min(s + 999, #old))}}
-    for k = 1, #KEYS do redis.call('ZREM', KEYS[k], unpack(part)) end
+    for k = 1, 3 do redis.call('ZREM', KEYS[k], unpack(part)) end
+    for k = 4, 5 do redis.call('HDEL', KEYS[k], unpack(part)) end
   end
 end
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
@@ -475,6 +493,9 @@ if wait > 0 then return math.ceil(wait) end
 redis.call('SET', KEYS[1], string.format('%d', new), 'PX', math.ceil((new - now) / 1000) + 1000)
 return 0
 """
+
+# {global} keys of the gauges' indexes: NOTE_LATEST's and SUMMARY's
+NOTED = ("streams", "latest", "novelty", "latest_at", "novelty_at")
 
 # Register a stream again at most this often per replica: the registry only needs to
 # know the stream is live (TTL in days), not every call.
@@ -938,6 +959,8 @@ class RedisStore(Store):
         pipe.zrem(self._global("streams"), member)
         pipe.zrem(self._global("latest"), member)
         pipe.zrem(self._global("novelty"), member)
+        pipe.hdel(self._global("latest_at"), member)
+        pipe.hdel(self._global("novelty_at"), member)
         touched, named, *_ = await self._call("delete", pipe.execute())
         self._touched.pop(member, None)  # its next ingest registers it again
         if not found:  # a retry: the life's epoch went with its keys; Redis' clock
@@ -969,22 +992,22 @@ class RedisStore(Store):
             keys = [self._key(tenant, stream, k) for k in ("risk", "state")]
             calls.append((self._put, keys, args))
         replies = await self._call("put_risks", self._scripts(calls), scripts=True)
-        latest: list[Any] = []  # (score, member) pairs of each index
+        latest: list[Any] = []  # (time, score, member) triples of each index
         recent: list[Any] = []
         written = []
-        for (tenant, stream, _, records), (flags, top, novelty) in zip(
+        for (tenant, stream, _, records), (flags, top, novelty, at) in zip(
             items, replies, strict=True
         ):
             written.append([bool(f) for f in flags])
             newest = max(records, key=lambda r: r[0])
             member = f"{tenant}/{stream}"
             if top is not None and int(float(top)) == newest[0]:
-                latest += (newest[2], member)
+                latest += (at, newest[2], member)
             if novelty is not None:  # b"": removed (a model without the monitor)
-                recent += (novelty, member)
+                recent += (at, novelty, member)
         news = [(t, s, [r[0] for r in recs]) for t, s, _, recs in items]
-        keys = [self._global(k) for k in ("streams", "latest", "novelty")]
-        pairs = [len(latest) // 2, *latest, len(recent) // 2, *recent]
+        keys = [self._global(k) for k in NOTED]
+        triples = [len(latest) // 3, *latest, len(recent) // 3, *recent]
         noted = bool(latest or recent)
         if (
             self.cluster
@@ -992,7 +1015,7 @@ class RedisStore(Store):
             if noted:
                 try:
                     await self._call(
-                        "put_risks", self._note_latest(keys=keys, args=pairs)
+                        "put_risks", self._note_latest(keys=keys, args=triples)
                     )
                 except StoreUnavailable as e:  # the gauges' index only: see below
                     log.warning("scorer: newest risks not noted: %s", e)
@@ -1000,7 +1023,7 @@ class RedisStore(Store):
             return written
         commands = []
         if noted:  # the script's text: one round trip, no NOSCRIPT to recover from
-            commands.append(["EVAL", NOTE_LATEST, len(keys), *keys, *pairs])
+            commands.append(["EVAL", NOTE_LATEST, len(keys), *keys, *triples])
         acks = self._ack_commands(ack)
         at = slice(len(commands), len(commands) + len(acks))
         commands += acks
@@ -1071,7 +1094,7 @@ class RedisStore(Store):
         return [cast(bytes, n).decode() for n in names]
 
     async def summary(self, threshold: float, top: int = 0) -> Summary:
-        keys = [self._global(k) for k in ("streams", "latest", "novelty")]
+        keys = [self._global(k) for k in NOTED]
         # one range read serves both max_risk (its first) and the top streams
         args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1)]
         n, alert, risks, novelties = await self._call(

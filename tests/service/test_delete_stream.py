@@ -85,6 +85,9 @@ def test_a_deleted_stream_leaves_nothing_behind(
     assert metric(client, "scjepa_streams_tracked") == 2
     assert 'stream="p"' in client.get("/metrics").text
 
+    if redis is not None:  # when its gauges' figures were written: kept till now
+        for k in ("latest_at", "novelty_at"):
+            assert redis.client().hget(f"{prefix}:{{global}}:{k}", "default/p")
     r = client.delete("/streams/p")
     assert (r.status_code, r.content) == (204, b"")
     assert client.get("/risk/p").status_code == 404
@@ -101,6 +104,8 @@ def test_a_deleted_stream_leaves_nothing_behind(
             assert r_.zscore(f"{prefix}:{{default}}:{k}", "p") is None
         for k in ("streams", "latest", "novelty"):
             assert r_.zscore(f"{prefix}:{{global}}:{k}", "default/p") is None
+        for k in ("latest_at", "novelty_at"):
+            assert r_.hget(f"{prefix}:{{global}}:{k}", "default/p") is None
     again = client.delete("/streams/p")
     assert again.status_code == 404
     assert again.json() == {"detail": "unknown stream 'p' (no readings yet)"}

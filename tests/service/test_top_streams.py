@@ -293,3 +293,54 @@ def test_recent_novelty_follows_the_records_written(store_url: str | None) -> No
         [[True]], b2, (("t", "b", b2), ("t", "a", a2)),
         [[True]], None, (("t", "b", b2),),
     ]  # fmt: skip
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_notes_of_two_writes_arriving_out_of_order_keep_the_later(
+    store_url: str | None,
+) -> None:
+    """Two scorers write one stream's windows, and the first's note to the gauges'
+    indexes reaches Redis after the second's whole write: the indexes keep the second
+    write's latest risk and recent novelty (they kept the first's, stale until the
+    stream's next write: CI saw a stream stay in scjepa_top_stream_novelty so)."""
+
+    async def main() -> tuple[object, ...]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        real, calls = store._call, []  # type: ignore[attr-defined]
+        reached, second_done = asyncio.Event(), asyncio.Event()
+
+        async def call(op: str, coro: object, **kw: object) -> object:
+            if op == "put_risks":
+                calls.append(op)
+                if len(calls) == 2:  # the first write's note: held
+                    reached.set()
+                    await second_done.wait()
+            return await real(op, coro, **kw)
+
+        try:
+            await store.ensure_groups()
+            await store.register("t", ["a"], 10)
+            await store.append("t", "a", T0 + np.arange(20.0),
+                               np.ones((20, 2), np.float32), window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            (item, _) = await store.read_work("c", 10, 0)
+            store._call = call  # type: ignore[attr-defined]
+            first = asyncio.create_task(
+                store.put_scored([("t", "a", item.epoch, [(10, "10", 0.9, 0.9)])])
+            )
+            await reached.wait()
+            await store.put_scored([("t", "a", item.epoch, [(20, "20", 0.2, 0.1)])])
+            second_done.set()
+            await first
+            assert len(calls) == 4  # two round trips each: the hold was reached
+            s = await store.summary(0.5, 5)
+            state = await store.state("t", "a")
+            assert state is not None
+            return s.top, s.top_novelty, state.novelty
+        finally:
+            await store.close()
+
+    recent = recent_novelty(recent_novelty(None, 0.9), 0.1)
+    assert asyncio.run(main()) == (
+        (("t", "a", 0.2),), (("t", "a", recent),), recent
+    )  # fmt: skip
