@@ -187,6 +187,26 @@ def statistics(ds: Dataset, fold: int = 0):
     return lambda s: stats(s.x)
 
 
+def statistics_screen(args: list[str], rows) -> None:
+    """The screens that set rows of their own against the served statistics trees:
+    ``args`` are data set names and an optional ``--folds 1,2,3`` (default fold 0);
+    ``rows(ds, feats)`` gives each fold's extra rows (label -> :func:`held_out`'s row)
+    from the data set and its statistics featurizer. Prints :func:`cv_table`'s table
+    per data set and fold, each row paired with the served trees."""
+    args = list(args)
+    folds = [0]
+    if "--folds" in args:
+        i = args.index("--folds")
+        folds = [int(f) for f in args.pop(i + 1).split(",")]
+        args.pop(i)
+    for name in args:
+        ds = name_ds(name)
+        for fold in folds:
+            feats = statistics(ds, fold)
+            cv_table(name, {"statistics": feats}, [("trees", "every window")],
+                     extra=rows(ds, feats), paired="first", fold=fold)  # fmt: skip
+
+
 def probe_fit(kind: str, config=None):
     """``fit`` for :func:`held_out`: the served ``kind`` probe (or ``config``), 3 seeds
     for the MLP, one for the deterministic trees."""

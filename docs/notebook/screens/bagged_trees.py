@@ -43,21 +43,15 @@ def forest(x_tr, y_tr, x_v, y_v):
     return [lambda f: rf.predict_proba(f)[:, 1]]
 
 
-for name in sys.argv[1:]:
-    ds = screen.name_ds(name)
-    feats = screen.statistics(ds)
-    screen.cv_table(
-        name,
-        {"statistics": feats},
-        [("trees", "every window")],
-        extra={
-            "statistics, trees, max_features 0.5": screen.held_out(
-                feats, screen.probe_fit("trees", HALF)
-            ),
-            f"statistics, {BAGS} bagged trees, max_features 0.5": screen.held_out(
-                feats, bagged
-            ),
-            "statistics, random forest": screen.held_out(feats, forest),
-        },
-        paired="first",
-    )
+screen.statistics_screen(
+    sys.argv[1:],
+    lambda ds, feats: {
+        "statistics, trees, max_features 0.5": screen.held_out(
+            feats, screen.probe_fit("trees", HALF)
+        ),
+        f"statistics, {BAGS} bagged trees, max_features 0.5": screen.held_out(
+            feats, bagged
+        ),
+        "statistics, random forest": screen.held_out(feats, forest),
+    },
+)

@@ -46,29 +46,15 @@ def hard(share: float, weight: int):
     return fit
 
 
-args = sys.argv[1:]
-folds = [0]
-if "--folds" in args:
-    i = args.index("--folds")
-    folds = [int(f) for f in args.pop(i + 1).split(",")]
-    args.pop(i)
-rows = {
+ROWS = {
     "statistics, trees, top 2 % of normal windows x2": (0.02, 2),
     "statistics, trees, top 2 % x4": (0.02, 4),
     "statistics, trees, top 5 % x2": (0.05, 2),
 }
-for name in args:
-    ds = screen.name_ds(name)
-    for fold in folds:
-        feats = screen.statistics(ds, fold)
-        screen.cv_table(
-            name,
-            {"statistics": feats},
-            [("trees", "every window")],
-            extra={
-                label: screen.held_out(feats, hard(share, weight))
-                for label, (share, weight) in rows.items()
-            },
-            paired="first",
-            fold=fold,
-        )
+screen.statistics_screen(
+    sys.argv[1:],
+    lambda ds, feats: {
+        label: screen.held_out(feats, hard(share, weight))
+        for label, (share, weight) in ROWS.items()
+    },
+)

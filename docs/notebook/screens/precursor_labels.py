@@ -16,13 +16,13 @@ import _screen as screen
 import numpy as np
 import torch
 
-from training.data import Samples
+from training.data import Dataset, Samples
 
 torch.set_num_threads(1)
 WINDOW = 100
 
 
-def precursors(s: Samples, ahead: int) -> np.ndarray:
+def precursors(ds: Dataset, s: Samples, ahead: int) -> np.ndarray:
     """Normal windows (their next window normal too) with an anomalous step in the
     ``ahead`` windows after the next one."""
     out = np.zeros(len(s), bool)
@@ -33,13 +33,13 @@ def precursors(s: Samples, ahead: int) -> np.ndarray:
     return out
 
 
-def soft(kind: str, ahead: int):
+def soft(ds: Dataset, feats, kind: str, ahead: int):
     """An ``extra`` row of cv_table: ``kind`` probes fitted on two blocks with the
     precursor windows fitted twice (normal and positive), stopped and calibrated on
     the next block (true labels), scoring the held-out one."""
 
     def twice(fit_blocks, f_hop):
-        pre = [precursors(b.hop, ahead) for b in fit_blocks]
+        pre = [precursors(ds, b.hop, ahead) for b in fit_blocks]
         x = np.concatenate([f[m] for f, m in zip(f_hop, pre, strict=True)])
         return x, np.ones(len(x), np.int8)
 
@@ -47,31 +47,19 @@ def soft(kind: str, ahead: int):
 
 
 args = sys.argv[1:]
-folds, trees_only = [0], "--trees" in args
-if "--folds" in args:
-    i = args.index("--folds")
-    folds = [int(f) for f in args.pop(i + 1).split(",")]
-    args.pop(i)
-rows = {
+trees_only = "--trees" in args
+ROWS = {
     "statistics, trees, soft 100-200 ahead": ("trees", 1),
     "statistics, trees, soft 100-300 ahead": ("trees", 2),
     "statistics, mlp, as served": ("mlp", 0),
     "statistics, mlp, soft 100-200 ahead": ("mlp", 1),
     "statistics, mlp, soft 100-300 ahead": ("mlp", 2),
 }
-for name in (a for a in args if a != "--trees"):
-    ds = screen.name_ds(name)
-    for fold in folds:
-        feats = screen.statistics(ds, fold)
-        screen.cv_table(
-            name,
-            {"statistics": feats},
-            [("trees", "every window")],
-            extra={
-                label: soft(kind, ahead)
-                for label, (kind, ahead) in rows.items()
-                if kind == "trees" or not trees_only
-            },
-            paired="first",
-            fold=fold,
-        )
+screen.statistics_screen(
+    [a for a in args if a != "--trees"],
+    lambda ds, feats: {
+        label: soft(ds, feats, kind, ahead)
+        for label, (kind, ahead) in ROWS.items()
+        if kind == "trees" or not trees_only
+    },
+)
