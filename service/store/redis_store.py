@@ -458,11 +458,15 @@ end
 return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
 """
 
+SWEEP = 8  # members of each time hash checked per scrape (SUMMARY)
+
 # KEYS: {global}:streams, {global}:latest, {global}:novelty, {global}:latest_at,
-# {global}:novelty_at. ARGV: cutoff, threshold,
-# top (>= 1). Forgets a batch of idle streams, then counts with range queries:
-# O(log N + top) per scrape, not O(N). Returns the count, those in alert and the top
-# members with their risks, and with their recent novelty.
+# {global}:novelty_at. ARGV: cutoff, threshold, top (>= 1). Forgets a batch of idle
+# streams, then counts with range queries: O(log N + top) per scrape, not O(N).
+# Sweeps a few members of the two time hashes at random, dropping those no longer
+# registered: a release before the hashes expires idle streams without them (during
+# a roll-out), which would leave theirs for good. Returns the count, those in alert
+# and the top members with their risks, and with their recent novelty.
 SUMMARY = f"""
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {10 * EXPIRE_BATCH})
 if #old > 0 then
@@ -470,6 +474,11 @@ if #old > 0 then
     local part = {{unpack(old, s, math.min(s + 999, #old))}}
     for k = 1, 3 do redis.call('ZREM', KEYS[k], unpack(part)) end
     for k = 4, 5 do redis.call('HDEL', KEYS[k], unpack(part)) end
+  end
+end
+for k = 4, 5 do
+  for _, m in ipairs(redis.call('HRANDFIELD', KEYS[k], {SWEEP})) do
+    if not redis.call('ZSCORE', KEYS[1], m) then redis.call('HDEL', KEYS[k], m) end
   end
 end
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')

@@ -344,3 +344,34 @@ def test_notes_of_two_writes_arriving_out_of_order_keep_the_later(
     assert asyncio.run(main()) == (
         (("t", "a", 0.2),), (("t", "a", recent),), recent
     )  # fmt: skip
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_a_scrape_sweeps_the_times_of_streams_gone(store_url: str | None) -> None:
+    """A release before the time hashes expires idle streams without them (during a
+    roll-out): the entries it leaves are swept by the scrapes, a few at random each;
+    a registered stream's stay."""
+
+    async def main() -> tuple[set[bytes], set[bytes]]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        try:
+            await store.ensure_groups()
+            await store.register("t", ["a"], 10)
+            await store.append("t", "a", T0 + np.arange(10.0),
+                               np.ones((10, 2), np.float32), window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            (item,) = await store.read_work("c", 10, 0)
+            await store.put_scored([("t", "a", item.epoch, [(10, "{}", 0.5, 0.9)])])
+            hashes = [store._global(k) for k in ("latest_at", "novelty_at")]  # type: ignore[attr-defined]
+            for h in hashes:  # as an older release's expiry leaves them
+                await store.client.hset(h, mapping={"t/gone": 1, "u/gone": 2})  # type: ignore[attr-defined]
+            before = set(await store.client.hkeys(hashes[0]))  # type: ignore[attr-defined]
+            await store.summary(0.5, 5)
+            after = set(await store.client.hkeys(hashes[0]))  # type: ignore[attr-defined]
+            assert after == set(await store.client.hkeys(hashes[1]))  # type: ignore[attr-defined]
+            return before, after
+        finally:
+            await store.close()
+
+    before, after = asyncio.run(main())
+    assert before == {b"t/a", b"t/gone", b"u/gone"} and after == {b"t/a"}
