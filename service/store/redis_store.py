@@ -1004,16 +1004,16 @@ class RedisStore(Store):
         latest: list[Any] = []  # (time, score, member) triples of each index
         recent: list[Any] = []
         written = []
-        for (tenant, stream, _, records), (flags, top, novelty, at) in zip(
+        for (tenant, stream, _, records), (flags, top, novelty, when) in zip(
             items, replies, strict=True
         ):
             written.append([bool(f) for f in flags])
             newest = max(records, key=lambda r: r[0])
             member = f"{tenant}/{stream}"
             if top is not None and int(float(top)) == newest[0]:
-                latest += (at, newest[2], member)
+                latest += (when, newest[2], member)
             if novelty is not None:  # b"": removed (a model without the monitor)
-                recent += (at, novelty, member)
+                recent += (when, novelty, member)
         news = [(t, s, [r[0] for r in recs]) for t, s, _, recs in items]
         keys = [self._global(k) for k in NOTED]
         triples = [len(latest) // 3, *latest, len(recent) // 3, *recent]

@@ -18,7 +18,7 @@ from support.service_helpers import ClientFactory
 from test_store_units import fresh_store
 
 from service.config import Settings
-from service.store import NOVELTY_SPAN, recent_novelty
+from service.store import NOVELTY_SPAN, Store, recent_novelty
 
 T0 = 1_700_000_000.0
 KEYS = {"acme": "k-acme", "beta": "k-beta"}
@@ -56,6 +56,15 @@ class Feeder:
         (res,) = r.json()["results"]
         assert res["windows_scored"] == windows, res
         return float(res["risk"])
+
+
+async def windows_of(store: Store, tenant: str, stream: str, rows: int) -> None:
+    """Register ``stream`` and send it ``rows`` readings of ones: its windows of 10
+    (hop 10) queued for the test to read and write the records of."""
+    await store.register(tenant, [stream], 10)
+    await store.append(tenant, stream, T0 + np.arange(float(rows)),
+                       np.ones((rows, 2), np.float32), window=10, hop=10,
+                       max_queued=100)  # fmt: skip
 
 
 def top_series(
@@ -212,10 +221,7 @@ def test_store_summary_top_order_is_the_same_on_every_store(
             risks = {("a", "s1"): 0.25, ("a", "s2"): 0.75, ("b", "s1"): 0.75,
                      ("b", "s0"): 0.5}  # fmt: skip
             for tenant, stream in risks:
-                await store.register(tenant, [stream], 10)
-                await store.append(tenant, stream, T0 + np.arange(10.0),
-                                   np.ones((10, 2), np.float32), window=10, hop=10,
-                                   max_queued=100)  # fmt: skip
+                await windows_of(store, tenant, stream, 10)
             items = await store.read_work("c", 10, 0)
             assert len(items) == 4
             written = await store.put_scored([
@@ -266,10 +272,7 @@ def test_recent_novelty_follows_the_records_written(store_url: str | None) -> No
         try:
             await store.ensure_groups()
             for stream in ("a", "b"):
-                await store.register("t", [stream], 10)
-                await store.append("t", stream, T0 + np.arange(30.0),
-                                   np.ones((30, 2), np.float32), window=10, hop=10,
-                                   max_queued=100)  # fmt: skip
+                await windows_of(store, "t", stream, 30)
             items = {it.stream: it for it in await store.read_work("c", 10, 0)}
             await write("a", 10, 0.9)
             await write("a", 10, 0.1)  # written again: nothing changes
@@ -319,10 +322,7 @@ def test_notes_of_two_writes_arriving_out_of_order_keep_the_later(
 
         try:
             await store.ensure_groups()
-            await store.register("t", ["a"], 10)
-            await store.append("t", "a", T0 + np.arange(20.0),
-                               np.ones((20, 2), np.float32), window=10, hop=10,
-                               max_queued=100)  # fmt: skip
+            await windows_of(store, "t", "a", 20)
             (item, _) = await store.read_work("c", 10, 0)
             store._call = call  # type: ignore[attr-defined]
             first = asyncio.create_task(
@@ -356,10 +356,7 @@ def test_a_scrape_sweeps_the_times_of_streams_gone(store_url: str | None) -> Non
         store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
         try:
             await store.ensure_groups()
-            await store.register("t", ["a"], 10)
-            await store.append("t", "a", T0 + np.arange(10.0),
-                               np.ones((10, 2), np.float32), window=10, hop=10,
-                               max_queued=100)  # fmt: skip
+            await windows_of(store, "t", "a", 10)
             (item,) = await store.read_work("c", 10, 0)
             await store.put_scored([("t", "a", item.epoch, [(10, "{}", 0.5, 0.9)])])
             hashes = [store._global(k) for k in ("latest_at", "novelty_at")]  # type: ignore[attr-defined]
