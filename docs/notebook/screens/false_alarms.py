@@ -45,37 +45,38 @@ def places(labels: np.ndarray, ends: np.ndarray, lookback: int) -> np.ndarray:
     return np.where(labels[ends - 1].astype(bool) | announcing, -1, out)
 
 
-def main(names: list[str]) -> None:
-    for name in names:
-        ds = screen.name_ds(name)
-        feats = screen.statistics(ds, 0)
+def breakdown(name: str, label: str, blocks, o, ev) -> None:
+    """Print the places of one row's false alarms (its out-of-fold risks ``o``, seed
+    0: the trees' seeds are alike) at 1, 3 and 10 per 1,000, after the places of the
+    windows that could be false alarms."""
+    segs = [
+        (st.labels, st.ends, d[0][st.idx])
+        for b, d in zip(blocks, o.dense)
+        for st in b.stretches
+    ]
+    where = [places(np.asarray(lab), np.asarray(e), ev.lookback) for lab, e, _ in segs]
+    pos = np.concatenate(where)
+    base = np.array([(pos == c).sum() for c in range(3)]) / max((pos >= 0).sum(), 1)
+    print(f"| {name} | {label}: possible false alarms | " + " | ".join(
+        f"{b:.3f}" for b in base) + f" | {(pos >= 0).sum()} |")  # fmt: skip
+    segments = [Segment(lab, e, s) for lab, e, s in segs]
+    for budget in (1.0, 3.0, 10.0):
+        thr = threshold_at_budget(segments, ev.lookback, budget)
+        fa = np.concatenate(
+            [w[(s >= thr) & (w >= 0)] for (_, _, s), w in zip(segs, where)]
+        )
+        share = np.array([(fa == c).sum() for c in range(3)]) / max(len(fa), 1)
+        print(f"| {name} | {label}: false alarms at {budget:g} per 1,000 | " + " | ".join(
+            f"{x:.3f}" for x in share) + f" | {len(fa)} |", flush=True)  # fmt: skip
+
+
+HEADER = "| data set | windows | tail | after | other | n |"
+
+if __name__ == "__main__":
+    print(HEADER)
+    for name in sys.argv[1:]:
+        feats = screen.statistics(screen.name_ds(name), 0)
         blocks, oof, ev = screen.cv_table(
             name, {"statistics": feats}, [("trees", "every window")]
         )
-        o = next(iter(oof.values()))[0]
-        # each block's stretches, scored by its out-of-fold risks (the trees: the
-        # seeds alike)
-        segs = [
-            (st.labels, st.ends, d[0][st.idx])
-            for b, d in zip(blocks, o.dense)
-            for st in b.stretches
-        ]
-        where = [places(np.asarray(lab), np.asarray(e), ev.lookback) for lab, e, _ in segs]
-        pos = np.concatenate(where)
-        base = np.array([(pos == c).sum() for c in range(3)]) / max((pos >= 0).sum(), 1)
-        print(f"| {name} | possible false alarms | " + " | ".join(
-            f"{b:.3f}" for b in base) + f" | {(pos >= 0).sum()} |")  # fmt: skip
-        segments = [Segment(lab, e, s) for lab, e, s in segs]
-        for budget in (1.0, 3.0, 10.0):
-            thr = threshold_at_budget(segments, ev.lookback, budget)
-            fa = np.concatenate(
-                [w[(s >= thr) & (w >= 0)] for (_, _, s), w in zip(segs, where)]
-            )
-            share = np.array([(fa == c).sum() for c in range(3)]) / max(len(fa), 1)
-            print(f"| {name} | false alarms at {budget:g} per 1,000 | " + " | ".join(
-                f"{x:.3f}" for x in share) + f" | {len(fa)} |", flush=True)  # fmt: skip
-
-
-if __name__ == "__main__":
-    print("| data set | windows | tail | after | other | n |")
-    main(sys.argv[1:])
+        breakdown(name, "served trees", blocks, oof[next(iter(oof))][0], ev)
