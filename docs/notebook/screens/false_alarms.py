@@ -51,7 +51,7 @@ def breakdown(name: str, label: str, blocks, o, ev) -> None:
     windows that could be false alarms."""
     segs = [
         (st.labels, st.ends, d[0][st.idx])
-        for b, d in zip(blocks, o.dense)
+        for b, d in zip(blocks, o.dense, strict=True)
         for st in b.stretches
     ]
     where = [places(np.asarray(lab), np.asarray(e), ev.lookback) for lab, e, _ in segs]
@@ -63,7 +63,7 @@ def breakdown(name: str, label: str, blocks, o, ev) -> None:
     for budget in (1.0, 3.0, 10.0):
         thr = threshold_at_budget(segments, ev.lookback, budget)
         fa = np.concatenate(
-            [w[(s >= thr) & (w >= 0)] for (_, _, s), w in zip(segs, where)]
+            [w[(s >= thr) & (w >= 0)] for (_, _, s), w in zip(segs, where, strict=True)]
         )
         share = np.array([(fa == c).sum() for c in range(3)]) / max(len(fa), 1)
         print(f"| {name} | {label}: false alarms at {budget:g} per 1,000 | " + " | ".join(
