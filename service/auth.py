@@ -132,6 +132,13 @@ class KeyTable:
         """No tenant key: every request is the default tenant."""
         return not any(not p.startswith("@") for _, p in self.entries)
 
+    @property
+    def tenants(self) -> list[str]:
+        """The tenants keys belong to (``default`` alone in an open service)."""
+        if self.open:
+            return [DEFAULT_TENANT]
+        return sorted({p for _, p in self.entries if not p.startswith("@")})
+
     def has(self, principal: str) -> bool:
         return any(p == principal for _, p in self.entries)
 
@@ -157,6 +164,7 @@ class Keys:
         self.error: str | None = None
         self._stamp = self._file_stamp()
         self.table = self._build()  # a broken file at start-up is fatal
+        metrics.tenants_known(self.table.tenants)
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
         if self.path is None:
@@ -199,6 +207,7 @@ class Keys:
             metrics.RELOADS.labels(what="keys", outcome="failed").inc()
             return False
         self.table, self.error = table, None
+        metrics.tenants_known(table.tenants)
         n = len(table.entries)
         log.info("API keys loaded: %d key(s), %s", n, "open" if table.open else "keyed")
         metrics.RELOADS.labels(what="keys", outcome="ok").inc()

@@ -3,12 +3,14 @@
 Seconds-based histograms with sub-millisecond buckets; no stream id as a label but in
 ``scjepa_top_stream_risk`` and ``scjepa_top_stream_novelty``, each bounded by
 SCJEPA_TOP_STREAMS series (label cardinality must not grow with the number of
-streams). Metrics are per process: run one uvicorn worker per container and scale
+streams). A ``tenant`` label names one of the tenants the keys configure (``default``
+in an open service), never a name a client chose. Metrics are per process: run one uvicorn worker per container and scale
 with replicas.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from math import nan
 from typing import TYPE_CHECKING
 
@@ -57,16 +59,20 @@ STORE_LATENCY = Histogram(
 )
 READINGS = Counter(
     "scjepa_readings",
-    "Readings received, by outcome (accepted, duplicate, rejected: late).",
-    ["outcome"],
+    "Readings received, by outcome (accepted, duplicate, rejected: late) and tenant.",
+    ["outcome", "tenant"],
 )
-WINDOWS_SCORED = Counter("scjepa_windows_scored", "Windows scored by this process.")
+WINDOWS_SCORED = Counter(
+    "scjepa_windows_scored", "Windows scored by this process, by tenant.", ["tenant"]
+)
 WINDOWS_UNLIKE_TRAINING = Counter(
     "scjepa_windows_unlike_training",
     "Windows scored by this process whose novelty (the model's input-drift monitor) "
     "is at or above the manifest's novelty level: unlike the normal windows of the "
-    "training data. Stays 0 for a model without the monitor.",
+    "training data; by tenant. Stays 0 for a model without the monitor.",
+    ["tenant"],
 )
+OUTCOMES = ("accepted", "duplicate", "rejected")
 WINDOW_NOVELTY = Histogram(
     "scjepa_window_novelty",
     "Novelty of each window scored by this process (the model's input-drift monitor): "
@@ -240,8 +246,17 @@ def set_queue(stats: QueueStats) -> None:
     QUEUE_AGE.set(stats.oldest_age_s)
 
 
-for outcome in ("accepted", "duplicate", "rejected"):
-    READINGS.labels(outcome=outcome)  # export zeros from the start
+def tenants_known(tenants: Iterable[str]) -> None:
+    """Export zeros for ``tenants``' per-tenant series from the start (at start-up and
+    when the keys are reloaded), so that a tenant's rates read 0 before its first
+    reading rather than nothing (NoReadingsIngested reads the accepted ones)."""
+    for t in tenants:
+        for outcome in OUTCOMES:
+            READINGS.labels(outcome=outcome, tenant=t)
+        WINDOWS_SCORED.labels(tenant=t)
+        WINDOWS_UNLIKE_TRAINING.labels(tenant=t)
+
+
 for reason in ("backpressure", "layout", "invalid"):
     WINDOWS_SHED.labels(reason=reason)
 for what in ("keys", "model"):

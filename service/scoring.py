@@ -6,6 +6,7 @@ Knows the store and the model's layout; no HTTP. Scoring itself is the scorer ti
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -47,13 +48,14 @@ RISK_FIELDS = (
 )
 
 
-# what _count() adds an ingest call's counts to (labels looked up once, not per call)
-_COUNTED = (
-    metrics.READINGS.labels(outcome="accepted"),
-    metrics.READINGS.labels(outcome="duplicate"),
-    metrics.READINGS.labels(outcome="rejected"),
-    metrics.WINDOWS_SHED.labels(reason="backpressure"),
-)
+_SHED = metrics.WINDOWS_SHED.labels(reason="backpressure")
+
+
+@functools.cache
+def _counted(tenant: str) -> tuple[Any, ...]:
+    """What _count() adds a tenant's ingest counts to (labels looked up once per
+    tenant, not per call; the tenants are those the keys configure)."""
+    return (*(metrics.READINGS.labels(o, tenant) for o in metrics.OUTCOMES), _SHED)
 
 
 class Readings(NamedTuple):
@@ -213,7 +215,7 @@ class Scorer:
             for i, res in zip(redo, again, strict=True):
                 appended[i] = res
         for res in appended:
-            self._count(res)
+            self._count(tenant, res)
         records: dict[str, dict[int, str]] = {}
         scored: dict[str, int] = {}
         if wait > 0:
@@ -315,9 +317,9 @@ class Scorer:
             "(SCJEPA_ALLOWED_LATENESS_S), and not a duplicate"
         )
 
-    def _count(self, res: AppendResult) -> None:
+    def _count(self, tenant: str, res: AppendResult) -> None:
         counts = (res.accepted, res.duplicates, res.late, res.shed)
-        for child, n in zip(_COUNTED, counts, strict=True):
+        for child, n in zip(_counted(tenant), counts, strict=True):
             if n:
                 child.inc(n)
 

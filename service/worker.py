@@ -25,6 +25,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -381,14 +382,16 @@ class ScoringWorker:
             ack=ack,
             publish=True,  # other processes' waiters (this one's: below)
         )
-        metrics.WINDOWS_SCORED.inc(len(items))
+        tenants = [it.tenant for it in items]
+        for t, n in Counter(tenants).items():
+            metrics.WINDOWS_SCORED.labels(t).inc(n)
         monitor = (scores.by or model).manifest.novelty
         if monitor is not None and scores.novelty is not None:
             # in float64, as the records hold them: the count matches the records
             novelty = scores.novelty.astype(float)
-            unlike = int(np.count_nonzero(novelty >= monitor.level))
-            if unlike:
-                metrics.WINDOWS_UNLIKE_TRAINING.inc(unlike)
+            unlike = Counter(np.array(tenants)[novelty >= monitor.level].tolist())
+            for t, n in unlike.items():
+                metrics.WINDOWS_UNLIKE_TRAINING.labels(t).inc(n)
             for v in novelty.tolist():  # their mean and spread (a shift of the bulk)
                 metrics.WINDOW_NOVELTY.observe(v)
         if self.bus is not None:

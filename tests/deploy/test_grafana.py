@@ -325,7 +325,7 @@ def test_streams_at_highest_risk_are_listed_against_the_threshold() -> None:
 
 
 def test_streams_least_like_the_training_data_are_listed_beside_the_drift() -> None:
-    """ScjepaInputsUnlikeTraining is store-wide; the operator it warns sees WHICH
+    """ScjepaInputsUnlikeTraining names a tenant; the operator it warns sees WHICH
     streams look unlike the training data: a table of the top streams by recent
     novelty (stream, tenant, recent novelty), one row per tenant/stream whatever the
     number of processes scraped, highest first, instant, in the row of the drift
@@ -365,3 +365,26 @@ def test_streams_least_like_the_training_data_are_listed_beside_the_drift() -> N
         if r.get("alert") == "ScjepaInputsUnlikeTraining"
     ]
     assert table["title"] in alert["annotations"]["description"]
+
+
+def test_each_tenant_has_its_own_volume_and_drift() -> None:
+    """Who sends what (capacity, quotas, a noisy neighbour) and whose streams drifted:
+    one line per tenant, from the per-tenant recording rules the drift alert reads
+    too, so that the panel shows the figure the alert fired on."""
+    dash = next(iter(dashboards().values()))
+    by_title = {p["title"]: p for p in panels(dash)}
+    (volume,) = by_title["Accepted readings by tenant"]["targets"]
+    assert "tenant:scjepa_readings_accepted:rate5m" in volume["expr"]
+    assert volume["legendFormat"] == "{{tenant}}"
+    drift = by_title["Windows unlike the training data"]["targets"][0]
+    assert drift["expr"] == "tenant:scjepa_windows_unlike_training:ratio1h"
+    assert "{{tenant}}" in drift["legendFormat"]
+    rules = load_yaml(PROM_DIR / "rules" / "alerts.yml")["groups"]
+    (alert,) = [
+        r
+        for g in rules
+        for r in g["rules"]
+        if r.get("alert") == "ScjepaInputsUnlikeTraining"
+    ]
+    assert drift["expr"] in alert["expr"]
+    assert "{{ $labels.tenant }}" in alert["annotations"]["summary"]

@@ -301,28 +301,22 @@ def metric(name: str, labels: dict[str, str] | None = None) -> float:
 
 
 def test_metrics(client: TestClient) -> None:
-    before = {
-        o: metric("scjepa_readings_total", {"outcome": o})
-        for o in ("accepted", "duplicate", "rejected")
-    }
-    scored = metric("scjepa_windows_scored_total")
+    def readings(outcome: str) -> float:  # an open service: the tenant is "default"
+        return metric(
+            "scjepa_readings_total", {"outcome": outcome, "tenant": "default"}
+        )
+
+    before = {o: readings(o) for o in ("accepted", "duplicate", "rejected")}
+    scored = metric("scjepa_windows_scored_total", {"tenant": "default"})
     batches = metric("scjepa_inference_batch_size_count")
     res = ingest(client, "secret-stream-id", series(120))
     ingest(client, "secret-stream-id", series(10))  # 10 duplicates
     ingest(client, "warming", series(10))
     client.get("/risk/secret-stream-id")
-    assert (
-        metric("scjepa_readings_total", {"outcome": "accepted"}) - before["accepted"]
-        == 130
-    )
-    assert (
-        metric("scjepa_readings_total", {"outcome": "duplicate"}) - before["duplicate"]
-        == 10
-    )
-    assert (
-        metric("scjepa_readings_total", {"outcome": "rejected"}) == before["rejected"]
-    )
-    assert metric("scjepa_windows_scored_total") - scored == 1
+    assert readings("accepted") - before["accepted"] == 130
+    assert readings("duplicate") - before["duplicate"] == 10
+    assert readings("rejected") == before["rejected"]
+    assert metric("scjepa_windows_scored_total", {"tenant": "default"}) - scored == 1
     assert metric("scjepa_inference_batch_size_count") - batches == 1
 
     text = client.get("/metrics").text

@@ -32,8 +32,8 @@ UNLIKE = "scjepa_windows_unlike_training_total"
 SHARE = "scjepa_novelty_expected_share"
 
 
-def counted() -> float:
-    return REGISTRY.get_sample_value(UNLIKE) or 0.0
+def counted(tenant: str = "default") -> float:
+    return REGISTRY.get_sample_value(UNLIKE, {"tenant": tenant}) or 0.0
 
 
 def observed() -> tuple[float, float]:
@@ -80,14 +80,19 @@ def app_on_redis(redis_server: RedisServer) -> Iterator[dict[str, TestClient]]:
         c.__exit__(None, None, None)
 
 
-def score_each(client: TestClient, x: np.ndarray) -> list[RiskResponse]:
+def score_each(
+    client: TestClient, x: np.ndarray, headers: dict[str, str] | None = None
+) -> list[RiskResponse]:
     """One stream per window, scored before the answer (?wait=); their GET /risk."""
     for i, w in enumerate(x):
-        r = client.post("/ingest?wait=20", json=body(f"s{i}", w.astype(float)))
+        r = client.post("/ingest?wait=20", json=body(f"s{i}", w.astype(float)),
+                        headers=headers)  # fmt: skip
         assert r.status_code == 200, r.text
         assert r.json()["results"][0]["windows_scored"] == 1
     return [
-        RiskResponse.model_validate_json(client.get(f"/risk/s{i}").content)
+        RiskResponse.model_validate_json(
+            client.get(f"/risk/s{i}", headers=headers).content
+        )
         for i in range(len(x))
     ]
 
@@ -118,6 +123,32 @@ def test_records_carry_the_graphs_novelty_and_the_counter_counts_the_unlike(
     assert sum1 - sum0 == pytest.approx(float(want.astype(float).sum()), abs=1e-5)
     metrics = client.get("/metrics").text
     assert f'{SHARE}{{level="0.99"}} 0.01' in metrics
+
+
+def test_the_unlike_windows_count_under_their_tenant(
+    app_on_redis: object, monitored: Path
+) -> None:
+    """A tenant's drift is its own: its windows unlike the training data (and every
+    window it has scored) count under its tenant label, so one tenant's recalibrated
+    sensors are not diluted by another's volume."""
+    keys = {"acme": "key-a-0123456789", "globex": "key-b-9876543210"}
+    client = app_on_redis(  # type: ignore[operator]
+        monitored, api_keys=[f"{t}:{k}" for t, k in keys.items()], rate_limit_rps=0
+    )
+
+    def scored(tenant: str) -> float:
+        name = "scjepa_windows_scored_total"
+        return REGISTRY.get_sample_value(name, {"tenant": tenant}) or 0.0
+
+    before = {t: (counted(t), scored(t)) for t in keys}
+    x = windows()  # windows 0 and 3 are at the level
+    score_each(client, x[:3], {"X-API-Key": keys["acme"]})
+    score_each(client, x[3:], {"X-API-Key": keys["globex"]})
+    after = {t: (counted(t), scored(t)) for t in keys}
+    assert after["acme"][0] - before["acme"][0] == 1  # window 0
+    assert after["globex"][0] - before["globex"][0] == 1  # window 3
+    assert after["acme"][1] - before["acme"][1] == 3
+    assert after["globex"][1] - before["globex"][1] == 4
 
 
 def test_without_a_monitor_the_field_is_null_and_nothing_is_counted(

@@ -876,7 +876,7 @@ def test_windows_acknowledged_despite_a_failed_gauge_write_are_told(
     async def listen(windows: Any) -> None:
         heard.extend(w.window_n for w in windows if isinstance(w, ScoredWindow))
 
-    scored = metrics.WINDOWS_SCORED._value
+    scored = metrics.WINDOWS_SCORED.labels(tenant="default")._value
     with TestClient(create_app(settings)) as client:
         app: Any = client.app
         app.state.worker.listeners.append(listen)

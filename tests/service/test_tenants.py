@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client import REGISTRY
 from pydantic import ValidationError
 from served import key_line
 from support.service_helpers import AnyRedis, ClientFactory
@@ -181,6 +182,43 @@ def test_key_file_holds_hashes_only(tmp_path: Path) -> None:
     f.write_text("acme sha256:" + "0" * 63 + "\n")
     with pytest.raises(auth.KeyConfigError, match="64 hex"):
         auth.Keys([], f)
+
+
+def test_readings_and_windows_count_per_tenant(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    """Each tenant's volume is its own series (capacity, billing, a noisy neighbour),
+    labelled with the tenants the keys name, never a name a client sent; a tenant
+    exports zeros from the start and from the reload that adds it, so its rates read
+    0, not nothing, before its first reading."""
+    client = keyed(make_client, tmp_path, rate_limit_rps=0)
+
+    def count(name: str, tenant: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, {**labels, "tenant": tenant})
+
+    accepted, both = "scjepa_readings_total", ("acme", "globex")
+    before = {t: count(accepted, t, outcome="accepted") for t in both}
+    duplicates = count(accepted, "globex", outcome="duplicate")
+    scored = {t: count("scjepa_windows_scored_total", t) for t in both}
+    assert None not in (*before.values(), *scored.values(), duplicates)  # from start
+    r = client.post("/ingest?wait=20", json=body("pump-7", series(120)), headers=HA)
+    assert r.status_code == 200 and r.json()["results"][0]["windows_scored"] == 1
+    assert post(client, body("pump-7", series(30)), HB).status_code == 200
+    assert post(client, body("pump-7", series(30)), HB).status_code == 200  # again
+    assert count(accepted, "acme", outcome="accepted") - before["acme"] == 120
+    assert count(accepted, "globex", outcome="accepted") - before["globex"] == 30
+    assert count(accepted, "globex", outcome="duplicate") - duplicates == 30
+    assert count("scjepa_windows_scored_total", "acme") - scored["acme"] == 1
+    assert count("scjepa_windows_scored_total", "globex") == scored["globex"]
+    assert count(accepted, "pump-7", outcome="accepted") is None  # not a stream's
+    # a tenant the key file gains: its zeros from the reload on
+    keys = tmp_path / "keys.txt"
+    keys.write_text(keys.read_text() + key_line("initech", "key-c-5555555555"))
+    deadline = time.monotonic() + 10
+    while count(accepted, "initech", outcome="accepted") is None:
+        assert time.monotonic() < deadline, "the key file change was not picked up"
+        time.sleep(0.2)
+    assert count(accepted, "initech", outcome="accepted") == 0
 
 
 def test_keys_rotate_without_restart(
