@@ -72,6 +72,7 @@ from typing import Any, Protocol
 import httpx
 from prometheus_client import Counter
 
+from service import metrics
 from service.config import Settings
 from service.worker import ScoredWindow
 
@@ -86,20 +87,12 @@ RESTART = 4
 EVENTS = {FIRE: "fire", REFRESH: "refresh", RESOLVE: "resolve"}
 CONNECTIONS = 8  # the alerter's Redis connections (per node on a Cluster)
 
-ALERT_EVENTS = Counter(
-    "scjepa_stream_alerts",
-    "Per-stream risk alert events: fire (a stream entered alert), refresh (posted "
-    "again while firing), resolve (its risk fell below the threshold).",
-    ["event"],
-)
 ALERT_POSTS = Counter(
     "scjepa_alert_posts",
     "Alerts handed to Alertmanager, by outcome: ok, failed (error or timeout), "
     "dropped (a queue was full: Alertmanager or the state store too slow).",
     ["outcome"],
 )
-for _event in EVENTS.values():
-    ALERT_EVENTS.labels(event=_event)
 for _outcome in ("ok", "failed", "dropped"):
     ALERT_POSTS.labels(outcome=_outcome)
 
@@ -531,7 +524,7 @@ class Alerter:
         self._send(event, payload(w, action, now, self.policy))
 
     def _send(self, event: str, alert: dict[str, Any]) -> None:
-        ALERT_EVENTS.labels(event=event).inc()
+        metrics.STREAM_ALERTS.labels(event, alert["labels"]["tenant"]).inc()
         try:
             self.alerts.put_nowait(alert)
         except asyncio.QueueFull:

@@ -73,6 +73,14 @@ WINDOWS_UNLIKE_TRAINING = Counter(
     ["tenant"],
 )
 OUTCOMES = ("accepted", "duplicate", "rejected")
+STREAM_ALERTS = Counter(
+    "scjepa_stream_alerts",
+    "Per-stream risk alert events (service/alerting.py), by event and tenant: fire (a "
+    "stream entered alert: a page), refresh (posted again while firing), resolve (its "
+    "risk fell below the threshold).",
+    ["event", "tenant"],
+)
+ALERT_EVENTS = ("fire", "refresh", "resolve")
 WINDOW_NOVELTY = Histogram(
     "scjepa_window_novelty",
     "Novelty of each window scored by this process (the model's input-drift monitor): "
@@ -255,6 +263,8 @@ def tenants_known(tenants: Iterable[str]) -> None:
             READINGS.labels(outcome=outcome, tenant=t)
         WINDOWS_SCORED.labels(tenant=t)
         WINDOWS_UNLIKE_TRAINING.labels(tenant=t)
+        for event in ALERT_EVENTS:
+            STREAM_ALERTS.labels(event=event, tenant=t)
 
 
 for reason in ("backpressure", "layout", "invalid"):

@@ -22,7 +22,7 @@ import yaml
 from support.components import require
 from support.service_helpers import Hook, free_port
 
-from service import alerting
+from service import alerting, metrics
 from service.alerting import (
     FIRE,
     NONE,
@@ -200,9 +200,10 @@ def test_memory_states_forget_streams_idle_past_the_ttl() -> None:
 def test_a_restart_posts_the_resolve_before_the_new_alert() -> None:
     """What the alerter posts for RESTART | FIRE: the old alert resolved (endsAt now,
     saying the stream started over), then the new one firing, in one batch, in order;
-    both counted."""
+    both counted, under the stream's tenant."""
     hook = Hook()
-    resolves = alerting.ALERT_EVENTS.labels(event="resolve")
+    resolves = metrics.STREAM_ALERTS.labels(event="resolve", tenant="plant-a")
+    fires = metrics.STREAM_ALERTS.labels(event="fire", tenant="plant-a")
 
     async def run() -> None:
         alerter = alerting.build(hook.url, redis_url=None, windows=1, hold_s=600)
@@ -215,7 +216,7 @@ def test_a_restart_posts_the_resolve_before_the_new_alert() -> None:
         finally:
             await alerter.close()
 
-    before = resolves._value.get()
+    before, fired = resolves._value.get(), fires._value.get()
     try:
         asyncio.run(run())
     finally:
@@ -227,6 +228,7 @@ def test_a_restart_posts_the_resolve_before_the_new_alert() -> None:
     assert "at or above" in notes[2]["summary"]
     assert posted[1]["endsAt"] < posted[2]["endsAt"]  # resolved now; firing ahead
     assert resolves._value.get() == before + 1
+    assert fires._value.get() == fired + 2
 
 
 def test_policy_refuses_a_hold_shorter_than_the_resend() -> None:
