@@ -4,8 +4,8 @@ Seconds-based histograms with sub-millisecond buckets; no stream id as a label b
 ``scjepa_top_stream_risk`` and ``scjepa_top_stream_novelty``, each bounded by
 SCJEPA_TOP_STREAMS series (label cardinality must not grow with the number of
 streams). A ``tenant`` label names one of the tenants the keys configure (``default``
-in an open service), never a name a client chose. Metrics are per process: run one uvicorn worker per container and scale
-with replicas.
+in an open service), never a name a client chose. Metrics are per process: run one
+uvicorn worker per container and scale with replicas.
 """
 
 from __future__ import annotations
