@@ -122,7 +122,7 @@ class Door:
             except StoreUnavailable as e:
                 return store_unavailable(e)
             if wait > 0:
-                metrics.REFUSED.labels(reason="rate_limit").inc()
+                metrics.REFUSED.labels(reason="rate_limit", tenant=who.principal).inc()
                 return detail(
                     429,
                     f"rate limit: {s.rate_limit_rps:g} requests/s per API key, "
@@ -179,7 +179,7 @@ def body_parser(
     Content-Type, a charset other than UTF-8 on JSON, any Content-Encoding."""
     encoding = (meta.content_encoding or "identity").strip().lower()
     if encoding != "identity":
-        metrics.REFUSED.labels(reason="unsupported_media_type").inc()
+        metrics.REFUSED.labels(reason="unsupported_media_type", tenant="").inc()
         return detail(
             415,
             f"Content-Encoding {encoding!r} is not supported: send the body "
@@ -196,7 +196,7 @@ def body_parser(
     )
     if is_json and charset in ("", "utf-8", "utf8"):
         return parse_ingest
-    metrics.REFUSED.labels(reason="unsupported_media_type").inc()
+    metrics.REFUSED.labels(reason="unsupported_media_type", tenant="").inc()
     return detail(
         415,
         f"Content-Type {meta.content_type!r} is not supported: send application/json "

@@ -86,7 +86,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _timed_out(self) -> None:
         self.read_timer = None
-        metrics.REFUSED.labels(reason="read_timeout").inc()
+        metrics.REFUSED.labels(reason="read_timeout", tenant="").inc()
         phase = "headers" if self.in_head else "body"
         self._refuse(
             408,

@@ -132,9 +132,11 @@ RELOADS = Counter(
 REFUSED = Counter(
     "scjepa_requests_refused",
     "Requests refused at the door, by reason (rate_limit, stream_quota, "
-    "body_too_large, read_timeout, unsupported_media_type).",
-    ["reason"],
+    "body_too_large, read_timeout, unsupported_media_type) and tenant (rate_limit and "
+    "stream_quota; empty for the others, refused before the key is read).",
+    ["reason", "tenant"],
 )
+TENANT_REFUSALS = ("rate_limit", "stream_quota")  # the refusals of a known tenant
 PROVIDER = Info("scjepa_inference", "Loaded model and the ACTIVE execution provider.")
 # Store-wide (every replica reports the same numbers; aggregate with max, not sum).
 # Refreshed from the store on each scrape of GET /metrics.
@@ -265,6 +267,8 @@ def tenants_known(tenants: Iterable[str]) -> None:
         WINDOWS_UNLIKE_TRAINING.labels(tenant=t)
         for event in ALERT_EVENTS:
             STREAM_ALERTS.labels(event=event, tenant=t)
+        for reason in TENANT_REFUSALS:
+            REFUSED.labels(reason=reason, tenant=t)
 
 
 for reason in ("backpressure", "layout", "invalid"):
@@ -272,6 +276,5 @@ for reason in ("backpressure", "layout", "invalid"):
 for what in ("keys", "model"):
     for outcome in ("ok", "failed"):
         RELOADS.labels(what=what, outcome=outcome)
-for reason in ("rate_limit", "stream_quota", "body_too_large", "read_timeout",
-               "unsupported_media_type"):  # fmt: skip
-    REFUSED.labels(reason=reason)
+for reason in ("body_too_large", "read_timeout", "unsupported_media_type"):
+    REFUSED.labels(reason=reason, tenant="")

@@ -79,7 +79,7 @@ class TimingAndLimits:
                 raise BodyTooLarge(limit)
             await self.app(scope, receive_limited, send_status)
         except BodyTooLarge:
-            metrics.REFUSED.labels(reason="body_too_large").inc()
+            metrics.REFUSED.labels(reason="body_too_large", tenant="").inc()
             if code != 500:  # a response has started: only closing is left
                 raise
             await handlers.too_large(limit).response()(scope, receive, send_status)
@@ -122,7 +122,7 @@ async def refused(request: Request, exc: Exception) -> Response:
 
 async def body_too_large(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, BodyTooLarge)
-    metrics.REFUSED.labels(reason="body_too_large").inc()
+    metrics.REFUSED.labels(reason="body_too_large", tenant="").inc()
     return handlers.too_large(exc.limit).response()
 
 

@@ -199,7 +199,7 @@ class Scorer:
         limit = self.settings.max_streams_per_tenant
         refused = await self.store.register(tenant, streams, limit)
         if refused:
-            metrics.REFUSED.labels(reason="stream_quota").inc()
+            metrics.REFUSED.labels(reason="stream_quota", tenant=tenant).inc()
             raise StreamQuotaExceeded(tenant, refused, limit)
         news = self.bus.delivered  # news from here on may be of these windows
         items = [(s, x.ts, x.values) for s, x in zip(streams, arrays, strict=True)]
@@ -209,7 +209,7 @@ class Scorer:
             names = [streams[i] for i in redo]
             refused = await self.store.register(tenant, names, limit)
             if refused:  # the request's other streams are stored already
-                metrics.REFUSED.labels(reason="stream_quota").inc()
+                metrics.REFUSED.labels(reason="stream_quota", tenant=tenant).inc()
                 raise StreamQuotaExceeded(tenant, refused, limit)
             again = await self._append(tenant, [items[i] for i in redo])
             for i, res in zip(redo, again, strict=True):

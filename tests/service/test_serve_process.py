@@ -116,7 +116,9 @@ def test_a_streamed_50_mb_body_is_cut_off_with_memory_bounded(
     assert lat and sorted(lat)[len(lat) // 2] < 100, lat  # /healthz kept answering
     assert max(lat) < 500, max(lat)
     r = httpx.get(f"{srv.url}/metrics")
-    assert 'scjepa_requests_refused_total{reason="body_too_large"} 2.0' in r.text
+    assert (
+        'scjepa_requests_refused_total{reason="body_too_large",tenant=""} 2.0' in r.text
+    )
     assert "Traceback" not in srv.text()
 
 
@@ -150,7 +152,9 @@ def test_slow_clients_are_timed_out(serve: ServeFactory) -> None:
         s.close()
     assert answers == {"head": {408}, "body": {408}, "idle": {408}}, answers
     r = httpx.get(f"{srv.url}/metrics")
-    assert 'scjepa_requests_refused_total{reason="read_timeout"} 250.0' in r.text
+    assert (
+        'scjepa_requests_refused_total{reason="read_timeout",tenant=""} 250.0' in r.text
+    )
     # a normal client on a kept-alive connection is not cut
     with httpx.Client(base_url=srv.url) as c:
         for _ in range(3):
