@@ -459,7 +459,8 @@ def payload(w: ScoredWindow, action: int, now: float, policy: Policy) -> dict[st
             "model": model,
             "top_channels": top,
             "window_n": str(w.window_n),
-        },
+        }
+        | ({"evaluated": w.evaluated} if w.evaluated else {}),
         "endsAt": _iso(now if action in (RESOLVE, RESTART) else now + policy.hold_s),
     }
 

@@ -283,5 +283,30 @@ def served_point(manifest: Manifest) -> dict[str, Any] | None:
     return None
 
 
+def evaluated_note(manifest: Manifest) -> str:
+    """What the evaluation's test split measured at the operating point served, in a
+    sentence for a page's annotations: how often such alerts came before an incident,
+    how early, and how often one was false. Empty where the manifest records no test
+    figures there (an F1 threshold, a label-free model, an older artifact)."""
+    point = served_point(manifest)
+    test = (point or {}).get("test") or {}
+    events, rate = test.get("events"), test.get("warned_rate")
+    if not events or rate is None or point is None:
+        return ""
+    parts = [f"{rate:.0%} of its {events} incidents warned"]
+    quartiles = test.get("lead_quartiles_steps")
+    if rate > 0 and quartiles:
+        q1, q2, q3 = (round(q) for q in quartiles)
+        parts[0] += f", a median {q2} readings ahead (quartiles {q1}-{q3})"
+    if (pages := test.get("false_pages_per_1000")) is not None:
+        parts.append(f"{pages:.2f} false pages per 1,000 windows")
+    budget = float(point["false_alarms_per_1000"])
+    alarms = "false alarm" if budget == 1 else "false alarms"
+    return (
+        f"At this operating point ({budget:g} {alarms} per 1,000 windows) the "
+        f"evaluation's test split had {'; '.join(parts)}."
+    )
+
+
 def now_utc() -> datetime:
     return datetime.now(UTC)

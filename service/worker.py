@@ -36,7 +36,7 @@ from service.batcher import Batcher
 from service.config import Settings
 from service.infer_process import InferenceUnavailable
 from service.inference import Model, Scores, WindowError
-from service.manifest import now_utc
+from service.manifest import evaluated_note, now_utc
 from service.schemas import ChannelShare, ModelRef, RiskRecord
 from service.store import Store, StoreUnavailable, Window, WorkItem, fill_leading
 
@@ -54,7 +54,9 @@ class ScoredWindow:
     risk: calibrated probability; threshold: the model's; alert: risk >= threshold.
     top_channels: the largest contributors, largest first. model: what scored it.
     epoch: the stream's epoch (:attr:`service.store.WorkItem.epoch`): later when the
-    stream started over, its window numbers beginning again.
+    stream started over, its window numbers beginning again. evaluated: what the
+    model's evaluation measured at the operating point it alerts at
+    (:func:`service.manifest.evaluated_note`; empty where it records nothing).
     """
 
     tenant: str
@@ -67,6 +69,7 @@ class ScoredWindow:
     top_channels: tuple[ChannelShare, ...]
     model: ModelRef
     epoch: int = 0
+    evaluated: str = ""  # the test split's figures at the model's operating point
 
 
 # Awaited with each batch's newly written windows and claimed ones (any tenants and
@@ -398,6 +401,7 @@ class ScoringWorker:
             self.bus.deliver(
                 [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]
             )
+        evaluated = evaluated_note((scores.by or model).manifest)
         new = [
             ScoredWindow(
                 t,
@@ -410,6 +414,7 @@ class ScoringWorker:
                 tuple(r.top_channels),
                 r.model,
                 e,
+                evaluated,
             )
             for (t, s, e), flags in zip(keys, written, strict=True)
             for r, ok in zip(by_stream[t, s, e], flags, strict=True)

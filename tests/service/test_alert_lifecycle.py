@@ -19,16 +19,33 @@ from support.service_artifact import build_artifact
 from support.service_helpers import AnyRedis, ClientFactory, Hook
 from test_alerting import wait_until
 
+from service.manifest import write_manifest
 from service.store import StoreUnavailable
 
 T0 = 1_700_000_000.0
 
 
+# what the evaluation's test split measured at the operating point served (as `scjepa
+# export` records it): every page says it (service.manifest.evaluated_note)
+MEASURED = {"events": 50, "warned_rate": 0.06, "lead_quartiles_steps": [20.0, 45.0, 80.0],
+            "false_pages_per_1000": 0.6}  # fmt: skip
+EVALUATED = (
+    "At this operating point (1 false alarm per 1,000 windows) the evaluation's test "
+    "split had 6% of its 50 incidents warned, a median 45 readings ahead (quartiles "
+    "20-80); 0.60 false pages per 1,000 windows."
+)
+
+
 @pytest.fixture(scope="module")
 def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
+    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5; its
+    manifest serves the operating point of 1 false alarm per 1,000 windows."""
     d = tmp_path_factory.mktemp("sharp")
-    build_artifact(d, threshold=0.9)
+    m = build_artifact(d, threshold=0.9)
+    point = {"false_alarms_per_1000": 1.0, "threshold": 0.9, "test": MEASURED}
+    record = {"rule": "cv-budget", "false_alarms_per_1000": 1.0,
+              "operating_points": [point]}  # fmt: skip
+    write_manifest(d, m.model_copy(update={"eval_metrics": {"threshold": record}}))
     return d
 
 
@@ -97,6 +114,8 @@ def test_a_stream_started_over_by_a_layout_change_alerts_again(
     client = start()
     ingest(client, 0, 200, high=True)
     settle(hook, [("100", "fire")])
+    (fired,) = hook.received[0]  # type: ignore[misc]
+    assert fired["annotations"]["evaluated"] == EVALUATED
     client.app.state.store.layout = "w100/v4/another"
     assert ingest(client, 200, 100, high=False)["readings_total"] == 100
     ingest(client, 300, 100, high=True)

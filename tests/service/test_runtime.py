@@ -21,7 +21,13 @@ from service.inference import (
     session_providers,
     validate_windows,
 )
-from service.manifest import ArtifactError, Manifest, load_manifest, write_manifest
+from service.manifest import (
+    ArtifactError,
+    Manifest,
+    evaluated_note,
+    load_manifest,
+    write_manifest,
+)
 
 
 @pytest.fixture
@@ -82,6 +88,39 @@ def test_fa_budget_alerts_at_an_operating_point(art: Path) -> None:
     edit_manifest(art, eval_metrics={})  # an artifact exported before them
     with pytest.raises(ArtifactError, match="at none false alarms"):
         load_model(art, fa_budget=1.0)
+
+
+def test_a_page_says_what_the_evaluation_measured_where_it_alerts(art: Path) -> None:
+    """The sentence every stream alert carries (annotation ``evaluated``): at the
+    operating point served (SCJEPA_FA_BUDGET's, else the exported one), how often the
+    test split's incidents were warned, how early, and the false pages; nothing where
+    the manifest measured nothing there."""
+    raw = json.loads((art / "manifest.json").read_text())
+    measured = {"events": 50, "warned_rate": 0.06, "false_pages_per_1000": 0.6,
+                "lead_quartiles_steps": [20.0, 45.0, 80.4]}  # fmt: skip
+    quiet = {"events": 8, "warned_rate": 0.0, "false_pages_per_1000": 0.0,
+             "lead_quartiles_steps": None}  # fmt: skip
+    points = [
+        {"false_alarms_per_1000": 1.0, "threshold": raw["threshold"], "test": measured},
+        {"false_alarms_per_1000": 3.0, "threshold": 0.25, "test": quiet},
+        {"false_alarms_per_1000": 10.0, "threshold": 0.2},
+    ]
+    record = {"rule": "cv-budget", "false_alarms_per_1000": 1.0,
+              "operating_points": points}  # fmt: skip
+    edit_manifest(art, eval_metrics={"threshold": record})
+    assert evaluated_note(load_model(art).manifest) == (
+        "At this operating point (1 false alarm per 1,000 windows) the evaluation's "
+        "test split had 6% of its 50 incidents warned, a median 45 readings ahead "
+        "(quartiles 20-80); 0.60 false pages per 1,000 windows."
+    )
+    assert evaluated_note(load_model(art, fa_budget=3.0).manifest) == (
+        "At this operating point (3 false alarms per 1,000 windows) the evaluation's "
+        "test split had 0% of its 8 incidents warned; 0.00 false pages per 1,000 "
+        "windows."
+    )
+    assert evaluated_note(load_model(art, fa_budget=10.0).manifest) == ""
+    edit_manifest(art, eval_metrics={"f1": 0.5})  # an F1 threshold: no point
+    assert evaluated_note(load_model(art).manifest) == ""
 
 
 def test_tampered_model_is_refused(art: Path) -> None:
