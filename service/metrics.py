@@ -137,6 +137,17 @@ REFUSED = Counter(
     ["reason", "tenant"],
 )
 TENANT_REFUSALS = ("rate_limit", "stream_quota")  # the refusals of a known tenant
+TENANT_STREAMS = Gauge(
+    "scjepa_tenant_streams",
+    "Live streams of each tenant the keys name (sent readings within the idle TTL): "
+    "what its stream quota counts. Store-wide: aggregate with max.",
+    ["tenant"],
+)
+STREAM_QUOTA = Gauge(
+    "scjepa_stream_quota",
+    "Live streams a tenant may have (SCJEPA_MAX_STREAMS_PER_TENANT): past it, a new "
+    "stream is refused (403).",
+)
 PROVIDER = Info("scjepa_inference", "Loaded model and the ACTIVE execution provider.")
 # Store-wide (every replica reports the same numbers; aggregate with max, not sum).
 # Refreshed from the store on each scrape of GET /metrics.
@@ -247,6 +258,16 @@ def set_summary(
         gauge.clear()
         for tenant, stream, value in ranked:
             gauge.labels(tenant, stream).set(value)
+
+
+def set_tenant_streams(tenants: list[str], live: list[int], quota: int) -> None:
+    """The tenants' live streams against the quota; the series set is exactly the
+    tenants the keys name now (a tenant removed from them is gone from the next
+    scrape)."""
+    STREAM_QUOTA.set(quota)
+    TENANT_STREAMS.clear()
+    for tenant, n in zip(tenants, live, strict=True):
+        TENANT_STREAMS.labels(tenant).set(n)
 
 
 def set_queue(stats: QueueStats) -> None:

@@ -91,7 +91,9 @@ async def prometheus(request: Request) -> Response:
     """Prometheus exposition format; the stream gauges are refreshed from the store,
     and the work-queue gauges too where no scoring worker refreshes them (role api).
     The streams of highest recent novelty only for a model with the input-drift
-    monitor (one reloaded without it leaves recent novelties of the previous model)."""
+    monitor (one reloaded without it leaves recent novelties of the previous model).
+    Each tenant's live streams against the stream quota: one read per tenant the keys
+    name."""
     state = request.app.state
     store = getattr(state, "store", None)
     slot = getattr(state, "slot", None)
@@ -101,6 +103,12 @@ async def prometheus(request: Request) -> Response:
             s = await store.summary(manifest.threshold, _top(state))
             drift = s.top_novelty if manifest.novelty is not None else ()
             metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top, drift)
+            door = getattr(state, "door", None)
+            if door is not None:
+                tenants = door.keys.table.tenants
+                live = await store.tenant_streams(tenants)
+                quota = state.settings.max_streams_per_tenant
+                metrics.set_tenant_streams(tenants, live, quota)
             if getattr(state, "worker", None) is None:
                 metrics.set_queue(await store.queue_stats())
         except StoreUnavailable:

@@ -351,6 +351,12 @@ class Store(ABC):
         streams are refused). All or nothing: when any is refused, none is noted (a
         refused request leaves nothing behind). Called before :meth:`append`."""
 
+    @abstractmethod
+    async def tenant_streams(self, tenants: Sequence[str]) -> list[int]:
+        """Each tenant's live streams (sent readings within the idle TTL): what its
+        stream quota counts (:meth:`register`). One read per tenant, whatever the
+        number of streams."""
+
     async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
         """Raise :class:`LayoutChanged` for the first of the streams stored for
         another model layout when the policy refuses them (SCJEPA_LAYOUT_CHANGE=

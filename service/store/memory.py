@@ -150,6 +150,10 @@ class MemoryStore(Store):
                 self._touch((tenant, stream))
         return refused
 
+    async def tenant_streams(self, tenants: Sequence[str]) -> list[int]:
+        self._expire(1000)
+        return [len(self._names.get(t, ())) for t in tenants]
+
     def _refused(self, tenant: str, streams: list[str]) -> None:
         if self.on_layout_change != "refuse":
             return

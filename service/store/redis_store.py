@@ -856,6 +856,16 @@ class RedisStore(Store):
         self._noted.update(live)
         return []
 
+    async def tenant_streams(self, tenants: Sequence[str]) -> list[int]:
+        cutoff = f"({time.time() - self.ttl_s!r}"  # touched after it: live
+
+        async def live(tenant: str) -> int:
+            key = self._tenant(tenant, "touched")
+            return int(await self._call("tenant_streams",
+                                        self.client.zcount(key, cutoff, "+inf")))  # fmt: skip
+
+        return list(await asyncio.gather(*(live(t) for t in tenants)))
+
     async def refuse_layouts(self, tenant: str, streams: list[str]) -> None:
         """One round trip reading the streams' layouts (only under 'refuse'). Not
         atomic with the append that follows: a replica running another model that

@@ -330,6 +330,15 @@ def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> 
     assert res.status_code == 200
     assert post(client, body("d", series(2)), HB).status_code == 200  # B's own quota
     assert client.get("/streams", headers=HA).json()["streams"] == ["a", "b", "c"]
+    # each tenant's live streams against the quota, on every scrape
+    # (ScjepaTenantNearStreamQuota); a deleted stream leaves the count at once
+    text = client.get("/metrics").text
+    assert 'scjepa_tenant_streams{tenant="acme"} 3.0' in text
+    assert 'scjepa_tenant_streams{tenant="globex"} 1.0' in text
+    assert "scjepa_stream_quota 3.0" in text
+    assert client.delete("/streams/b", headers=HA).status_code == 204
+    text = client.get("/metrics").text
+    assert 'scjepa_tenant_streams{tenant="acme"} 2.0' in text
 
 
 def test_a_batch_over_the_quota_registers_none_of_its_streams(
