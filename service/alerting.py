@@ -84,7 +84,7 @@ ALERTNAME = "ScjepaStreamRisk"
 # alert is resolved first): 4 (nothing else) or 5 (and FIRE, for the new epoch)
 NONE, FIRE, REFRESH, RESOLVE = 0, 1, 2, 3
 RESTART = 4
-EVENTS = {FIRE: "fire", REFRESH: "refresh", RESOLVE: "resolve"}
+EVENTS = dict(zip((FIRE, REFRESH, RESOLVE), metrics.ALERT_EVENTS, strict=True))
 CONNECTIONS = 8  # the alerter's Redis connections (per node on a Cluster)
 
 ALERT_POSTS = Counter(

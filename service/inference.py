@@ -25,6 +25,7 @@ from service.manifest import (
     ArtifactError,
     Manifest,
     at_budget,
+    evaluated_note,
     load_manifest,
     sha256_file,
 )
@@ -143,6 +144,8 @@ class Model:
         self.warmed = False
         # the graph outputs a run asks for: novelty too where the manifest records it
         self.outputs = OUTPUTS + ((NOVELTY,) if manifest.novelty is not None else ())
+        # what a page of this model says its evaluation measured (once per model)
+        self.evaluated = evaluated_note(manifest)
 
 
 class OnnxModel(Model):

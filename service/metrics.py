@@ -80,7 +80,7 @@ STREAM_ALERTS = Counter(
     "risk fell below the threshold).",
     ["event", "tenant"],
 )
-ALERT_EVENTS = ("fire", "refresh", "resolve")
+ALERT_EVENTS = ("fire", "refresh", "resolve")  # service/alerting.py's steps, in order
 WINDOW_NOVELTY = Histogram(
     "scjepa_window_novelty",
     "Novelty of each window scored by this process (the model's input-drift monitor): "

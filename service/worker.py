@@ -36,7 +36,7 @@ from service.batcher import Batcher
 from service.config import Settings
 from service.infer_process import InferenceUnavailable
 from service.inference import Model, Scores, WindowError
-from service.manifest import evaluated_note, now_utc
+from service.manifest import now_utc
 from service.schemas import ChannelShare, ModelRef, RiskRecord
 from service.store import Store, StoreUnavailable, Window, WorkItem, fill_leading
 
@@ -388,11 +388,13 @@ class ScoringWorker:
         tenants = [it.tenant for it in items]
         for t, n in Counter(tenants).items():
             metrics.WINDOWS_SCORED.labels(t).inc(n)
-        monitor = (scores.by or model).manifest.novelty
+        served = scores.by or model
+        monitor = served.manifest.novelty
         if monitor is not None and scores.novelty is not None:
             # in float64, as the records hold them: the count matches the records
             novelty = scores.novelty.astype(float)
-            unlike = Counter(np.array(tenants)[novelty >= monitor.level].tolist())
+            at_level = (novelty >= monitor.level).tolist()
+            unlike = Counter(t for t, u in zip(tenants, at_level, strict=True) if u)
             for t, n in unlike.items():
                 metrics.WINDOWS_UNLIKE_TRAINING.labels(t).inc(n)
             for v in novelty.tolist():  # their mean and spread (a shift of the bulk)
@@ -401,7 +403,6 @@ class ScoringWorker:
             self.bus.deliver(
                 [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]
             )
-        evaluated = evaluated_note((scores.by or model).manifest)
         new = [
             ScoredWindow(
                 t,
@@ -414,7 +415,7 @@ class ScoringWorker:
                 tuple(r.top_channels),
                 r.model,
                 e,
-                evaluated,
+                served.evaluated,
             )
             for (t, s, e), flags in zip(keys, written, strict=True)
             for r, ok in zip(by_stream[t, s, e], flags, strict=True)

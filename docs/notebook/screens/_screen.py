@@ -187,12 +187,13 @@ def statistics(ds: Dataset, fold: int = 0):
     return lambda s: stats(s.x)
 
 
-def statistics_screen(args: list[str], rows) -> None:
+def statistics_screen(args: list[str], rows, after=None) -> None:
     """The screens that set rows of their own against the served statistics trees:
     ``args`` are data set names and an optional ``--folds 1,2,3`` (default fold 0);
-    ``rows(ds, feats)`` gives each fold's extra rows (label -> :func:`held_out`'s row)
-    from the data set and its statistics featurizer. Prints :func:`cv_table`'s table
-    per data set and fold, each row paired with the served trees."""
+    ``rows(ds, feats, fold)`` gives each fold's extra rows (label -> :func:`held_out`'s
+    row) from the data set, its statistics featurizer and the fold. Prints
+    :func:`cv_table`'s table per data set and fold, each row paired with the served
+    trees; then ``after(name, blocks, oof, ev)``, given, looks closer at them."""
     args = list(args)
     folds = [0]
     if "--folds" in args:
@@ -203,8 +204,10 @@ def statistics_screen(args: list[str], rows) -> None:
         ds = name_ds(name)
         for fold in folds:
             feats = statistics(ds, fold)
-            cv_table(name, {"statistics": feats}, [("trees", "every window")],
-                     extra=rows(ds, feats), paired="first", fold=fold)  # fmt: skip
+            out = cv_table(name, {"statistics": feats}, [("trees", "every window")],
+                           extra=rows(ds, feats, fold), paired="first", fold=fold)  # fmt: skip
+            if after is not None:
+                after(name, *out)
 
 
 def probe_fit(kind: str, config=None):
@@ -225,12 +228,13 @@ def probe_fit(kind: str, config=None):
     return fit
 
 
-def held_out(featurize, fit, extra=None):
+def held_out(featurize, fit, extra=None, fit_dense=False):
     """An ``extra`` row of :func:`cv_table` for a fit that is not the served one:
     ``fit(x_tr, y_tr, x_v, y_v)`` returns scorers (one per seed, or one repeated for
-    the table's 3), fitted on two blocks' hop windows (features ``featurize``) plus,
-    with ``extra(fit_blocks, f_hop)`` -> (x, y), rows of its own; stopped and
-    calibrated on the next block, they score the held-out one."""
+    the table's 3), fitted on two blocks' hop windows (``fit_dense``: their dense
+    windows; features ``featurize``) plus, with ``extra(fit_blocks, f_hop)`` -> (x,
+    y), rows of its own; stopped and calibrated on the next block's hop windows, they
+    score the held-out one."""
     from training.evaluate.select import OutOfFold
 
     def row(blocks) -> OutOfFold:
@@ -241,8 +245,8 @@ def held_out(featurize, fit, extra=None):
         for j in range(k):
             v = (j + 1) % k
             tr = [i for i in range(k) if i not in (j, v)]
-            x_tr = [f_hop[i] for i in tr]
-            y_tr = [blocks[i].hop.y for i in tr]
+            x_tr = [(f_dense if fit_dense else f_hop)[i] for i in tr]
+            y_tr = [(blocks[i].dense if fit_dense else blocks[i].hop).y for i in tr]
             if extra is not None:
                 x, y = extra([blocks[i] for i in tr], [f_hop[i] for i in tr])
                 x_tr, y_tr = [*x_tr, x], [*y_tr, y]

@@ -45,7 +45,7 @@ def forest(x_tr, y_tr, x_v, y_v):
 
 screen.statistics_screen(
     sys.argv[1:],
-    lambda ds, feats: {
+    lambda ds, feats, fold: {
         "statistics, trees, max_features 0.5": screen.held_out(
             feats, screen.probe_fit("trees", HALF)
         ),

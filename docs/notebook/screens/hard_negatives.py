@@ -53,7 +53,7 @@ ROWS = {
 }
 screen.statistics_screen(
     sys.argv[1:],
-    lambda ds, feats: {
+    lambda ds, feats, fold: {
         label: screen.held_out(feats, hard(share, weight))
         for label, (share, weight) in ROWS.items()
     },

@@ -57,7 +57,7 @@ ROWS = {
 }
 screen.statistics_screen(
     [a for a in args if a != "--trees"],
-    lambda ds, feats: {
+    lambda ds, feats, fold: {
         label: soft(ds, feats, kind, ahead)
         for label, (kind, ahead) in ROWS.items()
         if kind == "trees" or not trees_only
