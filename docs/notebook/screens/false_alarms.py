@@ -72,6 +72,14 @@ def breakdown(name: str, label: str, blocks, o, ev) -> None:
 
 HEADER = "| data set | windows | tail | after | other | n |"
 
+
+def breakdowns(name: str, blocks, oof, ev) -> None:
+    """Each row's false alarms by place (:func:`breakdown`): statistics_screen's
+    ``after``."""
+    print(HEADER)
+    for label, o in oof.items():
+        breakdown(name, label, blocks, o[0], ev)
+
 if __name__ == "__main__":
     print(HEADER)
     for name in sys.argv[1:]:

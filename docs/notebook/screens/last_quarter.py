@@ -20,7 +20,7 @@ import sys
 import _screen as screen
 import numpy as np
 import torch
-from false_alarms import HEADER, breakdown
+from false_alarms import breakdowns
 
 from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.protocol import normal_windows
@@ -34,13 +34,6 @@ def with_last_quarter(ds, fold: int, feats):
     normal = normal_windows(ds, 100, fold if ds.folds else None)
     last = WindowStatsFeatures(normal[:, -QUARTER:])
     return lambda s: np.c_[feats(s), last(s.x[:, -QUARTER:])]
-
-
-def breakdowns(name, blocks, oof, ev) -> None:
-    """Each row's false alarms by place (false_alarms.breakdown)."""
-    print(HEADER)
-    for label, o in oof.items():
-        breakdown(name, label, blocks, o[0], ev)
 
 
 screen.statistics_screen(
