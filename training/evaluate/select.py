@@ -109,26 +109,31 @@ class OutOfFold:
 
 
 def cv_blocks(
-    ds: Dataset, fold: int, k: int, stride: int, window: int = WINDOW
+    ds: Dataset,
+    fold: int,
+    k: int,
+    stride: int,
+    window: int = WINDOW,
+    by_entity: bool | None = None,
 ) -> list[HeldOut]:
     """The K blocks of ``fold``'s train + validation portion (never its test split);
-    blocks without a window are left out."""
+    blocks without a window are left out. A data set split by entity deals whole
+    entities to the blocks, round-robin; one split in time cuts each entity's
+    [train start, validation end) into K stretches, or with ``by_entity`` deals those
+    whole too (held-out blocks of entities never fitted on: a screen's question)."""
     if k < 3:
         raise ValueError(f"{k} blocks: need 3 (fit, stop and calibrate, held out)")
     segs = split_segments(ds, window, fold)
+    span: dict[int, tuple[int, int]] = {}
+    for s in ("train", "val"):
+        for i, lo, hi in segs[s]:
+            a, b = span.get(i, (lo, hi))
+            span[i] = (min(a, lo), max(b, hi))
     parts: list[list[tuple[int, int, int]]] = [[] for _ in range(k)]
-    if ds.folds:  # whole entities, dealt round-robin
-        ents = sorted({i for s in ("train", "val") for i, _, _ in segs[s]})
-        for n, i in enumerate(ents):
-            test = ds.entities[i].test
-            assert test is not None
-            parts[n % k].append((i, 0, len(test)))
-    else:  # per entity, K equal stretches of [train start, validation end)
-        span: dict[int, tuple[int, int]] = {}
-        for s in ("train", "val"):
-            for i, lo, hi in segs[s]:
-                a, b = span.get(i, (lo, hi))
-                span[i] = (min(a, lo), max(b, hi))
+    if bool(ds.folds) if by_entity is None else by_entity:
+        for n, (i, (lo, hi)) in enumerate(sorted(span.items())):
+            parts[n % k].append((i, lo, hi))
+    else:
         for i, (lo, hi) in sorted(span.items()):
             n = (hi - lo) // window
             cuts = [lo + (n * j // k) * window for j in range(k)] + [hi]

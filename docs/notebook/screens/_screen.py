@@ -71,6 +71,7 @@ def cv_table(
     paired: str = "first",
     fold: int = 0,
     extra: dict | None = None,
+    by_entity: bool | None = None,
 ) -> None:
     """Out-of-fold keys of each input x probe, over the served model's cross-validation
     blocks (training/evaluate/select.py: ``fold`` (0, the served model's), K = 4; fitted on two blocks, stopped
@@ -88,7 +89,8 @@ def cv_table(
     probes: :func:`_mixture`). Each row's warned rate is
     compared with the table's first row (``paired="first"``), the row above it
     (``"previous"``) or its input's first row (``"first of its input"``), with the
-    bootstrap SD of the paired difference. ``extra``: label -> a function of the
+    bootstrap SD of the paired difference. ``by_entity``: blocks of whole entities
+    (select.cv_blocks; the default, as the data set is split). ``extra``: label -> a function of the
     blocks returning a row's OutOfFold (a model that is not a featurizer + probe,
     fitted by the caller on the same blocks, fit / stop / score). Returns the
     blocks, the out-of-fold risks and the event config, for screens that look closer."""
@@ -98,7 +100,7 @@ def cv_table(
     from training.evaluate.select import CVConfig, OutOfFold, cv_blocks, cv_keys
 
     ev = event_config(name)
-    blocks = cv_blocks(name_ds(name), fold, 4, ev.stride)
+    blocks = cv_blocks(name_ds(name), fold, 4, ev.stride, by_entity=by_entity)
     k, seeds = len(blocks), (0, 1, 2)
     hop_y = np.concatenate([b.hop.y for b in blocks])
     hop_on = np.concatenate([b.hop.cur == 0 for b in blocks])

@@ -23,7 +23,7 @@ import torch
 from day_ago import by_block
 
 from training.data import Samples
-from training.data.windows import cut_windows
+from training.data.windows import cut_windows, dense_windows
 from training.evaluate.baselines import WindowStatsFeatures
 from training.evaluate.features import channel_stats
 from training.evaluate.protocol import normal_windows
@@ -31,12 +31,16 @@ from training.evaluate.protocol import normal_windows
 torch.set_num_threads(2)
 
 
-def entity_scale(ds):
+def entity_scale(ds, steps: int | None = None):
+    """Samples -> (N, 18): the window's per-channel statistics z-scored on its
+    entity's official train windows (``steps``: the last ``steps`` of them only, a
+    window every 10 steps), pooled over channels by mean, max and min."""
     normal = normal_windows(ds, 100)
     floor = 0.1 * channel_stats(normal).std(0)
     ref = {}
     for i, e in enumerate(ds.entities):
-        w = cut_windows(e.train[:, ds.mask].astype(np.float32), 100)
+        x = e.train[:, ds.mask].astype(np.float32)
+        w = cut_windows(x, 100) if steps is None else dense_windows(x[-steps:], 100, 10)
         if len(w) >= 2:
             s = channel_stats(w)
             ref[i] = (s.mean(0), s.std(0) + floor + 1e-6)
