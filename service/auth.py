@@ -206,8 +206,9 @@ class Keys:
             log.error("API keys not reloaded, the previous keys stay: %s", self.error)
             metrics.RELOADS.labels(what="keys", outcome="failed").inc()
             return False
+        gone = set(self.table.tenants) - set(table.tenants)
         self.table, self.error = table, None
-        metrics.tenants_known(table.tenants)
+        metrics.tenants_known(table.tenants, gone)
         n = len(table.entries)
         log.info("API keys loaded: %d key(s), %s", n, "open" if table.open else "keyed")
         metrics.RELOADS.labels(what="keys", outcome="ok").inc()

@@ -10,9 +10,10 @@ uvicorn worker per container and scale with replicas.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Iterator, Mapping
 from math import nan
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram, Info
 
@@ -143,6 +144,12 @@ TENANT_STREAMS = Gauge(
     "what its stream quota counts. Store-wide: aggregate with max.",
     ["tenant"],
 )
+TENANT_IN_ALERT = Gauge(
+    "scjepa_tenant_streams_in_alert",
+    "Streams of each tenant the keys name whose latest risk is at or above threshold. "
+    "Store-wide: aggregate with max.",
+    ["tenant"],
+)
 STREAM_QUOTA = Gauge(
     "scjepa_stream_quota",
     "Live streams a tenant may have (SCJEPA_MAX_STREAMS_PER_TENANT): past it, a new "
@@ -260,14 +267,18 @@ def set_summary(
             gauge.labels(tenant, stream).set(value)
 
 
-def set_tenant_streams(tenants: list[str], live: list[int], quota: int) -> None:
-    """The tenants' live streams against the quota; the series set is exactly the
-    tenants the keys name now (a tenant removed from them is gone from the next
-    scrape)."""
+def set_tenant_streams(
+    tenants: list[str], live: list[int], quota: int, in_alert: Mapping[str, int]
+) -> None:
+    """The tenants' live streams against the quota, and their streams in alert; the
+    series sets are exactly the tenants the keys name now (a tenant removed from them
+    is gone from the next scrape)."""
     STREAM_QUOTA.set(quota)
     TENANT_STREAMS.clear()
+    TENANT_IN_ALERT.clear()
     for tenant, n in zip(tenants, live, strict=True):
         TENANT_STREAMS.labels(tenant).set(n)
+        TENANT_IN_ALERT.labels(tenant).set(in_alert.get(tenant, 0))
 
 
 def set_queue(stats: QueueStats) -> None:
@@ -277,19 +288,39 @@ def set_queue(stats: QueueStats) -> None:
     QUEUE_AGE.set(stats.oldest_age_s)
 
 
-def tenants_known(tenants: Iterable[str]) -> None:
+def _tenant_series(tenant: str) -> Iterator[tuple[Counter, tuple[str, ...]]]:
+    """Each per-tenant counter, with the label values (``tenant`` last, as each
+    declares its labels) of one of ``tenant``'s series."""
+    for outcome in OUTCOMES:
+        yield READINGS, (outcome, tenant)
+    yield WINDOWS_SCORED, (tenant,)
+    yield WINDOWS_UNLIKE_TRAINING, (tenant,)
+    for event in ALERT_EVENTS:
+        yield STREAM_ALERTS, (event, tenant)
+    for reason in TENANT_REFUSALS:
+        yield REFUSED, (reason, tenant)
+
+
+@functools.cache
+def tenant_readings(tenant: str) -> tuple[Any, ...]:
+    """``tenant``'s READINGS series, one per outcome in OUTCOMES' order (looked up once
+    per tenant, not per request; forgotten with the tenant's series)."""
+    return tuple(READINGS.labels(o, tenant) for o in OUTCOMES)
+
+
+def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
     """Export zeros for ``tenants``' per-tenant series from the start (at start-up and
     when the keys are reloaded), so that a tenant's rates read 0 before its first
-    reading rather than nothing (NoReadingsIngested reads the accepted ones)."""
+    reading rather than nothing (NoReadingsIngested reads the accepted ones); drop
+    the series of the tenants ``gone`` from the keys at a reload (Prometheus marks
+    them stale; work of theirs still queued counts again under their name)."""
+    for t in gone:
+        for counter, values in _tenant_series(t):
+            counter.remove(*values)
+        tenant_readings.cache_clear()
     for t in tenants:
-        for outcome in OUTCOMES:
-            READINGS.labels(outcome=outcome, tenant=t)
-        WINDOWS_SCORED.labels(tenant=t)
-        WINDOWS_UNLIKE_TRAINING.labels(tenant=t)
-        for event in ALERT_EVENTS:
-            STREAM_ALERTS.labels(event=event, tenant=t)
-        for reason in TENANT_REFUSALS:
-            REFUSED.labels(reason=reason, tenant=t)
+        for counter, values in _tenant_series(t):
+            counter.labels(*values)
 
 
 for reason in ("backpressure", "layout", "invalid"):

@@ -6,7 +6,6 @@ Knows the store and the model's layout; no HTTP. Scoring itself is the scorer ti
 
 from __future__ import annotations
 
-import functools
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -49,13 +48,6 @@ RISK_FIELDS = (
 
 
 _SHED = metrics.WINDOWS_SHED.labels(reason="backpressure")
-
-
-@functools.cache
-def _counted(tenant: str) -> tuple[Any, ...]:
-    """What _count() adds a tenant's ingest counts to (labels looked up once per
-    tenant, not per call; the tenants are those the keys configure)."""
-    return (*(metrics.READINGS.labels(o, tenant) for o in metrics.OUTCOMES), _SHED)
 
 
 class Readings(NamedTuple):
@@ -319,7 +311,8 @@ class Scorer:
 
     def _count(self, tenant: str, res: AppendResult) -> None:
         counts = (res.accepted, res.duplicates, res.late, res.shed)
-        for child, n in zip(_counted(tenant), counts, strict=True):
+        children = (*metrics.tenant_readings(tenant), _SHED)
+        for child, n in zip(children, counts, strict=True):
             if n:
                 child.inc(n)
 

@@ -92,8 +92,8 @@ async def prometheus(request: Request) -> Response:
     and the work-queue gauges too where no scoring worker refreshes them (role api).
     The streams of highest recent novelty only for a model with the input-drift
     monitor (one reloaded without it leaves recent novelties of the previous model).
-    Each tenant's live streams against the stream quota: one read per tenant the keys
-    name."""
+    Each tenant's live streams against the stream quota (one read per tenant the keys
+    name) and its streams in alert."""
     state = request.app.state
     store = getattr(state, "store", None)
     slot = getattr(state, "slot", None)
@@ -108,7 +108,8 @@ async def prometheus(request: Request) -> Response:
                 tenants = door.keys.table.tenants
                 live = await store.tenant_streams(tenants)
                 quota = state.settings.max_streams_per_tenant
-                metrics.set_tenant_streams(tenants, live, quota)
+                by = dict(s.in_alert_by_tenant)
+                metrics.set_tenant_streams(tenants, live, quota, by)
             if getattr(state, "worker", None) is None:
                 metrics.set_queue(await store.queue_stats())
         except StoreUnavailable:

@@ -143,6 +143,8 @@ class Summary:
     # the same for their recent novelty (:func:`recent_novelty`): the ``top`` streams
     # least like the training data (none scored by a model with the monitor: empty)
     top_novelty: Ranked = ()
+    # in_alert by tenant: (tenant, streams in alert), tenants with none left out
+    in_alert_by_tenant: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -408,10 +410,10 @@ class Store(ABC):
 
     @abstractmethod
     async def summary(self, threshold: float, top: int = 0) -> Summary:
-        """Counts for the gauges, over every tenant: live streams, streams in alert,
-        highest latest risk, and the ``top`` streams of highest latest risk and of
-        highest recent novelty (cost independent of the number of streams: bounded by
-        ``top``)."""
+        """Counts for the gauges, over every tenant: live streams, streams in alert
+        (in all and by tenant), highest latest risk, and the ``top`` streams of highest
+        latest risk and of highest recent novelty (cost independent of the number of
+        streams: bounded by ``top`` and the streams in alert)."""
 
     @abstractmethod
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

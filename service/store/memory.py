@@ -15,7 +15,7 @@ import bisect
 import heapq
 import itertools
 import time
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -352,12 +352,14 @@ class MemoryStore(Store):
                 latest.append((s.latest_risk, f"{tenant}/{stream}", tenant, stream))
             if s.novelty is not None:
                 novel.append((s.novelty, f"{tenant}/{stream}", tenant, stream))
+        hot = Counter(x[2] for x in latest if x[0] >= threshold)
         return Summary(
             len(self._streams),
-            sum(x[0] >= threshold for x in latest),
+            hot.total(),
             max((x[0] for x in latest), default=0.0),
             _ranked(latest, top),
             _ranked(novel, top),
+            tuple(sorted(hot.items())),
         )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

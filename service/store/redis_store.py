@@ -462,11 +462,13 @@ SWEEP = 8  # members of each time hash checked per scrape (SUMMARY)
 
 # KEYS: {global}:streams, {global}:latest, {global}:novelty, {global}:latest_at,
 # {global}:novelty_at. ARGV: cutoff, threshold, top (>= 1). Forgets a batch of idle
-# streams, then counts with range queries: O(log N + top) per scrape, not O(N).
+# streams, then counts with range queries: O(log N + top + streams in alert) per
+# scrape, not O(N) (those in alert are read to count them by tenant).
 # Sweeps a few members of the two time hashes at random, dropping those no longer
 # registered: a release before the hashes expires idle streams without them (during
-# a roll-out), which would leave theirs for good. Returns the count, those in alert
-# and the top members with their risks, and with their recent novelty.
+# a roll-out), which would leave theirs for good. Returns the count, those in alert,
+# the top members with their risks and with their recent novelty, and tenant, count
+# pairs of the streams in alert.
 SUMMARY = f"""
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {10 * EXPIRE_BATCH})
 if #old > 0 then
@@ -482,10 +484,18 @@ for k = 4, 5 do
   end
 end
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
-local alert = redis.call('ZCOUNT', KEYS[2], ARGV[2], '+inf')
+local hot = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')
+local by, tenants = {{}}, {{}}
+for _, m in ipairs(hot) do
+  local t = string.match(m, '^[^/]*')
+  if not by[t] then by[t] = 0; tenants[#tenants + 1] = t end
+  by[t] = by[t] + 1
+end
+local counts = {{}}
+for _, t in ipairs(tenants) do counts[#counts + 1] = t; counts[#counts + 1] = by[t] end
 local last = tonumber(ARGV[3]) - 1
-return {{n, alert, redis.call('ZREVRANGE', KEYS[2], 0, last, 'WITHSCORES'),
-        redis.call('ZREVRANGE', KEYS[3], 0, last, 'WITHSCORES')}}
+return {{n, #hot, redis.call('ZREVRANGE', KEYS[2], 0, last, 'WITHSCORES'),
+        redis.call('ZREVRANGE', KEYS[3], 0, last, 'WITHSCORES'), counts}}
 """
 
 # KEYS: the bucket. ARGV: period and burst in microseconds. GCRA on Redis's clock (one
@@ -1116,7 +1126,7 @@ class RedisStore(Store):
         keys = [self._global(k) for k in NOTED]
         # one range read serves both max_risk (its first) and the top streams
         args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1)]
-        n, alert, risks, novelties = await self._call(
+        n, alert, risks, novelties, by = await self._call(
             "summary", self._summary(keys=keys, args=args)
         )
         best = _ranked(risks)
@@ -1126,6 +1136,7 @@ class RedisStore(Store):
             best[0][2] if best else 0.0,
             best[:top],
             _ranked(novelties)[:top],
+            tuple(sorted((t.decode(), int(c)) for t, c in _pairs(by))),
         )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

@@ -576,6 +576,11 @@ def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
         Summary(1, 0, 0.0, (), ()),
         [[True]],
         Summary(
-            1, 1, 0.7, (("t", "q", 0.7),), (("t", "q", recent_novelty(None, 0.6)),)
+            1,
+            1,
+            0.7,
+            (("t", "q", 0.7),),
+            (("t", "q", recent_novelty(None, 0.6)),),
+            (("t", 1),),
         ),
     ]

@@ -10,16 +10,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 from served import key_line
+from support.service_artifact import build_artifact
 from support.service_helpers import AnyRedis, ClientFactory
+from test_alerting import wait_until
 from test_api import body, series
 
 from service import auth
@@ -219,6 +223,14 @@ def test_readings_and_windows_count_per_tenant(
         assert time.monotonic() < deadline, "the key file change was not picked up"
         time.sleep(0.2)
     assert count(accepted, "initech", outcome="accepted") == 0
+    # a tenant the key file loses: its series leave the exposition at that reload
+    keys.write_text(key_line("acme", A) + key_line("initech", "key-c-5555555555"))
+    deadline = time.monotonic() + 10
+    while count(accepted, "globex", outcome="accepted") is not None:
+        assert time.monotonic() < deadline, "the key file change was not picked up"
+        time.sleep(0.2)
+    text = client.get("/metrics").text
+    assert 'tenant="globex"' not in text and 'tenant="acme"' in text
 
 
 def test_keys_rotate_without_restart(
@@ -339,6 +351,51 @@ def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> 
     assert client.delete("/streams/b", headers=HA).status_code == 204
     text = client.get("/metrics").text
     assert 'scjepa_tenant_streams{tenant="acme"} 2.0' in text
+
+
+@pytest.fixture(scope="module")
+def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
+    d = tmp_path_factory.mktemp("sharp")
+    build_artifact(d, threshold=0.9)
+    return d
+
+
+def test_streams_in_alert_by_tenant(
+    make_client: ClientFactory, tmp_path: Path, sharp: Path
+) -> None:
+    """Each tenant the keys name has its streams in alert on /metrics, 0 for none,
+    beside the store-wide count; a deleted stream leaves its tenant's count."""
+    client = keyed(make_client, tmp_path, artifact=sharp, rate_limit_rps=0)
+    hot, calm = np.full((100, 4), 50.0), np.zeros((100, 4))
+    for stream, x, key in (("a1", hot, HA), ("a2", hot, HA), ("a3", calm, HA),
+                           ("b1", calm, HB)):  # fmt: skip
+        r = client.post("/ingest?wait=20", json=body(stream, x), headers=key)
+        assert r.json()["results"][0]["alert"] == (x is hot), stream
+
+    def gauges() -> dict[str, float]:
+        text = client.get("/metrics").text
+        return {
+            name: float(v)
+            for name, v in re.findall(
+                r"^(scjepa_(?:tenant_)?streams_in_alert(?:\{tenant=\"\w+\"\})?) (\S+)$",
+                text,
+                re.M,
+            )
+        }
+
+    want = {
+        "scjepa_streams_in_alert": 2.0,
+        'scjepa_tenant_streams_in_alert{tenant="acme"}': 2.0,
+        'scjepa_tenant_streams_in_alert{tenant="globex"}': 0.0,
+    }
+    wait_until(lambda: gauges() == want)
+    assert client.delete("/streams/a1", headers=HA).status_code == 204
+    want = want | {
+        "scjepa_streams_in_alert": 1.0,
+        'scjepa_tenant_streams_in_alert{tenant="acme"}': 1.0,
+    }
+    assert gauges() == want
 
 
 def test_a_batch_over_the_quota_registers_none_of_its_streams(
