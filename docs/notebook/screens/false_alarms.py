@@ -80,6 +80,7 @@ def breakdowns(name: str, blocks, oof, ev) -> None:
     for label, o in oof.items():
         breakdown(name, label, blocks, o[0], ev)
 
+
 if __name__ == "__main__":
     print(HEADER)
     for name in sys.argv[1:]:

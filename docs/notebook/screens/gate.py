@@ -49,13 +49,11 @@ def gated(feats, oracle: bool = False):
             v = (j + 1) % k
             tr = [i for i in range(k) if i not in (j, v)]
             x_tr = np.concatenate([f_hop[i] for i in tr])
-
-            def fitted(target):
-                t_tr = np.concatenate([target(blocks[i].hop) for i in tr])
-                return trees(x_tr, t_tr, f_hop[v], target(blocks[v].hop))
-
-            risk = fitted(lambda s: s.y)
-            inside = None if oracle else fitted(lambda s: s.cur)
+            y_tr = np.concatenate([blocks[i].hop.y for i in tr])
+            risk = trees(x_tr, y_tr, f_hop[v], blocks[v].hop.y)
+            if not oracle:
+                c_tr = np.concatenate([blocks[i].hop.cur for i in tr])
+                inside = trees(x_tr, c_tr, f_hop[v], blocks[v].hop.cur)
             for f, s, out in ((f_hop[j], blocks[j].hop, hop),
                               (f_dense[j], blocks[j].dense, dense)):  # fmt: skip
                 held = s.cur == 1 if oracle else inside(f) >= LEVEL

@@ -23,10 +23,13 @@ from entity_scale import entity_scale
 
 DAY = 1440
 
-for name in sys.argv[1:]:
+
+def main(name: str) -> None:
     ds = screen.name_ds(name)
     feats = screen.statistics(ds, 0)
-    screen.cv_table(name, {"statistics, time blocks": feats}, [("trees", "every window")])
+    screen.cv_table(
+        name, {"statistics, time blocks": feats}, [("trees", "every window")]
+    )
     day, whole = entity_scale(ds, DAY), entity_scale(ds)
     screen.cv_table(
         name,
@@ -38,3 +41,7 @@ for name in sys.argv[1:]:
         [("trees", "every window")],
         by_entity=True,
     )
+
+
+for name in sys.argv[1:]:
+    main(name)
