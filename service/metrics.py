@@ -317,7 +317,7 @@ def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
     for t in gone:
         for counter, values in _tenant_series(t):
             counter.remove(*values)
-        tenant_readings.cache_clear()
+    tenant_readings.cache_clear()  # (a lookup of a removed series counts nowhere)
     for t in tenants:
         for counter, values in _tenant_series(t):
             counter.labels(*values)
