@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from math import nan
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import Counter, Gauge, Histogram, Info
+from prometheus_client import Counter, Gauge, Histogram, Info, Summary
 
 from service.manifest import served_point, serving_budget
 from service.store import NOVELTY_SPAN
@@ -89,6 +89,14 @@ WINDOW_NOVELTY = Histogram(
     "over 0-1 with a mean of 0.5 while the streams resemble them. No samples for a "
     "model without the monitor.",
     buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99),
+)
+# per tenant, the mean alone (2 series a tenant; the histogram above has the spread)
+TENANT_NOVELTY = Summary(
+    "scjepa_tenant_window_novelty",
+    "Novelty of each window scored by this process, by tenant: sum and count, for "
+    "each tenant's mean (0.5 while its streams resemble the training data's normal "
+    "calibration windows). No samples for a model without the monitor.",
+    ["tenant"],
 )
 WINDOWS_SHED = Counter(
     "scjepa_windows_shed",
@@ -288,13 +296,16 @@ def set_queue(stats: QueueStats) -> None:
     QUEUE_AGE.set(stats.oldest_age_s)
 
 
-def _tenant_series(tenant: str) -> Iterator[tuple[Counter, tuple[str, ...]]]:
-    """Each per-tenant counter, with the label values (``tenant`` last, as each
-    declares its labels) of one of ``tenant``'s series."""
+def _tenant_series(
+    tenant: str,
+) -> Iterator[tuple[Counter | Summary, tuple[str, ...]]]:
+    """Each per-tenant counter (and summary), with the label values (``tenant`` last,
+    as each declares its labels) of one of ``tenant``'s series."""
     for outcome in OUTCOMES:
         yield READINGS, (outcome, tenant)
     yield WINDOWS_SCORED, (tenant,)
     yield WINDOWS_UNLIKE_TRAINING, (tenant,)
+    yield TENANT_NOVELTY, (tenant,)
     for event in ALERT_EVENTS:
         yield STREAM_ALERTS, (event, tenant)
     for reason in TENANT_REFUSALS:

@@ -36,10 +36,16 @@ def counted(tenant: str = "default") -> float:
     return REGISTRY.get_sample_value(UNLIKE, {"tenant": tenant}) or 0.0
 
 
-def observed() -> tuple[float, float]:
-    """scjepa_window_novelty's (count, sum)."""
+def observed(tenant: str | None = None) -> tuple[float, float]:
+    """scjepa_window_novelty's (count, sum); with ``tenant``, that tenant's
+    scjepa_tenant_window_novelty's."""
+    name, labels = (
+        ("scjepa_window_novelty", {})
+        if tenant is None
+        else ("scjepa_tenant_window_novelty", {"tenant": tenant})
+    )
     return tuple(  # type: ignore[return-value]
-        REGISTRY.get_sample_value(f"scjepa_window_novelty_{k}") or 0.0
+        REGISTRY.get_sample_value(f"{name}_{k}", labels) or 0.0
         for k in ("count", "sum")
     )
 
@@ -129,8 +135,9 @@ def test_the_unlike_windows_count_under_their_tenant(
     app_on_redis: object, monitored: Path
 ) -> None:
     """A tenant's drift is its own: its windows unlike the training data (and every
-    window it has scored) count under its tenant label, so one tenant's recalibrated
-    sensors are not diluted by another's volume."""
+    window it has scored, and their novelty's sum and count) count under its tenant
+    label, so one tenant's recalibrated sensors are not diluted by another's
+    volume."""
     keys = {"acme": "key-a-0123456789", "globex": "key-b-9876543210"}
     client = app_on_redis(  # type: ignore[operator]
         monitored, api_keys=[f"{t}:{k}" for t, k in keys.items()], rate_limit_rps=0
@@ -140,15 +147,22 @@ def test_the_unlike_windows_count_under_their_tenant(
         name = "scjepa_windows_scored_total"
         return REGISTRY.get_sample_value(name, {"tenant": tenant}) or 0.0
 
-    before = {t: (counted(t), scored(t)) for t in keys}
+    before = {t: (counted(t), scored(t), *observed(t)) for t in keys}
     x = windows()  # windows 0 and 3 are at the level
+    want = load_model(monitored, provider="cpu").score(x).novelty
+    assert want is not None
     score_each(client, x[:3], {"X-API-Key": keys["acme"]})
     score_each(client, x[3:], {"X-API-Key": keys["globex"]})
-    after = {t: (counted(t), scored(t)) for t in keys}
+    after = {t: (counted(t), scored(t), *observed(t)) for t in keys}
     assert after["acme"][0] - before["acme"][0] == 1  # window 0
     assert after["globex"][0] - before["globex"][0] == 1  # window 3
     assert after["acme"][1] - before["acme"][1] == 3
     assert after["globex"][1] - before["globex"][1] == 4
+    # each tenant's mean novelty: its windows' count and sum
+    for t, mine in (("acme", want[:3]), ("globex", want[3:])):
+        assert after[t][2] - before[t][2] == len(mine)
+        got = after[t][3] - before[t][3]
+        assert got == pytest.approx(float(mine.astype(float).sum()), abs=1e-5)
 
 
 def test_without_a_monitor_the_field_is_null_and_nothing_is_counted(

@@ -115,12 +115,8 @@ def documented_metric_names() -> set[str]:
 
 
 METRIC_RE = re.compile(r"(?<![\w:])(scjepa_[a-z0-9_]+)")
-# level:metric:operations, the level a label set (job:scjepa_...) or, aggregated
-# over everything, scjepa (scjepa:window_novelty:mean1h)
-RECORDED_RE = re.compile(
-    r"(?<![\w:])([a-z_]+:(?:scjepa|redis)_[a-z0-9_]+:[a-z0-9_]+"
-    r"|scjepa:[a-z0-9_]+:[a-z0-9_]+)"
-)
+# level:metric:operations, the level a label set (job:scjepa_..., tenant:scjepa_...)
+RECORDED_RE = re.compile(r"(?<![\w:])([a-z_]+:(?:scjepa|redis)_[a-z0-9_]+:[a-z0-9_]+)")
 
 
 def referenced_metrics(expr: str) -> set[str]:
