@@ -397,14 +397,10 @@ class ScoringWorker:
             unlike = Counter(t for t, u in zip(tenants, at_level, strict=True) if u)
             for t, n in unlike.items():
                 metrics.WINDOWS_UNLIKE_TRAINING.labels(t).inc(n)
-            by_tenant: dict[str, list[float]] = {}
+            per = {t: metrics.TENANT_NOVELTY.labels(t) for t in set(tenants)}
             for t, v in zip(tenants, novelty.tolist(), strict=True):
                 metrics.WINDOW_NOVELTY.observe(v)  # mean and spread: a shifted bulk
-                by_tenant.setdefault(t, []).append(v)
-            for t, vs in by_tenant.items():
-                child = metrics.TENANT_NOVELTY.labels(t)
-                for v in vs:
-                    child.observe(v)
+                per[t].observe(v)
         if self.bus is not None:
             self.bus.deliver(
                 [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]

@@ -18,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from served import Served, ServeFactory, scjepa_exe
+from support.service_artifact import build_artifact
 from support.service_helpers import Hook, free_port
 
 
@@ -30,6 +31,14 @@ def pytest_collection_modifyitems(
     if full:
         config.hook.pytest_deselected(items=full)
         items[:] = [i for i in items if i.get_closest_marker("fuzz_full") is None]
+
+
+@pytest.fixture(scope="module")
+def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
+    d = tmp_path_factory.mktemp("sharp")
+    build_artifact(d, threshold=0.9)
+    return d
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from support.service_artifact import build_artifact
 from support.service_helpers import (
     AnyRedis,
     ClientFactory,
@@ -364,14 +363,6 @@ def test_a_streams_repeated_ingest_is_one_round_trip(
     calls = {c: after.get(c, 0) - before.get(c, 0) for c in after}
     assert (calls["cmdstat_evalsha"], calls.get("cmdstat_zadd", 0)) == (sent, 0)
     assert client.get("/risk/s").json()["readings_total"] == 3 * (sent + 1)
-
-
-@pytest.fixture(scope="module")
-def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
-    d = tmp_path_factory.mktemp("sharp")
-    build_artifact(d, threshold=0.9)
-    return d
 
 
 def posted(hook: Hook) -> list[str]:

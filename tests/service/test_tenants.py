@@ -21,7 +21,6 @@ from fastapi.testclient import TestClient
 from prometheus_client import REGISTRY
 from pydantic import ValidationError
 from served import key_line
-from support.service_artifact import build_artifact
 from support.service_helpers import AnyRedis, ClientFactory
 from test_alerting import wait_until
 from test_api import body, series
@@ -351,14 +350,6 @@ def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> 
     assert client.delete("/streams/b", headers=HA).status_code == 204
     text = client.get("/metrics").text
     assert 'scjepa_tenant_streams{tenant="acme"} 2.0' in text
-
-
-@pytest.fixture(scope="module")
-def sharp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny model with threshold 0.9: constant 50s score ~1.0, zeros ~0.5."""
-    d = tmp_path_factory.mktemp("sharp")
-    build_artifact(d, threshold=0.9)
-    return d
 
 
 def test_streams_in_alert_by_tenant(

@@ -130,7 +130,8 @@ def cv_blocks(
             a, b = span.get(i, (lo, hi))
             span[i] = (min(a, lo), max(b, hi))
     parts: list[list[tuple[int, int, int]]] = [[] for _ in range(k)]
-    if bool(ds.folds) if by_entity is None else by_entity:
+    whole = bool(ds.folds) if by_entity is None else by_entity
+    if whole:
         for n, (i, (lo, hi)) in enumerate(sorted(span.items())):
             parts[n % k].append((i, lo, hi))
     else:

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 from false_alarms import breakdowns
 
-from training.evaluate.probe import Probe, ProbeConfig
 from training.evaluate.select import OutOfFold
 
 torch.set_num_threads(1)
@@ -31,9 +30,7 @@ LEVEL = 0.5
 
 
 def trees(x_tr, y_tr, x_v, y_v):
-    p = Probe(x_tr.shape[1], ProbeConfig(kind="trees"), 0)
-    p.fit(x_tr, y_tr, x_v, y_v)
-    return p.predict
+    return screen.probe_fit("trees")(x_tr, y_tr, x_v, y_v)[0]  # one: deterministic
 
 
 def gated(feats, oracle: bool = False):
