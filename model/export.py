@@ -14,8 +14,7 @@
 The zero-variance channel mask and RevIN are inside the graph, so training and serving
 share one definition. Only this inference-only wrapper is exported (no loss branches).
 With ``stats`` the probe reads the code features AND the pooled window statistics that
-RevIN removes (model/stats.py), with ``last`` the same statistics of the window's last
-quarter; with ``detectors`` it reads label-free detector scores
+RevIN removes (model/stats.py); with ``detectors`` it reads label-free detector scores
 of the window (model/detectors.py: kNN distance, PCA error, SC-JEPA's surprise and
 reconstruction error); ``codes=False`` drops the code features from the probe's input
 (the codes still give the ``codes`` and ``channel_contrib`` outputs). All of it is
@@ -84,13 +83,11 @@ class ServedModel(nn.Module):
         detectors: Detectors | None = None,
         codes: bool = True,
         novelty: NoveltyMonitor | None = None,
-        last: WindowStats | None = None,
     ) -> None:
         super().__init__()
         self.model = model.eval()
         self.probe = probe.eval()
         self.stats = stats
-        self.last = last
         self.detectors = detectors
         self.novelty = novelty
         self.use_codes = codes
@@ -122,8 +119,6 @@ class ServedModel(nn.Module):
         parts = [pooled.flatten(1)] if self.use_codes else []  # (B, n*K)
         if self.stats is not None:
             parts.append(self.stats(x))  # (B, 18)
-        if self.last is not None:
-            parts.append(self.last(x))  # (B, 18): of the window's last steps
         if self.detectors is not None:
             own = None
             if any(n in self.detectors.names for n in SCJEPA_DETECTORS):

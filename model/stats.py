@@ -3,10 +3,7 @@
 The same definition as ``training.evaluate.features.pooled_stats`` (per-channel mean, std, min,
 max, last value and least-squares slope, each pooled over channels by mean, max and min:
 18 features, channel-count independent), z-scored with the official train windows'
-statistics. With ``seq_len`` shorter than the window, the statistics of its last
-``seq_len`` steps (the probe part "last": the window's last quarter, so a probe can tell
-an incident that is ending from one that is starting). This module is the one inside
-the served graph; a test holds the two equal.
+statistics. This module is the one inside the served graph; a test holds the two equal.
 """
 
 from __future__ import annotations
@@ -37,9 +34,8 @@ class WindowStats(nn.Module):
         self.register_buffer("std", torch.tensor(std, dtype=torch.float64))
 
     def forward(self, x: Tensor) -> Tensor:
-        """x: (B, T, V) raw windows (kept channels) -> (B, 18) standardized features
-        of their last ``seq_len`` steps (T >= seq_len)."""
-        x = x[:, -self.tc.shape[0] :].double()
+        """x: (B, T, V) raw windows (kept channels) -> (B, 18) standardized features."""
+        x = x.double()
         slope = torch.einsum("t,btv->bv", self.tc, x)  # (B, V)
         # (B, 6, V): per channel mean, std, min, max, last value, slope
         stats = [

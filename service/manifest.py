@@ -21,7 +21,7 @@ MODEL_FILE = "model.onnx"
 INT8_FILE = "model.int8.onnx"
 FP16_FILE = "model.fp16.onnx"
 MANIFEST_FILE = "manifest.json"
-_PART = "(codes|stats|last|knn|pca|surprise|recon)"
+_PART = "(codes|stats|knn|pca|surprise|recon)"
 PROBE_FEATURES = rf"^{_PART}(\+{_PART})*$"  # e.g. "codes+stats", "knn+pca+surprise"
 
 
@@ -91,7 +91,7 @@ class Manifest(BaseModel):
     threshold: float = Field(ge=0.0, le=1.0)
     calibration: dict[str, Any]  # {"method": "platt", "params": {...}}; in the graph
     # what the probe reads, "+"-joined: the spec's code features, pooled window
-    # statistics (of the whole window, and of its last quarter), label-free detector scores (kNN distance, PCA error, SC-JEPA's
+    # statistics, label-free detector scores (kNN distance, PCA error, SC-JEPA's
     # surprise and reconstruction error), all computed in the graph; informational,
     # the graph is self-contained
     probe_features: str = Field("codes", pattern=PROBE_FEATURES)

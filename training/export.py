@@ -128,16 +128,6 @@ def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
             raise UserError(f"a {probe.features} probe without its statistics' scaling")
         stats = WindowStats(scale["mean"], scale["std"], model.cfg.seq_len)
         expected += N_STATS
-    last = None
-    if "last" in parts:
-        tail = probe.last_scale
-        if tail is None or not 2 <= tail["steps"] <= model.cfg.seq_len:
-            raise UserError(
-                f"a {probe.features} probe without the last steps' scaling, or for "
-                f"windows longer than the checkpoint's {model.cfg.seq_len} steps"
-            )
-        last = WindowStats(tail["mean"], tail["std"], tail["steps"])
-        expected += N_STATS
     names = tuple(p for p in parts if p in DETECTORS)
     detectors = None
     if names:
@@ -167,7 +157,7 @@ def build_served(model: SCJEPA, probe: SavedProbe) -> ServedModel:
     )
     return ServedModel(
         model, probe.build_net(), probe.mask, probe.platt, stats, detectors, codes,
-        novelty, last,
+        novelty,
     ).eval()  # fmt: skip
 
 

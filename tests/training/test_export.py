@@ -312,7 +312,6 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         DET_ONLY_ROW,
         DET_ONLY_UNTRAINED_ROW,
         DET_ROW,
-        LAST_ROW,
         RECON_ROW,
         RECON_UNTRAINED_ROW,
         STATS_ROW,
@@ -331,7 +330,6 @@ def test_evaluate_rows_and_the_served_probe(artifact: dict[str, Path]) -> None:
         *mlp,
         *(f"{n} (trees)" for n in mlp),
         *ABLATIONS,
-        LAST_ROW,
         TUNED_ROW,
         TUNED_UNTRAINED_ROW,
     }
@@ -786,19 +784,15 @@ def test_cuda_provider_is_active_and_matches_cpu(variants: Path) -> None:
         np.testing.assert_allclose(half.score(x).risk, cpu, atol=5e-3)
 
 
-@pytest.mark.parametrize("steps", [None, 25])
-def test_graph_window_stats_equal_the_training_features(
-    tmp_path: Path, steps: int | None
-) -> None:
+def test_graph_window_stats_equal_the_training_features(tmp_path: Path) -> None:
     """model/stats.py (in PyTorch and in onnxruntime) == training/evaluate/features.py
     (what the probe was fitted on), bit for bit: a tree probe's split can fall between
     two values a few ulps apart. Discrete sensors (a level repeated in many windows)
-    are where float32 sums in different orders disagreed. With ``steps``, the
-    statistics of each window's last 25 steps (the probe part "last")."""
+    are where float32 sums in different orders disagreed."""
     import warnings
 
     from model.stats import WindowStats
-    from training.evaluate.baselines import WindowStatsFeatures
+    from training.evaluate.baselines import window_stats
 
     rng = np.random.default_rng(6)
     normal = (rng.normal(size=(50, 100, 7)) * 3 + 5).astype(np.float32)
@@ -807,11 +801,8 @@ def test_graph_window_stats_equal_the_training_features(
     )
     x[:150, :, :4] = np.round(x[:150, :, :4] / 7) * 0.7  # discrete levels
     x[0, :, 2] = 1.5  # a flat channel: std 0
-    x[1, :-25, 3] += 9.0  # an incident that ended 25 steps before the window's end
-    feats = WindowStatsFeatures(normal, steps)
-    graph = WindowStats(
-        feats.scale.mean.tolist(), feats.scale.std.tolist(), steps or 100
-    )
+    feats = window_stats(normal)
+    graph = WindowStats(feats.scale.mean.tolist(), feats.scale.std.tolist(), 100)
     with torch.no_grad():
         got = graph(torch.from_numpy(x)).numpy()
     want = feats(x)
@@ -832,12 +823,6 @@ def test_graph_window_stats_equal_the_training_features(
     assert got.dtype == want.dtype == onnx_got.dtype == np.float32
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(onnx_got, want)
-    # the last steps' statistics read the last steps alone: the incident that ended
-    # in window 1 moves the whole window's, not those of its last 25 steps
-    before = x.copy()
-    before[1, :-25, 3] -= 9.0
-    moved = ~np.isclose(feats(before[1:2])[0], want[1])
-    assert moved.any() if steps is None else not moved.any()
 
 
 def _tiny_served(probe: torch.nn.Module) -> ServedModel:
@@ -1271,37 +1256,6 @@ def test_served_tree_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
     assert len(probe.state_dict["roots"]) == probe.probe["config"]["max_trees"]
     ref = _export_and_compare(artifact, path, tmp_path / "art", seed=4, n=17)
     assert ref.std() > 0  # the trees split these windows
-
-
-def test_served_last_quarter_probe(artifact: dict[str, Path], tmp_path: Path) -> None:
-    """The candidate reading the window's statistics and its last quarter's exports
-    to one graph whose ONNX risk on the test windows is the risk `scjepa evaluate`
-    scored them with; a probe whose last steps exceed the window is refused."""
-    from training.data import downstream_splits, load_dataset
-    from training.evaluate.protocol import CANDIDATES, LAST_ROW, candidate_file
-
-    results = artifact["probe"].parent
-    path = results / "candidates" / candidate_file(LAST_ROW, CANDIDATES[LAST_ROW])
-    probe = SavedProbe.load(path)
-    assert probe.kind == "trees" and probe.features == "stats+last"
-    assert probe.n_features == 36 and probe.last_scale["steps"] == 25
-    _export_and_compare(artifact, path, tmp_path / "art", seed=6, n=11)
-    m = load_manifest(tmp_path / "art")
-    ds = load_dataset("synthetic")
-    test = downstream_splits(ds, 100)["test"]
-    x = np.zeros((*test.x.shape[:2], m.n_channels), np.float32)
-    x[:, :, np.asarray(m.channel_mask)] = test.x
-    run = ort.InferenceSession(
-        str(tmp_path / "art" / "model.onnx"), providers=["CPUExecutionProvider"]
-    )
-    seeds = json.loads((results / "results.json").read_text())["seeds"]
-    want = np.load(results / "scores.npz")[f"score/{LAST_ROW}"]
-    want = want[seeds.index(probe.probe["seed"])]
-    assert want.std() > 0  # the trees split these windows
-    np.testing.assert_allclose(run.run(["risk"], {"window": x})[0], want, atol=1e-4)
-    probe.last_scale["steps"] = 101
-    with pytest.raises(UserError, match="longer than the checkpoint's 100 steps"):
-        build_served(load_model(artifact["ckpt"]), probe)
 
 
 def test_served_fine_tuned_probe(artifact: dict[str, Path], tmp_path: Path) -> None:

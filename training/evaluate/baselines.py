@@ -224,22 +224,17 @@ def fit_feature_probe(
 
 
 class WindowStatsFeatures:
-    """Featurizer: pooled window statistics, z-scored on the official train windows;
-    with ``steps``, those of each window's last ``steps`` steps.
+    """Featurizer: pooled window statistics, z-scored on the official train windows.
 
     ``scale`` (its mean and std) goes into a served graph that uses these features
     (model/stats.py computes the same statistics inside the graph).
     """
 
-    def __init__(self, normal: np.ndarray, steps: int | None = None) -> None:
-        self.steps = steps
-        self.scale = Standardizer().fit(pooled_stats(self._tail(normal)))
-
-    def _tail(self, x: np.ndarray) -> np.ndarray:
-        return x if self.steps is None else x[:, -self.steps :]
+    def __init__(self, normal: np.ndarray) -> None:
+        self.scale = Standardizer().fit(pooled_stats(normal))
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self.scale(pooled_stats(self._tail(x)))
+        return self.scale(pooled_stats(x))
 
 
 def window_stats(normal: np.ndarray) -> WindowStatsFeatures:

@@ -101,7 +101,6 @@ class ProbeInputs:
         codes: CodeFeatures | None,
         stats: WindowStatsFeatures | None,
         detectors: DetectorScores | None,
-        last: WindowStatsFeatures | None = None,
     ) -> None:
         self.features = features
         parts = feature_parts(features)
@@ -113,14 +112,10 @@ class ProbeInputs:
         if "stats" in parts:
             assert stats is not None
             self.fns.append(stats)
-        if "last" in parts:
-            assert last is not None
-            self.fns.append(last)
         if self.detector_names:
             assert detectors is not None
             self.fns.append(detectors.columns(self.detector_names))
         self.codes, self.stats, self.detectors = codes, stats, detectors
-        self.last = last
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         return np.concatenate([f(x) for f in self.fns], axis=1)

@@ -404,14 +404,12 @@ class Probe:
 # -- the hand-off to `scjepa export` ---------------------------------------------------
 
 # What a probe reads: its parts joined by "+", in this order ("codes": the spec's
-# probe; "codes+stats"; "stats" is the raw-feature MLP; "last" the same statistics of
-# the window's last LAST_STEPS steps; the detectors are model/detectors.py's scores).
-# Parts that need the SC-JEPA model: SCJEPA_PARTS.
-PARTS = ("codes", "stats", "last", "knn", "pca", "surprise", "recon")
+# probe; "codes+stats"; "stats" is the raw-feature MLP; the detectors are
+# model/detectors.py's scores). Parts that need the SC-JEPA model: SCJEPA_PARTS.
+PARTS = ("codes", "stats", "knn", "pca", "surprise", "recon")
 SCJEPA_PARTS = ("codes", "surprise", "recon")
 DETECTOR_PARTS = ("knn", "pca", "surprise", "recon")
 N_STATS = 18  # model/stats.py's N_STATS (not imported: it would import torch)
-LAST_STEPS = 25  # "last": the window's last quarter (results-notes.md, 2026-12-02)
 ProbeFeatures = str
 
 
@@ -518,9 +516,6 @@ class SavedProbe:
     # checkpoint's architecture; None: the checkpoint's model, frozen
     encoder_state: dict[str, torch.Tensor] | None = None
     stats_scale: dict[str, list[float]] | None = None  # {"mean": [...], "std": [...]}
-    # with "last": the last steps' statistics' scaling and how many steps they read,
-    # {"mean": [...], "std": [...], "steps": 25}; None otherwise (and in older files)
-    last_scale: dict[str, Any] | None = None
     # model/detectors.py's constants (kNN bank, PCA basis, z-scaling), numpy arrays
     detectors: dict[str, Any] | None = None
     # the lowest threshold keeping this seed's validation false alarms within the
@@ -636,13 +631,6 @@ class SavedProbe:
             len(scale.get(k, [])) == N_STATS for k in ("mean", "std")
         ):
             return f"{self.features} without the {N_STATS} statistics' mean and std"
-        last = self.last_scale or {}
-        if "last" in parts and not (
-            all(len(last.get(k, [])) == N_STATS for k in ("mean", "std"))
-            and isinstance(last.get("steps"), int)
-            and last["steps"] >= 2
-        ):
-            return f"{self.features} without the last steps' statistics' scaling"
         dets = [p for p in parts if p in DETECTOR_PARTS]
         missing = missing_constants(dets, self.detectors or {}) if dets else None
         if missing == "constants":

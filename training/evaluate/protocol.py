@@ -75,7 +75,6 @@ from training.evaluate.metrics import (
 )
 from training.evaluate.parallel import jobs_for
 from training.evaluate.probe import (
-    LAST_STEPS,
     SCJEPA_PARTS,
     ProbeConfig,
     ProbeState,
@@ -1008,7 +1007,6 @@ def run(args: argparse.Namespace) -> int:
             # refits without SC-JEPA's inputs (what SC-JEPA contributes).
             codes = enc["SC-JEPA probe"]
             dets = DetectorScores(normal, folds[fold].train.x, codes)
-            last = WindowStatsFeatures(normal, LAST_STEPS)
             for name, features in (CANDIDATES | ABLATIONS).items():
                 if name in methods or name in (RAW_ROW, RAW_TREES_ROW, TUNED_ROW):
                     continue
@@ -1017,7 +1015,7 @@ def run(args: argparse.Namespace) -> int:
                 own = {"surprise", "recon"} & set(feature_parts(features))
                 if own and not codes.has_codes:  # the codebook-free ablation
                     continue
-                f = ProbeInputs(features, codes, stats, dets, last)
+                f = ProbeInputs(features, codes, stats, dets)
                 inputs.setdefault(fold, {})[name] = f
                 methods[name] = fit_feature_probe(f, probe_kind(name))
             if codes.has_codes:  # the detector probe's floor: the untrained model's
@@ -1209,10 +1207,6 @@ _TREE_CANDIDATES = {
     (RAW_TREES_ROW if n == RAW_ROW else f"{n} (trees)"): f
     for n, f in _MLP_CANDIDATES.items()
 }
-# The statistics of the window and of its last quarter, read by the trees: they can
-# tell an incident that is ending from one that is starting (results-notes.md,
-# 2026-12-02, thirty-fifth and thirty-seventh sessions). No SC-JEPA input.
-LAST_ROW = "raw-feature probe + last quarter (trees)"
 # SC-JEPA's encoder and codebook fine-tuned with an MLP head on the next window's
 # label, its features (code probabilities, max over channels, and the statistics) read
 # by the trees (training/evaluate/finetune.py); `scjepa export` serves the fine-tuned
@@ -1220,11 +1214,7 @@ LAST_ROW = "raw-feature probe + last quarter (trees)"
 # candidate; its refit without SC-JEPA is the statistics' trees (RAW_TREES_ROW).
 TUNED_ROW = "SC-JEPA fine-tuned + stats (trees)"
 TUNED_UNTRAINED_ROW = "SC-JEPA fine-tuned + stats, untrained model (trees)"
-CANDIDATES = (
-    _MLP_CANDIDATES
-    | _TREE_CANDIDATES
-    | {LAST_ROW: "stats+last", TUNED_ROW: "codes+stats"}
-)
+CANDIDATES = _MLP_CANDIDATES | _TREE_CANDIDATES | {TUNED_ROW: "codes+stats"}
 # Each candidate refitted without SC-JEPA's inputs (codes, surprise, recon), where
 # that leaves a probe that is not already a row ("codes+stats" -> "stats" is RAW_ROW).
 _TREE_ABLATIONS = {
@@ -1239,13 +1229,7 @@ ABLATIONS = {
 
 def probe_kind(name: str) -> str:
     """The probe a candidate or ablation row fits: "trees" or "mlp"."""
-    trees = {
-        LAST_ROW,
-        TUNED_ROW,
-        TUNED_UNTRAINED_ROW,
-        *_TREE_CANDIDATES,
-        *_TREE_ABLATIONS,
-    }
+    trees = {TUNED_ROW, TUNED_UNTRAINED_ROW, *_TREE_CANDIDATES, *_TREE_ABLATIONS}
     return "trees" if name in trees else "mlp"
 
 
@@ -1445,11 +1429,8 @@ def served_probe(
         if inputs is not None
         else ("codes" if stats is None else "codes+stats")
     )
-    last = None
     if inputs is not None:
         stats = inputs.stats if "stats" in feature_parts(features) else None
-    if isinstance(inputs, ProbeInputs) and "last" in feature_parts(features):
-        last = inputs.last
     detectors = (
         inputs.detectors.saved(inputs.detector_names)
         if inputs is not None and inputs.detectors is not None and inputs.detector_names
@@ -1477,13 +1458,6 @@ def served_probe(
         stats_scale=None
         if stats is None
         else {"mean": stats.scale.mean.tolist(), "std": stats.scale.std.tolist()},
-        last_scale=None
-        if last is None
-        else {
-            "mean": last.scale.mean.tolist(),
-            "std": last.scale.std.tolist(),
-            "steps": last.steps,
-        },
         detectors=detectors,
         metrics={
             "val": chosen.val,

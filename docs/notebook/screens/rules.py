@@ -19,10 +19,8 @@ session).
 
 Rules: the served one (warned rate, then PR AUC, each within one bootstrap SD of the
 best, then the fewest inputs), the same with the two keys swapped, PR AUC alone
-(within one SD, then the fewest inputs), and the best on either key alone. Run on
-every candidate of the run (MLP and trees), on the MLP ones (--no-tree-probes) and,
-where the run has it, on every candidate but the last quarter's trees (the eleven
-before the thirty-seventh session).
+(within one SD, then the fewest inputs), and the best on either key alone. Run on the
+ten default candidates (MLP and trees) and on the five MLP ones (--no-tree-probes).
 """
 
 import json
@@ -32,7 +30,6 @@ from pathlib import Path
 import numpy as np
 
 from training.data import load_dataset
-from training.evaluate.protocol import LAST_ROW
 from training.evaluate.select import (
     CVConfig,
     Keys,
@@ -114,11 +111,9 @@ def nested(name: str, results: Path, extra: dict[str, list[OutOfFold]] | None = 
     assert all(len(b) == k for b in blocks), [len(b) for b in blocks]
     every = list(oof)
     sets = {
-        "every candidate": ten,
-        "the MLPs": [n for n in ten if not n.endswith("(trees)")],
+        "ten (with trees)": ten,
+        "five (MLP)": [n for n in ten if not n.endswith("(trees)")],
     }
-    if LAST_ROW in ten:
-        sets["every candidate but the last quarter"] = [n for n in ten if n != LAST_ROW]
     if extra:
         sets[f"ten + {len(extra)}"] = ten + list(extra)
     if ENSEMBLES:

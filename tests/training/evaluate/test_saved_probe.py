@@ -120,14 +120,6 @@ def test_missing_unreadable_or_foreign_files(
         ({"features": "codes+stats"}, "without the 18 statistics' mean and std"),
         ({"features": "raw"}, "unknown features 'raw'"),
         ({"features": "stats+codes"}, "out of order"),
-        ({"features": "codes+last"}, "without the last steps' statistics' scaling"),
-        (
-            {
-                "features": "codes+last",
-                "last_scale": {"mean": [0.0] * 18, "std": [1.0] * 18},
-            },
-            "without the last steps' statistics' scaling",
-        ),
         ({"features": "codes+knn"}, "without its detectors' constants"),
         (
             {"features": "codes+knn", "detectors": {"scale_mean": [0.0, 1.0]}},
