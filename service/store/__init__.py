@@ -135,7 +135,6 @@ class Summary:
     """Over the live streams (not idle longer than the TTL), whatever replica fed them."""
 
     streams: int
-    in_alert: int  # latest risk >= threshold
     max_risk: float  # 0.0 when nothing was scored yet
     # (tenant, stream, latest risk) of the ``top`` streams of highest latest risk,
     # highest first (ties: the later tenant/stream name first, as Redis orders them)
@@ -143,8 +142,13 @@ class Summary:
     # the same for their recent novelty (:func:`recent_novelty`): the ``top`` streams
     # least like the training data (none scored by a model with the monitor: empty)
     top_novelty: Ranked = ()
-    # in_alert by tenant: (tenant, streams in alert), tenants with none left out
+    # (tenant, streams whose latest risk >= threshold), tenants with none left out
     in_alert_by_tenant: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def in_alert(self) -> int:
+        """Streams whose latest risk is at or above the threshold."""
+        return sum(n for _, n in self.in_alert_by_tenant)
 
 
 @dataclass(frozen=True)

@@ -355,7 +355,6 @@ class MemoryStore(Store):
         hot = Counter(x[2] for x in latest if x[0] >= threshold)
         return Summary(
             len(self._streams),
-            hot.total(),
             max((x[0] for x in latest), default=0.0),
             _ranked(latest, top),
             _ranked(novel, top),

@@ -494,7 +494,7 @@ end
 local counts = {{}}
 for _, t in ipairs(tenants) do counts[#counts + 1] = t; counts[#counts + 1] = by[t] end
 local last = tonumber(ARGV[3]) - 1
-return {{n, #hot, redis.call('ZREVRANGE', KEYS[2], 0, last, 'WITHSCORES'),
+return {{n, redis.call('ZREVRANGE', KEYS[2], 0, last, 'WITHSCORES'),
         redis.call('ZREVRANGE', KEYS[3], 0, last, 'WITHSCORES'), counts}}
 """
 
@@ -1126,13 +1126,12 @@ class RedisStore(Store):
         keys = [self._global(k) for k in NOTED]
         # one range read serves both max_risk (its first) and the top streams
         args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1)]
-        n, alert, risks, novelties, by = await self._call(
+        n, risks, novelties, by = await self._call(
             "summary", self._summary(keys=keys, args=args)
         )
         best = _ranked(risks)
         return Summary(
             int(n),
-            int(alert),
             best[0][2] if best else 0.0,
             best[:top],
             _ranked(novelties)[:top],

@@ -564,10 +564,9 @@ def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
 
     assert asyncio.run(main()) == [
         [[True]],
-        Summary(1, 0, 0.0, (), ()),
+        Summary(1, 0.0, (), ()),
         [[True]],
         Summary(
-            1,
             1,
             0.7,
             (("t", "q", 0.7),),
