@@ -13,14 +13,17 @@ fitted with block j among their training blocks, so block j's labels touch the c
 a little; the risks scored on block j never saw it.
 
 With --ensembles, two more candidates built from the same out-of-fold risks (no refit):
-the mean of the ten candidates' risks and the mean of the five trees' (seed by seed),
-and a third candidate set, the ten and these two (results-notes.md, 2026-11-27, seventh
+the mean of the candidates' risks and the mean of the trees' (seed by seed), and a
+third candidate set, every candidate and these two (results-notes.md, 2026-11-27, seventh
 session).
 
 Rules: the served one (warned rate, then PR AUC, each within one bootstrap SD of the
-best, then the fewest inputs), the same with the two keys swapped, PR AUC alone
-(within one SD, then the fewest inputs), and the best on either key alone. Run on the
-ten default candidates (MLP and trees) and on the five MLP ones (--no-tree-probes).
+best, then the fewest inputs), two other last steps for it (the most warned of the
+kept; the fine-tuned trees where kept: results-notes.md, 2026-12-03), the same with
+the two keys swapped, PR AUC alone (within one SD, then the fewest inputs), and the
+best on either key alone. Run on every candidate of the run (MLP and trees) and on
+the MLP ones (--no-tree-probes). --leave-out NAME (repeatable) drops a candidate of
+the run, as if it had not been offered.
 """
 
 import json
@@ -30,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from training.data import load_dataset
+from training.evaluate.protocol import TUNED_ROW
 from training.evaluate.select import (
     CVConfig,
     Keys,
@@ -41,8 +45,9 @@ from training.evaluate.select import (
 )
 from training.evaluate.warning import EventConfig
 
-ALL_TEN, FIVE_TREES = "mean of the ten", "mean of the five trees"
+ALL_TEN, FIVE_TREES = "mean of every candidate", "mean of the trees"
 ENSEMBLES = False  # --ensembles
+LEFT_OUT: list[str] = []  # --leave-out NAME
 
 
 def mean_of(oof: dict[str, list[OutOfFold]], names: list[str]) -> list[OutOfFold]:
@@ -73,6 +78,10 @@ def rules(keys: Keys, names: list[str]) -> dict[str, str]:
     t2, _ = one_se(w, w_r, t1)
     return {
         "served: warned, then PR AUC, fewest inputs": fewest(s2, keys, names),
+        "warned, then PR AUC, the most warned": max(s2, key=lambda n: (w[n], p[n])),
+        "warned, then PR AUC, the fine-tuned trees": (
+            TUNED_ROW if TUNED_ROW in s2 else fewest(s2, keys, names)
+        ),
         "PR AUC, then warned, fewest inputs": fewest(t2, keys, names),
         "PR AUC, fewest inputs": fewest(t1, keys, names),
         "best warned": max(names, key=lambda n: (w[n], p[n])),
@@ -100,6 +109,8 @@ def nested(name: str, results: Path, extra: dict[str, list[OutOfFold]] | None = 
     )
     lookback, stride = ev.lookback, ev.stride
     oof = read_out_of_fold(results / "cv_scores.npz")
+    for n in LEFT_OUT:
+        oof.pop(n)
     n_folds = len(next(iter(oof.values())))
     ten = list(oof)
     oof.update(extra or {})
@@ -111,13 +122,13 @@ def nested(name: str, results: Path, extra: dict[str, list[OutOfFold]] | None = 
     assert all(len(b) == k for b in blocks), [len(b) for b in blocks]
     every = list(oof)
     sets = {
-        "ten (with trees)": ten,
-        "five (MLP)": [n for n in ten if not n.endswith("(trees)")],
+        "every candidate": ten,
+        "the MLPs": [n for n in ten if not n.endswith("(trees)")],
     }
     if extra:
-        sets[f"ten + {len(extra)}"] = ten + list(extra)
+        sets[f"every candidate + {len(extra)}"] = ten + list(extra)
     if ENSEMBLES:
-        sets["twelve (the ten and two means)"] = every
+        sets["every candidate and the two means"] = every
     out = {}
     for j in range(k):
         rest = [i for i in range(k) if i != j]
@@ -178,4 +189,8 @@ if __name__ == "__main__":
     if "--ensembles" in args:
         ENSEMBLES = True
         args.remove("--ensembles")
+    while "--leave-out" in args:
+        i = args.index("--leave-out")
+        LEFT_OUT.append(args[i + 1])
+        del args[i : i + 2]
     main(args)
