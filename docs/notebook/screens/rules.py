@@ -45,7 +45,7 @@ from training.evaluate.select import (
 )
 from training.evaluate.warning import EventConfig
 
-ALL_TEN, FIVE_TREES = "mean of every candidate", "mean of the trees"
+MEAN_ALL, MEAN_TREES = "mean of every candidate", "mean of the trees"
 ENSEMBLES = False  # --ensembles
 LEFT_OUT: list[str] = []  # --leave-out NAME
 
@@ -101,7 +101,7 @@ def subset(oof: dict[str, list[OutOfFold]], names: list[str], js: list[int]):
 
 def nested(name: str, results: Path, extra: dict[str, list[OutOfFold]] | None = None):
     """``extra``: more candidates' out-of-fold risks (every fold), offered beside the
-    ten as one more candidate set."""
+    run's as one more candidate set."""
     ds = load_dataset(name)
     # the run's own event settings (Daphnet: a window every 16 steps, look-back 128)
     ev = EventConfig(
@@ -109,24 +109,26 @@ def nested(name: str, results: Path, extra: dict[str, list[OutOfFold]] | None = 
     )
     lookback, stride = ev.lookback, ev.stride
     oof = read_out_of_fold(results / "cv_scores.npz")
+    if missing := [n for n in LEFT_OUT if n not in oof]:
+        sys.exit(f"{results / 'cv_scores.npz'}: no candidate {missing} to leave out")
     for n in LEFT_OUT:
-        oof.pop(n)
+        del oof[n]
     n_folds = len(next(iter(oof.values())))
-    ten = list(oof)
+    offered = list(oof)
     oof.update(extra or {})
     if ENSEMBLES:
-        oof[ALL_TEN] = mean_of(oof, ten)
-        oof[FIVE_TREES] = mean_of(oof, [n for n in ten if n.endswith("(trees)")])
+        oof[MEAN_ALL] = mean_of(oof, offered)
+        oof[MEAN_TREES] = mean_of(oof, [n for n in offered if n.endswith("(trees)")])
     blocks = [cv_blocks(ds, f, 4, stride) for f in range(n_folds)]
     k = len(blocks[0])
     assert all(len(b) == k for b in blocks), [len(b) for b in blocks]
     every = list(oof)
     sets = {
-        "every candidate": ten,
-        "the MLPs": [n for n in ten if not n.endswith("(trees)")],
+        "every candidate": offered,
+        "the MLPs": [n for n in offered if not n.endswith("(trees)")],
     }
     if extra:
-        sets[f"every candidate + {len(extra)}"] = ten + list(extra)
+        sets[f"every candidate + {len(extra)}"] = offered + list(extra)
     if ENSEMBLES:
         sets["every candidate and the two means"] = every
     out = {}
