@@ -969,6 +969,14 @@ def run(args: argparse.Namespace) -> int:
             f"is {which} (eval_metrics.fold)",
             file=sys.stderr,
         )
+    elif held := probe.metrics.get("entities"):  # split in time within each entity
+        print(
+            f"note: {probe.dataset} is split in time within each entity; this model "
+            f"was fitted on the earlier stretches of {len(held['fitted_on'])} entities "
+            f"and tested on the latest of {len(held['tested_on'])} of them: its "
+            "figures are of these entities, not of new ones (eval_metrics.entities)",
+            file=sys.stderr,
+        )
     own = served_hop(m.eval_metrics["threshold"], m.window)
     if m.hop != own:
         print(

@@ -13,7 +13,7 @@ import torch
 from model.export import OUTPUTS, ServedModel
 from service.manifest import ArtifactError, load_manifest
 from training.cli import main
-from training.data import WINDOW
+from training.data import WINDOW, load_dataset
 from training.errors import UserError
 from training.evaluate.probe import SavedProbe
 from training.export import NOVELTY_TOLERANCE, build_served
@@ -132,6 +132,17 @@ def test_manifest_records_the_model(artifact: dict[str, Path]) -> None:
     assert m.window == m.model_cfg["seq_len"] == WINDOW and m.hop == 5
     assert m.eval_metrics["onnx_parity"]["random_b64"]["risk_max_abs"] < 1e-4
     assert m.training_data_fingerprint != "unknown" and len(m.onnx_sha256) == 64
+    # split in time within each entity: the manifest names the entities whose earlier
+    # stretches were fitted and whose latest were tested (its figures are of them)
+    names = [e.name for e in load_dataset("synthetic").entities]
+    assert len(names) > 1
+    assert m.eval_metrics["entities"] == {
+        "split": "time",
+        "fitted_on": names,
+        "validated_on": names,
+        "tested_on": names,
+    }
+    assert "fold" not in m.eval_metrics
     # the input-drift monitor, fitted by evaluate on the normal train series
     assert m.novelty is not None and probe.novelty is not None
     assert m.novelty.model_dump() == {
@@ -951,7 +962,7 @@ def test_parity_catches_a_graph_unlike_pytorch(tmp_path: Path) -> None:
 
 
 def test_served_codes_plus_stats_probe(
-    artifact: dict[str, Path], tmp_path: Path
+    artifact: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`scjepa evaluate` also saves probe-stats.pt; export serves it with the statistics
     computed inside the graph (parity with PyTorch), and unlike the codes-only graph,
@@ -968,6 +979,13 @@ def test_served_codes_plus_stats_probe(
         str(stats_probe),
     ]
     assert main([*args, "--out", str(out), "--dataset", "synthetic"]) == 0
+    # the operator is told the figures are of the entities fitted on
+    n = len(load_dataset("synthetic").entities)
+    assert (
+        f"synthetic is split in time within each entity; this model was fitted on "
+        f"the earlier stretches of {n} entities and tested on the latest of {n} of "
+        "them: its figures are of these entities, not of new ones"
+    ) in " ".join(capsys.readouterr().err.split())
     m = load_manifest(out)
     assert m.probe_features == "codes+stats"
     assert load_manifest(artifact["dir"]).probe_features == "codes"
