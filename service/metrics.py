@@ -158,6 +158,12 @@ TENANT_IN_ALERT = Gauge(
     "Store-wide: aggregate with max.",
     ["tenant"],
 )
+TENANT_MAX_RISK = Gauge(
+    "scjepa_tenant_max_risk",
+    "Highest latest risk over the live streams of each tenant the keys name (0 when "
+    "none was scored). Store-wide: aggregate with max.",
+    ["tenant"],
+)
 STREAM_QUOTA = Gauge(
     "scjepa_stream_quota",
     "Live streams a tenant may have (SCJEPA_MAX_STREAMS_PER_TENANT): past it, a new "
@@ -276,17 +282,22 @@ def set_summary(
 
 
 def set_tenant_streams(
-    tenants: list[str], live: list[int], quota: int, in_alert: Mapping[str, int]
+    tenants: list[str],
+    live: list[int],
+    quota: int,
+    in_alert: Mapping[str, int],
+    max_risk: Mapping[str, float],
 ) -> None:
-    """The tenants' live streams against the quota, and their streams in alert; the
-    series sets are exactly the tenants the keys name now (a tenant removed from them
-    is gone from the next scrape)."""
+    """The tenants' live streams against the quota, their streams in alert and their
+    highest latest risk; the series sets are exactly the tenants the keys name now (a
+    tenant removed from them is gone from the next scrape)."""
     STREAM_QUOTA.set(quota)
-    TENANT_STREAMS.clear()
-    TENANT_IN_ALERT.clear()
+    for gauge in (TENANT_STREAMS, TENANT_IN_ALERT, TENANT_MAX_RISK):
+        gauge.clear()
     for tenant, n in zip(tenants, live, strict=True):
         TENANT_STREAMS.labels(tenant).set(n)
         TENANT_IN_ALERT.labels(tenant).set(in_alert.get(tenant, 0))
+        TENANT_MAX_RISK.labels(tenant).set(max_risk.get(tenant, 0.0))
 
 
 def set_queue(stats: QueueStats) -> None:

@@ -93,23 +93,23 @@ async def prometheus(request: Request) -> Response:
     The streams of highest recent novelty only for a model with the input-drift
     monitor (one reloaded without it leaves recent novelties of the previous model).
     Each tenant's live streams against the stream quota (one read per tenant the keys
-    name) and its streams in alert."""
+    name), its streams in alert and its highest latest risk."""
     state = request.app.state
     store = getattr(state, "store", None)
     slot = getattr(state, "slot", None)
     if store is not None and slot is not None:
         try:
             manifest = slot.current.manifest
-            s = await store.summary(manifest.threshold, _top(state))
+            door = getattr(state, "door", None)
+            tenants = door.keys.table.tenants if door is not None else []
+            s = await store.summary(manifest.threshold, _top(state), tenants)
             drift = s.top_novelty if manifest.novelty is not None else ()
             metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top, drift)
-            door = getattr(state, "door", None)
             if door is not None:
-                tenants = door.keys.table.tenants
                 live = await store.tenant_streams(tenants)
                 quota = state.settings.max_streams_per_tenant
-                by = dict(s.in_alert_by_tenant)
-                metrics.set_tenant_streams(tenants, live, quota, by)
+                by, high = dict(s.in_alert_by_tenant), dict(s.max_risk_by_tenant)
+                metrics.set_tenant_streams(tenants, live, quota, by, high)
             if getattr(state, "worker", None) is None:
                 metrics.set_queue(await store.queue_stats())
         except StoreUnavailable:

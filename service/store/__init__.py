@@ -144,6 +144,9 @@ class Summary:
     top_novelty: Ranked = ()
     # (tenant, streams whose latest risk >= threshold), tenants with none left out
     in_alert_by_tenant: tuple[tuple[str, int], ...] = ()
+    # (tenant, highest latest risk of its streams; 0.0 when none was scored) of each
+    # tenant asked for, in the order asked
+    max_risk_by_tenant: tuple[tuple[str, float], ...] = ()
 
     @property
     def in_alert(self) -> int:
@@ -413,11 +416,14 @@ class Store(ABC):
         first ``limit`` after ``after`` (a page; cost bounded by ``limit``)."""
 
     @abstractmethod
-    async def summary(self, threshold: float, top: int = 0) -> Summary:
+    async def summary(
+        self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
+    ) -> Summary:
         """Counts for the gauges, over every tenant: live streams, streams in alert
-        (in all and by tenant), highest latest risk, and the ``top`` streams of highest
-        latest risk and of highest recent novelty (cost independent of the number of
-        streams: bounded by ``top`` and the streams in alert)."""
+        (in all and by tenant), highest latest risk (in all and of each of
+        ``tenants``), and the ``top`` streams of highest latest risk and of highest
+        recent novelty (cost independent of the number of streams: bounded by
+        ``top``, the streams in alert and ``tenants``)."""
 
     @abstractmethod
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

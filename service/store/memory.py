@@ -341,7 +341,9 @@ class MemoryStore(Store):
         live = (n for n in names[i:] if self._get((tenant, n)))
         return list(itertools.islice(live, limit))
 
-    async def summary(self, threshold: float, top: int = 0) -> Summary:
+    async def summary(
+        self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
+    ) -> Summary:
         """One pass over the streams (the Redis store reads its indexes instead: this
         store's scrape grows with its streams)."""
         self._expire()
@@ -353,12 +355,16 @@ class MemoryStore(Store):
             if s.novelty is not None:
                 novel.append((s.novelty, f"{tenant}/{stream}", tenant, stream))
         hot = Counter(x[2] for x in latest if x[0] >= threshold)
+        highest: dict[str, float] = {}
+        for risk, _, tenant, _ in latest:
+            highest[tenant] = max(risk, highest.get(tenant, 0.0))
         return Summary(
             len(self._streams),
             max((x[0] for x in latest), default=0.0),
             _ranked(latest, top),
             _ranked(novel, top),
             tuple(sorted(hot.items())),
+            tuple((t, highest.get(t, 0.0)) for t in tenants),
         )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

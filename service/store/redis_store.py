@@ -80,6 +80,8 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{global}:streams        zset tenant/stream -> last ingest time (the gauges)
 #   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges; noted
 #                                  only for a stream in :streams, see NOTE_LATEST)
+#   scjepa:{global}:latest:acme    the same of one tenant's streams (its highest risk:
+#                                  written with :latest by NOTE_LATEST, read by SUMMARY)
 #   scjepa:{global}:novelty        zset tenant/stream -> recent novelty (the same)
 #   scjepa:{global}:latest_at      hash tenant/stream -> when the noted value was
 #   scjepa:{global}:novelty_at     written (Redis TIME in µs, from PUT): a note older
@@ -378,20 +380,25 @@ return {st[1] or false, st[2] or false, redis.call('LLEN', KEYS[2]), rec[1] or f
 # other order than they wrote, which left the earlier write's figure. Notes the
 # streams still registered only: a stream deleted between its record and this
 # (DELETE's ZREMs) is not noted back, where no idle expiry (by :streams) would find it.
+# The latest risk also goes to its tenant's index ({global}:latest:TENANT, named from
+# {global}:latest and the member's tenant: undeclared, but in the declared keys' slot).
 NOTE_LATEST = """
 local at, n = 1, (#KEYS - 1) / 2
 for k = 2, n + 1 do
   local stop = at + 3 * tonumber(ARGV[at])
   for i = at + 1, stop, 3 do
     local member = ARGV[i + 2]
+    local own = k == 2 and KEYS[2] .. ':' .. string.match(member, '^[^/]*')
     local seen = tonumber(redis.call('HGET', KEYS[k + n], member) or '')
     if seen and seen > tonumber(ARGV[i]) then  -- a later write's figure is there
     elseif ARGV[i + 1] == '' then
       redis.call('ZREM', KEYS[k], member)
       redis.call('HDEL', KEYS[k + n], member)
+      if own then redis.call('ZREM', own, member) end
     elseif redis.call('ZSCORE', KEYS[1], member) then
       redis.call('ZADD', KEYS[k], ARGV[i + 1], member)
       redis.call('HSET', KEYS[k + n], member, ARGV[i])
+      if own then redis.call('ZADD', own, ARGV[i + 1], member) end
     end
   end
   at = stop + 1
@@ -459,19 +466,35 @@ return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
 """
 
 SWEEP = 8  # members of each time hash checked per scrape (SUMMARY)
+MENDS = 64  # entries of a tenant's index set right per scrape, at most (SUMMARY)
 
 # KEYS: {global}:streams, {global}:latest, {global}:novelty, {global}:latest_at,
-# {global}:novelty_at. ARGV: cutoff, threshold, top (>= 1). Forgets a batch of idle
-# streams, then counts with range queries: O(log N + top + streams in alert) per
-# scrape, not O(N) (those in alert are read to count them by tenant).
-# Sweeps a few members of the two time hashes at random, dropping those no longer
-# registered: a release before the hashes expires idle streams without them (during
-# a roll-out), which would leave theirs for good. Returns the count, those in alert,
-# the top members with their risks and with their recent novelty, and tenant, count
-# pairs of the streams in alert.
+# {global}:novelty_at. ARGV: cutoff, threshold, top (>= 1), then tenants. Forgets a
+# batch of idle streams (from their tenants' indexes too), then counts with range
+# queries: O(log N + top + streams in alert + tenants) per scrape, not O(N) (those in
+# alert are read to count them by tenant). Sweeps a few members of the two time hashes
+# at random, dropping those no longer registered: a release before the hashes expires
+# idle streams without them (during a roll-out), which would leave theirs for good.
+# For the same reason each tenant's index asked for is swept alike, and its highest
+# risk checked against :streams and :latest before it is returned: an entry of a
+# stream gone is dropped and one another release left behind :latest is set to it,
+# up to MENDS a tenant. Returns the count, the top members with their risks and with
+# their recent novelty, tenant, count pairs of the streams in alert, and each
+# tenant's highest latest risk ('0': none scored).
 SUMMARY = f"""
 local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, {10 * EXPIRE_BATCH})
 if #old > 0 then
+  local own = {{}}
+  for _, m in ipairs(old) do
+    local key = KEYS[2] .. ':' .. string.match(m, '^[^/]*')
+    if not own[key] then own[key] = {{}} end
+    table.insert(own[key], m)
+  end
+  for key, ms in pairs(own) do
+    for s = 1, #ms, 1000 do
+      redis.call('ZREM', key, unpack(ms, s, math.min(s + 999, #ms)))
+    end
+  end
   for s = 1, #old, 1000 do
     local part = {{unpack(old, s, math.min(s + 999, #old))}}
     for k = 1, 3 do redis.call('ZREM', KEYS[k], unpack(part)) end
@@ -493,9 +516,29 @@ for _, m in ipairs(hot) do
 end
 local counts = {{}}
 for _, t in ipairs(tenants) do counts[#counts + 1] = t; counts[#counts + 1] = by[t] end
+local highest = {{}}
+for i = 4, #ARGV do
+  local key, best = KEYS[2] .. ':' .. ARGV[i], nil
+  for _, m in ipairs(redis.call('ZRANDMEMBER', key, {SWEEP})) do
+    local live = tonumber(redis.call('ZSCORE', KEYS[1], m) or '')
+    if not live or live <= tonumber(ARGV[1]) then redis.call('ZREM', key, m) end
+  end
+  for _ = 1, {MENDS} do
+    local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
+    if #top == 0 then best = '0'; break end
+    local live = tonumber(redis.call('ZSCORE', KEYS[1], top[1]) or '')
+    local now = redis.call('ZSCORE', KEYS[2], top[1])
+    if not live or live <= tonumber(ARGV[1]) or not now then
+      redis.call('ZREM', key, top[1])
+    elseif tonumber(now) ~= tonumber(top[2]) then
+      redis.call('ZADD', key, now, top[1])
+    else best = top[2]; break end
+  end
+  highest[#highest + 1] = best or redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')[2] or '0'
+end
 local last = tonumber(ARGV[3]) - 1
 return {{n, redis.call('ZREVRANGE', KEYS[2], 0, last, 'WITHSCORES'),
-        redis.call('ZREVRANGE', KEYS[3], 0, last, 'WITHSCORES'), counts}}
+        redis.call('ZREVRANGE', KEYS[3], 0, last, 'WITHSCORES'), counts, highest}}
 """
 
 # KEYS: the bucket. ARGV: period and burst in microseconds. GCRA on Redis's clock (one
@@ -708,6 +751,11 @@ class RedisStore(Store):
 
     def _global(self, what: str) -> str:
         return f"{self.prefix}:{{global}}:{what}"  # one slot, so one script reads both
+
+    def _tenant_latest(self, tenant: str) -> str:
+        """The tenant's own index of latest risks, in {global}'s slot: the scripts
+        that write and read :latest name it from that key and the member's tenant."""
+        return f"{self._global('latest')}:{tenant}"
 
     async def _call(self, op: str, coro: Awaitable[T], *, scripts: bool = False) -> T:
         """One store operation, answered or failed within twice ``timeout_s``: up to
@@ -987,6 +1035,7 @@ class RedisStore(Store):
         pipe.zrem(self._tenant(tenant, "touched"), stream)
         pipe.zrem(self._global("streams"), member)
         pipe.zrem(self._global("latest"), member)
+        pipe.zrem(self._tenant_latest(tenant), member)
         pipe.zrem(self._global("novelty"), member)
         pipe.hdel(self._global("latest_at"), member)
         pipe.hdel(self._global("novelty_at"), member)
@@ -1122,11 +1171,13 @@ class RedisStore(Store):
         names = await self._call("streams", self._list(keys=keys, args=args))
         return [cast(bytes, n).decode() for n in names]
 
-    async def summary(self, threshold: float, top: int = 0) -> Summary:
+    async def summary(
+        self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
+    ) -> Summary:
         keys = [self._global(k) for k in NOTED]
         # one range read serves both max_risk (its first) and the top streams
-        args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1)]
-        n, risks, novelties, by = await self._call(
+        args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1), *tenants]
+        n, risks, novelties, by, highest = await self._call(
             "summary", self._summary(keys=keys, args=args)
         )
         best = _ranked(risks)
@@ -1136,6 +1187,7 @@ class RedisStore(Store):
             best[:top],
             _ranked(novelties)[:top],
             tuple(sorted((t.decode(), int(c)) for t, c in _pairs(by))),
+            tuple(zip(tenants, map(float, highest), strict=True)),
         )
 
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

@@ -240,6 +240,7 @@ def test_dashboard_shows_what_operators_need() -> None:
         "scjepa_alert_posts",  # stream alerts reaching Alertmanager
         "scjepa_streams_in_alert",
         "scjepa_tenant_streams_in_alert",  # whose streams are in alert
+        "scjepa_tenant_max_risk",  # how near each tenant is to paging
         "scjepa_max_risk",
         "scjepa_top_stream_risk",  # which streams are at risk
         "scjepa_alert_threshold",  # drawn against max risk

@@ -1003,6 +1003,8 @@ def test_prometheus_scrapes_the_api_and_the_scorers(stack: Stack) -> None:
         assert scalar(stack.prom, "max(scjepa_streams_in_alert)") == len(STREAMS)
         by_tenant = "sum(max by (tenant) (scjepa_tenant_streams_in_alert))"
         assert scalar(stack.prom, by_tenant) == len(STREAMS)
+        highest = "max(max by (tenant) (scjepa_tenant_max_risk))"
+        assert scalar(stack.prom, highest) == scalar(stack.prom, "max(scjepa_max_risk)")
         targets = get(f"{stack.prom}/api/v1/targets")["data"]["activeTargets"]
         for job, services in (("scjepa-api", ["api"]), ("scjepa-scorer", SCORERS)):
             found = [t for t in targets if t["labels"]["job"] == job]

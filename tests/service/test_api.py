@@ -414,6 +414,7 @@ def test_redis_keys_hash_tag_trim_and_ttl(
     tagged = [f"{tag}:default/pump-7:{k}" for k in ("risk", "rows", "seen", "state")]
     tenant = [f"{p}:{{default}}:{k}" for k in ("names", "touched")]
     shared = [f"{p}:{{global}}:{k}" for k in ("latest", "latest_at", "streams")]
+    shared.append(f"{p}:{{global}}:latest:default")  # the tenant's own latest risks
     work = [f"{p}:{{p{i}}}:work" for i in range(16)]  # the work queue's partitions
     assert keys == sorted([*shared, *tenant, *tagged, *work])
     assert r.llen(f"{tag}:default/pump-7:rows") == 100  # trimmed to the window

@@ -352,24 +352,35 @@ def test_stream_quota_per_tenant(make_client: ClientFactory, tmp_path: Path) -> 
     assert 'scjepa_tenant_streams{tenant="acme"} 2.0' in text
 
 
-def test_streams_in_alert_by_tenant(
+def test_streams_in_alert_and_highest_risk_by_tenant(
     make_client: ClientFactory, tmp_path: Path, sharp: Path
 ) -> None:
-    """Each tenant the keys name has its streams in alert on /metrics, 0 for none,
-    beside the store-wide count; a deleted stream leaves its tenant's count."""
-    client = keyed(make_client, tmp_path, artifact=sharp, rate_limit_rps=0)
+    """Each tenant the keys name has its streams in alert (0 for none) and its
+    highest latest risk on /metrics, beside the store-wide figures; a deleted stream
+    leaves its tenant's; a tenant with no stream scored reads 0."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text(
+        key_line("acme", A) + key_line("globex", B) + key_line("initech", "key-i-0")
+    )
+    client = make_client(artifact=sharp, api_keys_file=keys, rate_limit_rps=0)
     hot, calm = np.full((100, 4), 50.0), np.zeros((100, 4))
-    for stream, x, key in (("a1", hot, HA), ("a2", hot, HA), ("a3", calm, HA),
+    warm = np.full((100, 4), 1.0)
+    risk = {}
+    for stream, x, key in (("a1", hot, HA), ("a2", hot, HA), ("a3", warm, HA),
                            ("b1", calm, HB)):  # fmt: skip
         r = client.post("/ingest?wait=20", json=body(stream, x), headers=key)
-        assert r.json()["results"][0]["alert"] == (x is hot), stream
+        (res,) = r.json()["results"]
+        assert res["alert"] == (x is hot), stream
+        risk[stream] = res["risk"]
+    assert risk["a1"] > risk["a3"] > risk["b1"]  # three distinct figures to tell apart
 
     def gauges() -> dict[str, float]:
         text = client.get("/metrics").text
         return {
             name: float(v)
             for name, v in re.findall(
-                r"^(scjepa_(?:tenant_)?streams_in_alert(?:\{tenant=\"\w+\"\})?) (\S+)$",
+                r"^(scjepa_(?:tenant_)?(?:streams_in_alert|max_risk)"
+                r"(?:\{tenant=\"\w+\"\})?) (\S+)$",
                 text,
                 re.M,
             )
@@ -379,12 +390,25 @@ def test_streams_in_alert_by_tenant(
         "scjepa_streams_in_alert": 2.0,
         'scjepa_tenant_streams_in_alert{tenant="acme"}': 2.0,
         'scjepa_tenant_streams_in_alert{tenant="globex"}': 0.0,
+        'scjepa_tenant_streams_in_alert{tenant="initech"}': 0.0,
+        "scjepa_max_risk": pytest.approx(risk["a1"]),
+        'scjepa_tenant_max_risk{tenant="acme"}': pytest.approx(risk["a1"]),
+        'scjepa_tenant_max_risk{tenant="globex"}': pytest.approx(risk["b1"]),
+        'scjepa_tenant_max_risk{tenant="initech"}': 0.0,
     }
     wait_until(lambda: gauges() == want)
     assert client.delete("/streams/a1", headers=HA).status_code == 204
     want = want | {
         "scjepa_streams_in_alert": 1.0,
         'scjepa_tenant_streams_in_alert{tenant="acme"}': 1.0,
+    }
+    assert gauges() == want
+    assert client.delete("/streams/a2", headers=HA).status_code == 204
+    want = want | {
+        "scjepa_streams_in_alert": 0.0,
+        'scjepa_tenant_streams_in_alert{tenant="acme"}': 0.0,
+        "scjepa_max_risk": pytest.approx(risk["a3"]),
+        'scjepa_tenant_max_risk{tenant="acme"}': pytest.approx(risk["a3"]),
     }
     assert gauges() == want
 

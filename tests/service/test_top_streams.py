@@ -19,6 +19,7 @@ from test_store_units import fresh_store
 
 from service.config import Settings
 from service.store import NOVELTY_SPAN, Store, recent_novelty
+from service.store.redis_store import RedisStore
 
 T0 = 1_700_000_000.0
 KEYS = {"acme": "k-acme", "beta": "k-beta"}
@@ -372,3 +373,54 @@ def test_a_scrape_sweeps_the_times_of_streams_gone(store_url: str | None) -> Non
 
     before, after = asyncio.run(main())
     assert before == {b"t/a", b"t/gone", b"u/gone"} and after == {b"t/a"}
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_each_tenants_highest_risk_and_its_index(store_url: str | None) -> None:
+    """Each tenant's highest latest risk comes from its own index of latest risks
+    ({global}:latest:TENANT), written with the store-wide one: an entry another
+    release left there (a stream gone, or a risk it noted in the store-wide index
+    only) is set right by the scrape that meets it at the top, or swept (a few at
+    random each scrape), and an idle stream leaves the tenant's index with the
+    store-wide ones."""
+
+    async def main() -> list[object]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        assert isinstance(store, RedisStore)
+        own = store._tenant_latest("t")
+        out: list[object] = []
+
+        async def scrape() -> None:
+            s = await store.summary(0.5, 0, ["t", "u", "v"])
+            out.append(s.max_risk_by_tenant)
+            out.append(await store.client.zrange(own, 0, -1, withscores=True))
+
+        try:
+            await store.ensure_groups()
+            risks = {("t", "a"): 0.9, ("t", "b"): 0.4, ("u", "c"): 0.7}
+            for tenant, stream in risks:
+                await windows_of(store, tenant, stream, 10)
+            items = await store.read_work("c", 10, 0)
+            await store.put_scored([
+                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
+                for it in items
+            ])  # fmt: skip
+            await scrape()
+            # as an older release leaves them: a stream gone, a newer risk noted in
+            # the store-wide index only
+            await store.client.zadd(own, {"t/gone": 0.99, "t/low": 0.01})
+            await store.client.zadd(store._global("latest"), {"t/a": 0.3})
+            await scrape()
+            # t/a idle past the TTL (not the tenant's highest): the scrape's expiry
+            # forgets it
+            await store.client.zadd(store._global("streams"), {"t/a": 1.0})
+            await scrape()
+            return out
+        finally:
+            await store.close()
+
+    assert asyncio.run(main()) == [
+        (("t", 0.9), ("u", 0.7), ("v", 0.0)), [(b"t/b", 0.4), (b"t/a", 0.9)],
+        (("t", 0.4), ("u", 0.7), ("v", 0.0)), [(b"t/a", 0.3), (b"t/b", 0.4)],
+        (("t", 0.4), ("u", 0.7), ("v", 0.0)), [(b"t/b", 0.4)],
+    ]  # fmt: skip
