@@ -13,6 +13,8 @@ import socket
 import statistics
 import subprocess
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import redis
 
@@ -50,7 +52,8 @@ async def main(port: int) -> None:
     await store.close()
 
 
-if __name__ == "__main__":
+def on_redis(bench: Callable[[int], Coroutine[Any, Any, None]]) -> None:
+    """Run ``bench(port)`` against a fresh redis-server on a free loopback port."""
     port = free_port()
     server = subprocess.Popen(
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
@@ -58,6 +61,10 @@ if __name__ == "__main__":
     )
     try:
         time.sleep(0.5)
-        asyncio.run(main(port))
+        asyncio.run(bench(port))
     finally:
         server.terminate()
+
+
+if __name__ == "__main__":
+    on_redis(main)

@@ -6,30 +6,23 @@ ZADD per window noted by the scorers, and one short read per tenant per scrape.
 Starts a redis-server on a free loopback port and registers 100,000 streams of 20
 tenants. Notes: NOTE_LATEST with batches of 256 latest risks (a scorer's batch), as
 shipped and without its tenant-index lines (the script before), each on its own copy
-of the indexes, alternated, 200 calls each, the median. Scrapes: RedisStore.summary with no tenant and with the 20 (20 runs
-each, alternated, the median) once every stream has a latest risk.
+of the indexes, alternated, 200 calls each, the median. Scrapes: RedisStore.summary
+with no tenant and with the 20 (20 runs each, alternated, the median) once every
+stream has a latest risk.
 """
 
-import asyncio
 import platform
-import socket
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import redis
+from summary_in_alert import on_redis
 
 from service.store.redis_store import NOTE_LATEST, NOTED, RedisStore
 
 N, TENANTS, BATCH, CALLS = 100_000, 20, 256, 200
 BEFORE = "\n".join(line for line in NOTE_LATEST.split("\n") if "own" not in line)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cpu() -> str:
@@ -90,13 +83,4 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"CPU: {cpu()}; load: {load}")
-    port = free_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.5)
-        asyncio.run(main(port))
-    finally:
-        server.terminate()
+    on_redis(main)
