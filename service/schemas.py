@@ -256,6 +256,19 @@ class StreamsResponse(BaseModel):
     )
 
 
+class StreamRisk(BaseModel):
+    stream: str
+    risk: float = Field(description="its latest risk")
+    alert: bool = Field(description="risk at or above the loaded model's threshold")
+
+
+class TopStreamsResponse(BaseModel):
+    # the tenant's live streams of highest latest risk, highest first, at most `limit`
+    # (streams not scored yet are not listed)
+    streams: list[StreamRisk]
+    threshold: float = Field(description="the loaded model's alert threshold")
+
+
 class ReloadStatus(BaseModel):
     """The last hot reload of the model (POST /admin/reload or SIGHUP)."""
 

@@ -11,6 +11,7 @@ from service import handlers
 from service.deps import (
     ApiKeyHeader,
     DoorDep,
+    ModelDep,
     Refused,
     ScorerDep,
     StoreDep,
@@ -18,7 +19,14 @@ from service.deps import (
     errors,
 )
 from service.handlers import Meta
-from service.schemas import STREAM_PATTERN, RiskHistory, RiskResponse, StreamsResponse
+from service.schemas import (
+    STREAM_PATTERN,
+    RiskHistory,
+    RiskResponse,
+    StreamRisk,
+    StreamsResponse,
+    TopStreamsResponse,
+)
 
 router = APIRouter(tags=["risk"])
 
@@ -27,6 +35,7 @@ StreamPath = Annotated[str, Path(pattern=STREAM_PATTERN)]
 # path does: a bad name without a key is a 401 whichever adapter answers.
 StreamDoc = Annotated[str, Path(json_schema_extra={"pattern": STREAM_PATTERN})]
 MAX_PAGE = 10_000
+MAX_TOP = 1000
 
 
 @router.get(
@@ -72,6 +81,24 @@ async def streams(
     names = await store.streams(tenant, after, limit)
     return StreamsResponse(
         streams=names, next=names[-1] if len(names) == limit else None
+    )
+
+
+@router.get("/streams/top", responses=errors(401, 422, 429, 503))
+async def top_streams(
+    tenant: TenantDep,
+    store: StoreDep,
+    model: ModelDep,
+    limit: Annotated[int, Query(ge=1, le=MAX_TOP)] = 20,
+) -> TopStreamsResponse:
+    """The tenant's streams at highest risk now: its live streams of highest latest
+    risk, highest first, each with whether it is in alert (at or above the loaded
+    model's threshold). Streams not scored yet are not listed."""
+    threshold = model.manifest.threshold
+    ranked = await store.top_streams(tenant, limit)
+    return TopStreamsResponse(
+        streams=[StreamRisk(stream=s, risk=r, alert=r >= threshold) for s, r in ranked],
+        threshold=threshold,
     )
 
 

@@ -416,6 +416,13 @@ class Store(ABC):
         first ``limit`` after ``after`` (a page; cost bounded by ``limit``)."""
 
     @abstractmethod
+    async def top_streams(self, tenant: str, limit: int) -> list[tuple[str, float]]:
+        """The tenant's ``limit`` live streams of highest latest risk, with it, highest
+        first (ties: the later name first, as Redis orders them); streams not scored
+        yet are not listed (cost bounded by ``limit`` and the entries of streams gone
+        it meets, which it forgets)."""
+
+    @abstractmethod
     async def summary(
         self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
     ) -> Summary:

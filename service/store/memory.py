@@ -341,6 +341,14 @@ class MemoryStore(Store):
         live = (n for n in names[i:] if self._get((tenant, n)))
         return list(itertools.islice(live, limit))
 
+    async def top_streams(self, tenant: str, limit: int) -> list[tuple[str, float]]:
+        scored = []
+        for name in self._names.get(tenant, []):
+            s = self._get((tenant, name))
+            if s is not None and s.latest_risk is not None:
+                scored.append((s.latest_risk, f"{tenant}/{name}", tenant, name))
+        return [(stream, risk) for _, stream, risk in _ranked(scored, limit)]
+
     async def summary(
         self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
     ) -> Summary:

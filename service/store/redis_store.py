@@ -80,8 +80,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{global}:streams        zset tenant/stream -> last ingest time (the gauges)
 #   scjepa:{global}:latest         zset tenant/stream -> latest risk (the gauges; noted
 #                                  only for a stream in :streams, see NOTE_LATEST)
-#   scjepa:{global}:latest:acme    the same of one tenant's streams (its highest risk:
-#                                  written with :latest by NOTE_LATEST, read by SUMMARY)
+#   scjepa:{global}:latest:acme    the same of one tenant's streams (its highest risks:
+#                                  written with :latest by NOTE_LATEST, read by SUMMARY
+#                                  and TOP)
 #   scjepa:{global}:novelty        zset tenant/stream -> recent novelty (the same)
 #   scjepa:{global}:latest_at      hash tenant/stream -> when the noted value was
 #   scjepa:{global}:novelty_at     written (Redis TIME in µs, from PUT): a note older
@@ -465,6 +466,29 @@ end
 return redis.call('ZRANGEBYLEX', KEYS[1], ARGV[2], '+', 'LIMIT', 0, ARGV[3])
 """
 
+# KEYS: {global}:streams, {global}:latest, the tenant's index ({global}:latest:TENANT).
+# ARGV: cutoff, limit. The index's first ``limit`` members still registered, live and
+# noted, with their risks, highest first; the entries of streams gone it meets on the
+# way (idle past the TTL, deleted, or left by another release) are dropped, so a call
+# costs O(limit x log N) plus the entries it forgets, once each.
+TOP = """
+local out, cutoff, want, start = {}, tonumber(ARGV[1]), tonumber(ARGV[2]), 0
+while #out < 2 * want do
+  local page = redis.call('ZREVRANGE', KEYS[3], start, start + want - 1, 'WITHSCORES')
+  if #page == 0 then break end
+  local gone = {}
+  for j = 1, #page, 2 do
+    local live = tonumber(redis.call('ZSCORE', KEYS[1], page[j]) or '')
+    if live and live > cutoff and redis.call('ZSCORE', KEYS[2], page[j]) then
+      if #out < 2 * want then out[#out + 1] = page[j]; out[#out + 1] = page[j + 1] end
+      start = start + 1
+    else gone[#gone + 1] = page[j] end
+  end
+  if #gone > 0 then redis.call('ZREM', KEYS[3], unpack(gone)) end
+end
+return out
+"""
+
 SWEEP = 8  # members of each time hash checked per scrape (SUMMARY)
 MENDS = 64  # entries of a tenant's index set right per scrape, at most (SUMMARY)
 
@@ -728,6 +752,7 @@ class RedisStore(Store):
         self._register = self.client.register_script(REGISTER)
         self._list = self.client.register_script(LIST)
         self._summary = self.client.register_script(SUMMARY)
+        self._top = self.client.register_script(TOP)
         self._rate = self.client.register_script(RATE)
         self.work_keys = [f"{prefix}:{{p{p}}}:work" for p in range(partitions)]
         self._channel = f"{prefix}:scored"  # news of scored windows (pub/sub)
@@ -1170,6 +1195,14 @@ class RedisStore(Store):
         args: list[str | int] = [repr(time.time() - self.ttl_s), start, limit]
         names = await self._call("streams", self._list(keys=keys, args=args))
         return [cast(bytes, n).decode() for n in names]
+
+    async def top_streams(self, tenant: str, limit: int) -> list[tuple[str, float]]:
+        keys = [self._global("streams"), self._global("latest")]
+        keys.append(self._tenant_latest(tenant))
+        args = [repr(time.time() - self.ttl_s), limit]
+        raw = await self._call("top_streams", self._top(keys=keys, args=args))
+        cut = len(tenant) + 1  # members are tenant/stream
+        return [(m.decode()[cut:], float(r)) for m, r in _pairs(raw)]
 
     async def summary(
         self, threshold: float, top: int = 0, tenants: Sequence[str] = ()

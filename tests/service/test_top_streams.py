@@ -424,3 +424,79 @@ def test_each_tenants_highest_risk_and_its_index(store_url: str | None) -> None:
         (("t", 0.4), ("u", 0.7), ("v", 0.0)), [(b"t/a", 0.3), (b"t/b", 0.4)],
         (("t", 0.4), ("u", 0.7), ("v", 0.0)), [(b"t/b", 0.4)],
     ]  # fmt: skip
+
+
+def test_a_tenants_streams_at_highest_risk(
+    make_client: ClientFactory, sharp: Path
+) -> None:
+    """GET /streams/top: the tenant's own live streams of highest latest risk, highest
+    first, each with whether it is in alert, following the risks as windows come;
+    another tenant's streams, a stream not scored yet and a deleted one are not
+    listed; the limit is checked (422 naming it), the key required (401)."""
+    client = make_client(artifact=sharp, **KEYED)  # threshold 0.9; zeros ~0.5
+    feed, acme = Feeder(client), {"X-API-Key": KEYS["acme"]}
+
+    def top_of(limit: int = 20) -> list[tuple[str, float, bool]]:
+        r = client.get("/streams/top", params={"limit": limit}, headers=acme)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        threshold = body["threshold"]
+        (loaded,) = client.get("/models", headers=acme).json()["models"]
+        assert threshold == loaded["manifest"]["threshold"]
+        out = [(s["stream"], s["risk"], s["alert"]) for s in body["streams"]]
+        assert all(alert == (risk >= threshold) for _, risk, alert in out)
+        return out
+
+    risks = {
+        s: feed.send("acme", s, v) for s, v in (("a", 0.0), ("b", 1.0), ("c", 0.5))
+    }
+    feed.send("beta", "z", 50.0)  # another tenant's, higher than any of acme's
+    r = client.post("/ingest", json={"stream": "new", "readings": [
+        {"ts": T0, "values": [1.0] * 4}]}, headers=acme)  # fmt: skip
+    assert r.status_code == 200  # live, not scored yet
+    assert [s for s, _, _ in top_of()] == ["b", "c", "a"]
+    assert [r for _, r, _ in top_of()] == pytest.approx([risks[s] for s in "bca"])
+    assert [s for s, _, _ in top_of(2)] == ["b", "c"]
+    assert not any(alert for _, _, alert in top_of())
+    risks["a"] = feed.send("acme", "a", 50.0)  # rises to the top, in alert
+    assert top_of(2) == [("a", pytest.approx(risks["a"]), True),
+                         ("b", pytest.approx(risks["b"]), False)]  # fmt: skip
+    assert client.delete("/streams/a", headers=acme).status_code == 204
+    assert [s for s, _, _ in top_of()] == ["b", "c"]
+    for bad in (0, 1001, "x"):
+        r = client.get("/streams/top", params={"limit": bad}, headers=acme)
+        assert r.status_code == 422 and "limit" in r.text, bad
+    assert client.get("/streams/top").status_code == 401
+
+
+@pytest.mark.parametrize("store_kind", ["redis", "cluster"])
+def test_top_streams_forget_the_entries_of_streams_gone(store_url: str | None) -> None:
+    """The tenant's index may hold entries of streams gone that no scrape has swept
+    (idle past the TTL, deleted by another release): GET /streams/top's read skips
+    them and drops them, so the next read does not meet them again."""
+
+    async def main() -> tuple[object, ...]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        assert isinstance(store, RedisStore)
+        own = store._tenant_latest("t")
+        try:
+            await store.ensure_groups()
+            risks = {"a": 0.2, "b": 0.4, "c": 0.6}
+            for stream in risks:
+                await windows_of(store, "t", stream, 10)
+            items = await store.read_work("c", 10, 0)
+            await store.put_scored([
+                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.stream], None)])
+                for it in items
+            ])  # fmt: skip
+            await store.client.zadd(own, {f"t/gone{i}": 0.9 for i in range(5)})
+            await store.client.zadd(store._global("streams"), {"t/c": 1.0})  # idle
+            first = await store.top_streams("t", 2)
+            left = await store.client.zrange(own, 0, -1)
+            return first, await store.top_streams("t", 5), left
+        finally:
+            await store.close()
+
+    first, every, left = asyncio.run(main())
+    assert first == [("b", 0.4), ("a", 0.2)] and every == first
+    assert left == [b"t/a", b"t/b"]
