@@ -1,7 +1,8 @@
 """GET /ui: a small built-in live page (no build step, no CDN, works offline); GET /
 redirects there. One self-contained HTML document, inline so that any install of the
-package serves it; every 1.5 s it reads /models, /streams and each stream's /risk and
-history and draws risk against threshold, alert state and a sparkline. With API keys
+package serves it; every 1.5 s it reads /models, /streams (the tenant's streams by
+name; with more than 25, /streams/top: the 25 at highest risk) and each stream's /risk
+and history and draws risk against threshold, alert state and a sparkline. With API keys
 set, open ``/ui#key=YOUR_KEY`` (a fragment never reaches the server or its logs).
 """
 
@@ -176,10 +177,12 @@ function render(c, cur, hist) {
   meta.replaceChildren(...parts.map(p => el("span", "", p)));
 }
 
-// the page's requests per refresh grow with the streams (2 per stream): past
-// STREAMS_PER_REFRESH streams it refreshes less often, so that it keeps to about
-// STREAMS_PER_REFRESH * 2 / 1.5 s requests a second on its key; after a 429 it waits
-// twice as long (up to a minute) and keeps every card as it was
+// the page's requests per refresh grow with the streams it shows (2 per stream): it
+// shows every stream, by name, up to STREAMS_PER_REFRESH, and past that the
+// STREAMS_PER_REFRESH streams at highest risk, highest first (streams not scored yet
+// are then left out), so that it keeps to about 3 + STREAMS_PER_REFRESH * 2 requests
+// per refresh on its key; after a 429 it waits twice as long (up to a minute) and
+// keeps every card as it was
 const STREAMS_PER_REFRESH = 25;
 let nextMs = REFRESH_MS;
 
@@ -187,12 +190,15 @@ async function refresh() {
   const conn = document.getElementById("conn");
   let limited = false;
   try {
-    const [models, streams] = await Promise.all([getJSON("/models"), getJSON("/streams")]);
+    const [models, streams, top] = await Promise.all([
+      getJSON("/models"), getJSON("/streams?limit=" + (STREAMS_PER_REFRESH + 1)),
+      getJSON("/streams/top?limit=" + STREAMS_PER_REFRESH)]);
     const m = models.models[0];
     document.getElementById("model").textContent =
       "model " + m.manifest.name + " " + m.manifest.version + " · " + m.provider;
     const main = document.getElementById("streams");
-    const names = streams.streams.slice().sort();
+    const many = streams.streams.length > STREAMS_PER_REFRESH;
+    const names = many ? top.streams.map(s => s.stream) : streams.streams.slice().sort();
     document.getElementById("empty")?.remove();
     if (!names.length) main.replaceChildren(el("div", "", "No streams yet: POST readings to /ingest."));
     // null: the stream expired (404); undefined: not read this time (429, a
@@ -213,12 +219,13 @@ async function refresh() {
       const [cur, hist] = data[i];
       if (!c && (cur === undefined || hist === undefined)) return;  // next time
       if (!c) { c = card(s); }
-      main.append(c);  // keeps sorted order
+      main.append(c);  // keeps the order of names
       if (cur !== undefined && hist !== undefined) render(c, cur, hist);
     });
-    nextMs = REFRESH_MS * Math.max(1, names.length / STREAMS_PER_REFRESH);
+    nextMs = REFRESH_MS;
     conn.className = limited ? "bad" : "dim";
     conn.textContent = (limited ? "rate limited (429): some streams not updated; " : "")
+      + (many ? "the " + names.length + " streams at highest risk, of more; " : "")
       + "updated " + new Date().toLocaleTimeString();
   } catch (e) {
     limited = limited || e.status === 429;

@@ -213,7 +213,7 @@ def test_ui_over_its_rate_limit_keeps_its_cards(live_url: str, tmp_path: Path) -
     names = [f"pump-{i}" for i in range(4)]
     for name in names:  # 4 of the 12 requests the burst allows
         ingest(live_url, name, rng.normal(size=(120, 4)), key="ui-key")
-    # the first refresh takes 2 + 2 x 4 = 10 of the 8 left: two are refused
+    # the first refresh takes 3 + 2 x 4 = 11 of the 8 left: three are refused
     run = chromium(f"{live_url}/ui#key=ui-key", tmp_path, "--dump-dom")
     assert run.returncode == 0, run.stderr[-2000:]
     conn = re.search(r'<span id="conn" class="([^"]*)">([^<]*)</span>', run.stdout)
@@ -222,3 +222,25 @@ def test_ui_over_its_rate_limit_keeps_its_cards(live_url: str, tmp_path: Path) -
     assert cards and set(cards) <= set(names)
     for card in cards.values():  # every card shown is a whole one
         assert "windows scored" in card
+
+
+@needs_chromium
+def test_ui_shows_the_streams_at_highest_risk_past_25(
+    live_url: str, tmp_path: Path
+) -> None:
+    """Past 25 streams the page shows the 25 at highest risk (GET /streams/top),
+    highest first, and says so; the two of lowest risk are left out."""
+    rng = np.random.default_rng(0)
+    names = [f"s-{i:02d}" for i in range(27)]
+    for i, name in enumerate(names):  # the tiny model's risk grows with |mean|
+        ingest(live_url, name, 0.1 * i + 0.01 * rng.normal(size=(120, 4)))
+    risk = {s: httpx.get(f"{live_url}/risk/{s}").json()["risk"] for s in names}
+    want = sorted(names, key=lambda s: -risk[s])[:25]
+    assert len(set(risk.values())) == 27 and set(names) - set(want) == {"s-00", "s-01"}
+    run = chromium(f"{live_url}/ui", tmp_path, "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert list(sections(run.stdout)) == want  # in the page's order
+    conn = re.search(r'<span id="conn" class="([^"]*)">([^<]*)</span>', run.stdout)
+    assert conn is not None and conn.group(2).startswith(
+        "the 25 streams at highest risk, of more; updated "
+    ), conn
