@@ -8,7 +8,8 @@ tenants. Notes: NOTE_LATEST with batches of 256 latest risks (a scorer's batch),
 shipped and without its tenant-index lines (the script before), each on its own copy
 of the indexes, alternated, 200 calls each, the median. Scrapes: RedisStore.summary
 with no tenant and with the 20 (20 runs each, alternated, the median) once every
-stream has a latest risk.
+stream has a latest risk; then RedisStore.top_streams (GET /streams/top) of one tenant
+(5,000 streams), limits 20 and 1,000, 20 runs each, the median.
 """
 
 import platform
@@ -77,6 +78,15 @@ async def main(port: int) -> None:
             scrape[name].append(time.perf_counter() - t0)
     for name, ts in scrape.items():
         print(f"scrape, {name}: {1e3 * statistics.median(ts):.2f} ms")
+    for limit in (20, 1000):  # GET /streams/top's read, a tenant of 5,000 streams
+        ts = []
+        for _ in range(20):
+            t0 = time.perf_counter()
+            await store.top_streams("t0", limit)
+            ts.append(time.perf_counter() - t0)
+        print(
+            f"top {limit} of a tenant's streams: {1e3 * statistics.median(ts):.2f} ms"
+        )
     await store.close()
 
 
