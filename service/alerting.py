@@ -525,7 +525,8 @@ class Alerter:
         self._send(event, payload(w, action, now, self.policy))
 
     def _send(self, event: str, alert: dict[str, Any]) -> None:
-        metrics.STREAM_ALERTS.labels(event, alert["labels"]["tenant"]).inc()
+        if metrics.counted(tenant := alert["labels"]["tenant"]):
+            metrics.STREAM_ALERTS.labels(event, tenant).inc()
         try:
             self.alerts.put_nowait(alert)
         except asyncio.QueueFull:

@@ -330,12 +330,26 @@ def tenant_readings(tenant: str) -> tuple[Any, ...]:
     return tuple(READINGS.labels(o, tenant) for o in OUTCOMES)
 
 
+# tenants a key reload removed and none has added back: not counted (counted())
+_gone: set[str] = set()
+
+
+def counted(tenant: str) -> bool:
+    """Whether ``tenant``'s work counts in the per-tenant series: not once a key reload
+    has removed it (its windows still queued are scored and counted in no series,
+    where they brought its series back for good)."""
+    return tenant not in _gone
+
+
 def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
     """Export zeros for ``tenants``' per-tenant series from the start (at start-up and
     when the keys are reloaded), so that a tenant's rates read 0 before its first
     reading rather than nothing (NoReadingsIngested reads the accepted ones); drop
     the series of the tenants ``gone`` from the keys at a reload (Prometheus marks
-    them stale; work of theirs still queued counts again under their name)."""
+    them stale) and count their work no more (:func:`counted`)."""
+    tenants = list(tenants)
+    _gone.update(gone)
+    _gone.difference_update(tenants)
     for t in gone:
         for counter, values in _tenant_series(t):
             counter.remove(*values)

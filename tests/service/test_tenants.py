@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from served import key_line
 from support.service_helpers import AnyRedis, ClientFactory
 from test_alerting import wait_until
-from test_api import body, series
+from test_api import T0, body, series
 
 from service import auth
 from service.config import Settings
@@ -228,6 +228,21 @@ def test_readings_and_windows_count_per_tenant(
     while count(accepted, "globex", outcome="accepted") is not None:
         assert time.monotonic() < deadline, "the key file change was not picked up"
         time.sleep(0.2)
+    text = client.get("/metrics").text
+    assert 'tenant="globex"' not in text and 'tenant="acme"' in text
+    # a window of its stream still queued then is scored, and brings none back
+    store = client.app.state.store  # type: ignore[attr-defined]
+    scorer = client.app.state.scorer  # type: ignore[attr-defined]
+    ts = T0 + 1000 + np.arange(100.0)
+    done = client.portal.call(
+        lambda: store.append("globex", "pump-7", ts, series(100).astype(np.float32),
+                             window=scorer.window, hop=scorer.hop, max_queued=100)
+    )  # fmt: skip
+    assert done.queued == [100]
+    deadline = time.monotonic() + 20
+    while client.portal.call(store.queue_stats).depth:
+        assert time.monotonic() < deadline, "the window was not scored"
+        time.sleep(0.1)
     text = client.get("/metrics").text
     assert 'tenant="globex"' not in text and 'tenant="acme"' in text
 
