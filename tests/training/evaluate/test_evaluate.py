@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from training.cli import main
-from training.data import Samples, load_dataset
+from training.data import Dataset, Samples, load_dataset
 from training.evaluate.baselines import (
     FitContext,
     TS2VecConfig,
@@ -682,3 +682,25 @@ def test_no_drift_monitor_from_too_few_normal_windows(capsys) -> None:
     record = served_novelty("tiny", fd)  # type: ignore[arg-type]
     assert record is not None and record["calibration_windows"] == 300
     assert record["reference_windows"] == 50 and record["detectors"] == "knn+pca"
+
+
+def test_a_time_split_names_the_entities_of_each_split(ds: Dataset) -> None:
+    """A served model of a data set split in time records, per split, the entities
+    with a window in it: an entity whose test series is short has windows in the
+    test split and none to fit on, and is named so."""
+    from dataclasses import replace
+
+    from training.evaluate.protocol import _time_split_entities
+
+    short = ds.entities[1]
+    assert short.test is not None and short.labels is not None
+    cut = replace(short, test=short.test[:300], labels=short.labels[:300])
+    small = replace(ds, entities=[ds.entities[0], cut, *ds.entities[2:]])
+    names = [e.name for e in ds.entities]
+    every = {"fitted_on": names, "validated_on": names, "tested_on": names}
+    assert _time_split_entities(ds) == {"split": "time", **every}
+    got = _time_split_entities(small)
+    assert got["tested_on"] == names
+    assert (
+        got["fitted_on"] == got["validated_on"] == [n for n in names if n != cut.name]
+    )
