@@ -973,7 +973,7 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"note: {probe.dataset} is split in time within each entity; this model "
             f"was fitted on the earlier stretches of {len(held['fitted_on'])} entities "
-            f"and tested on the latest of {len(held['tested_on'])} of them: its "
+            f"and tested on the latest stretches of {len(held['tested_on'])}: its "
             "figures are of these entities, not of new ones (eval_metrics.entities)",
             file=sys.stderr,
         )

@@ -983,8 +983,8 @@ def test_served_codes_plus_stats_probe(
     n = len(load_dataset("synthetic").entities)
     assert (
         f"synthetic is split in time within each entity; this model was fitted on "
-        f"the earlier stretches of {n} entities and tested on the latest of {n} of "
-        "them: its figures are of these entities, not of new ones"
+        f"the earlier stretches of {n} entities and tested on the latest stretches of "
+        f"{n}: its figures are of these entities, not of new ones"
     ) in " ".join(capsys.readouterr().err.split())
     m = load_manifest(out)
     assert m.probe_features == "codes+stats"
