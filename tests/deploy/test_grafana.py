@@ -22,6 +22,7 @@ from support.deploy_helpers import (
     DATASOURCE_UID,
     PROM_DIR,
     PROVISIONING,
+    as_queried,
     check_promql,
     exported_metric_names,
     load_yaml,
@@ -184,12 +185,33 @@ def test_dashboards_are_mounted_where_the_provider_reads_them() -> None:
 
 
 def dashboard_exprs() -> dict[str, str]:
+    """Every panel query as Grafana sends it (every tenant selected)."""
     return {
-        f"{name} {p['title']} {t['refId']}": t["expr"]
+        f"{name} {p['title']} {t['refId']}": as_queried(t["expr"])
         for name, d in dashboards().items()
         for p in panels(d)
         for t in p.get("targets", [])
     }
+
+
+def test_per_tenant_panels_follow_the_tenant_variable() -> None:
+    """The dashboard's $tenant variable (every tenant by default) lists the tenants
+    from a series every tenant has from start-up, and every query of a per-tenant
+    series (labelled by tenant) filters on it."""
+    dash = dashboards()["scjepa-overview.json"]
+    (var,) = dash["templating"]["list"]
+    assert var["name"] == "tenant" and var["includeAll"] and var["multi"]
+    assert var["allValue"] == ".*" and var["current"]["value"] == ["$__all"]
+    assert var["query"]["query"] == "label_values(scjepa_windows_scored_total, tenant)"
+    by_tenant = [
+        t["expr"]
+        for p in panels(dash)
+        for t in p.get("targets", [])
+        if re.search(r"by \(tenant|\btenant:", t["expr"])
+    ]
+    assert len(by_tenant) >= 10
+    unfiltered = [e for e in by_tenant if 'tenant=~"$tenant"' not in e]
+    assert not unfiltered, unfiltered
 
 
 def test_every_expr_parses(tmp_path: Path) -> None:
@@ -288,7 +310,7 @@ def test_streams_at_highest_risk_are_listed_against_the_threshold() -> None:
     by_title = {p["title"]: p for d in dashboards().values() for p in panels(d)}
     table = by_title["Streams at highest risk"]
     assert table["type"] == "table"
-    top = "max by (tenant, stream) (scjepa_top_stream_risk)"
+    top = 'max by (tenant, stream) (scjepa_top_stream_risk{tenant=~"$tenant"})'
     exprs = {t["refId"]: t["expr"] for t in table["targets"]}
     assert exprs == {
         "A": f"sort_desc({top})",
@@ -337,7 +359,7 @@ def test_streams_least_like_the_training_data_are_listed_beside_the_drift() -> N
     table = by_title["Streams least like the training data"]
     assert table["type"] == "table"
     (target,) = table["targets"]
-    top = "max by (tenant, stream) (scjepa_top_stream_novelty)"
+    top = 'max by (tenant, stream) (scjepa_top_stream_novelty{tenant=~"$tenant"})'
     assert target["expr"] == f"sort_desc({top})"
     assert target["instant"] and target["format"] == "table", target
     (organize,) = table["transformations"]
@@ -379,7 +401,8 @@ def test_each_tenant_has_its_own_volume_and_drift() -> None:
     assert "tenant:scjepa_readings_accepted:rate5m" in volume["expr"]
     assert volume["legendFormat"] == "{{tenant}}"
     drift = by_title["Windows unlike the training data"]["targets"][0]
-    assert drift["expr"] == "tenant:scjepa_windows_unlike_training:ratio1h"
+    rule = "tenant:scjepa_windows_unlike_training:ratio1h"
+    assert drift["expr"] == rule + '{tenant=~"$tenant"}'  # the tenants selected
     assert "{{tenant}}" in drift["legendFormat"]
     rules = load_yaml(PROM_DIR / "rules" / "alerts.yml")["groups"]
     (alert,) = [
@@ -388,5 +411,5 @@ def test_each_tenant_has_its_own_volume_and_drift() -> None:
         for r in g["rules"]
         if r.get("alert") == "ScjepaInputsUnlikeTraining"
     ]
-    assert drift["expr"] in alert["expr"]
+    assert rule in alert["expr"]
     assert "{{ $labels.tenant }}" in alert["annotations"]["summary"]

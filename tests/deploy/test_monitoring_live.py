@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from support.components import require
-from support.deploy_helpers import DASHBOARDS, DEPLOY, PROM_DIR, load_yaml
+from support.deploy_helpers import DASHBOARDS, DEPLOY, PROM_DIR, as_queried, load_yaml
 from support.service_artifact import NOVELTY, build_artifact
 
 pytestmark = pytest.mark.slow
@@ -332,7 +332,7 @@ def _dashboard_targets() -> list[tuple[str, str]]:
     out = []
     for path in sorted(DASHBOARDS.glob("*.json")):
         for p in json.loads(path.read_text())["panels"]:
-            out += [(p["title"], t["expr"]) for t in p.get("targets", [])]
+            out += [(p["title"], as_queried(t["expr"])) for t in p.get("targets", [])]
     return out
 
 

@@ -149,3 +149,9 @@ SCJEPA_VAR_RE = re.compile(r"\bSCJEPA_[A-Z0-9_]+\b")
 def unknown_scjepa_vars(text: str) -> set[str]:
     """SCJEPA_* names in a text that are not service settings."""
     return set(SCJEPA_VAR_RE.findall(text)) - settings_fields()
+
+
+def as_queried(expr: str) -> str:
+    """A dashboard query as Grafana sends it with every tenant selected (the
+    dashboard's $tenant variable at All, whose value is the regex .*)."""
+    return expr.replace("$tenant", ".*")
