@@ -110,10 +110,14 @@ def _empty_targets(d: dict[str, Any]) -> None:
     next(p for p in d["panels"] if p["type"] != "row")["targets"] = []
 
 
+def _variable_without_query(d: dict[str, Any]) -> None:
+    del d["templating"]["list"][0]["query"]
+
+
 @pytest.mark.parametrize(
     "mutate",
-    [_drop_panel_datasource, _empty_targets],
-    ids=["no-datasource", "no-query"],
+    [_drop_panel_datasource, _empty_targets, _variable_without_query],
+    ids=["no-datasource", "no-query", "variable-without-query"],
 )
 def test_dashboard_schema_rejects_broken_panels(mutate: Any) -> None:
     dash = copy.deepcopy(next(iter(dashboards().values())))

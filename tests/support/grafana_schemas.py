@@ -111,10 +111,38 @@ _PANEL: dict[str, Any] = {
     },
 }
 
+# a template variable of type query: Grafana's model (name, its datasource, the query
+# listing its values; with includeAll, the value "All" stands for)
+_VARIABLE: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "type", "datasource", "query", "refresh"],
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"},
+        "type": {"const": "query"},
+        "datasource": DS_REF,
+        "query": {
+            "type": "object",
+            "required": ["query", "refId"],
+            "properties": {"query": {"type": "string", "minLength": 1}},
+        },
+        "refresh": {"enum": [1, 2]},  # on load, on time range change
+        "multi": {"type": "boolean"},
+        "includeAll": {"type": "boolean"},
+        "allValue": {"type": "string"},
+    },
+    "if": {"properties": {"includeAll": {"const": True}}, "required": ["includeAll"]},
+    "then": {"required": ["allValue"]},
+}
+
 DASHBOARD: dict[str, Any] = {
     "type": "object",
     "required": ["uid", "title", "schemaVersion", "panels", "time"],
     "properties": {
+        "templating": {
+            "type": "object",
+            "required": ["list"],
+            "properties": {"list": {"type": "array", "items": _VARIABLE}},
+        },
         "uid": UID,
         "title": {"type": "string", "minLength": 1},
         "schemaVersion": {"type": "integer", "minimum": 30},
