@@ -525,8 +525,8 @@ class Alerter:
         self._send(event, payload(w, action, now, self.policy))
 
     def _send(self, event: str, alert: dict[str, Any]) -> None:
-        if metrics.counted(tenant := alert["labels"]["tenant"]):
-            metrics.STREAM_ALERTS.labels(event, tenant).inc()
+        tenant = alert["labels"]["tenant"]
+        metrics.tenant_child(metrics.STREAM_ALERTS, event, tenant).inc()
         try:
             self.alerts.put_nowait(alert)
         except asyncio.QueueFull:

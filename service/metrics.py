@@ -330,15 +330,29 @@ def tenant_readings(tenant: str) -> tuple[Any, ...]:
     return tuple(READINGS.labels(o, tenant) for o in OUTCOMES)
 
 
-# tenants a key reload removed and none has added back: not counted (counted())
+# tenants a key reload removed and none has added back: counted nowhere (tenant_child)
 _gone: set[str] = set()
 
 
-def counted(tenant: str) -> bool:
-    """Whether ``tenant``'s work counts in the per-tenant series: not once a key reload
-    has removed it (its windows still queued are scored and counted in no series,
-    where they brought its series back for good)."""
-    return tenant not in _gone
+class _Uncounted:
+    """A series child that counts nothing (a tenant the keys no longer name)."""
+
+    def inc(self, amount: float = 1.0) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+
+_UNCOUNTED = _Uncounted()
+
+
+def tenant_child(metric: Counter | Summary, *values: str) -> Any:
+    """``metric``'s series of these label values (the tenant last, as each per-tenant
+    metric declares its labels); for a tenant a key reload removed, one that counts
+    nothing: its windows still queued are scored, and would bring back for good the
+    series the reload removed."""
+    return _UNCOUNTED if values[-1] in _gone else metric.labels(*values)
 
 
 def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
@@ -346,7 +360,7 @@ def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
     when the keys are reloaded), so that a tenant's rates read 0 before its first
     reading rather than nothing (NoReadingsIngested reads the accepted ones); drop
     the series of the tenants ``gone`` from the keys at a reload (Prometheus marks
-    them stale) and count their work no more (:func:`counted`)."""
+    them stale) and count their work no more (:func:`tenant_child`)."""
     tenants = list(tenants)
     _gone.update(gone)
     _gone.difference_update(tenants)

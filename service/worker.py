@@ -387,8 +387,7 @@ class ScoringWorker:
         )
         tenants = [it.tenant for it in items]
         for t, n in Counter(tenants).items():
-            if metrics.counted(t):
-                metrics.WINDOWS_SCORED.labels(t).inc(n)
+            metrics.tenant_child(metrics.WINDOWS_SCORED, t).inc(n)
         served = scores.by or model
         monitor = served.manifest.novelty
         if monitor is not None and scores.novelty is not None:
@@ -397,17 +396,13 @@ class ScoringWorker:
             at_level = (novelty >= monitor.level).tolist()
             unlike = Counter(t for t, u in zip(tenants, at_level, strict=True) if u)
             for t, n in unlike.items():
-                if metrics.counted(t):
-                    metrics.WINDOWS_UNLIKE_TRAINING.labels(t).inc(n)
+                metrics.tenant_child(metrics.WINDOWS_UNLIKE_TRAINING, t).inc(n)
             per = {
-                t: metrics.TENANT_NOVELTY.labels(t)
-                for t in set(tenants)
-                if metrics.counted(t)
+                t: metrics.tenant_child(metrics.TENANT_NOVELTY, t) for t in set(tenants)
             }
             for t, v in zip(tenants, novelty.tolist(), strict=True):
                 metrics.WINDOW_NOVELTY.observe(v)  # mean and spread: a shifted bulk
-                if t in per:
-                    per[t].observe(v)
+                per[t].observe(v)
         if self.bus is not None:
             self.bus.deliver(
                 [(t, s, [r.n for r in by_stream[t, s, e]]) for t, s, e in keys]

@@ -233,6 +233,8 @@ def test_readings_and_windows_count_per_tenant(
     # a window of its stream still queued then is scored, and brings none back
     store = client.app.state.store  # type: ignore[attr-defined]
     scorer = client.app.state.scorer  # type: ignore[attr-defined]
+    batches = "scjepa_scorer_batch_seconds_count"  # observed once a batch is counted
+    before = REGISTRY.get_sample_value(batches) or 0.0
     ts = T0 + 1000 + np.arange(100.0)
     done = client.portal.call(
         lambda: store.append("globex", "pump-7", ts, series(100).astype(np.float32),
@@ -240,9 +242,10 @@ def test_readings_and_windows_count_per_tenant(
     )  # fmt: skip
     assert done.queued == [100]
     deadline = time.monotonic() + 20
-    while client.portal.call(store.queue_stats).depth:
+    while (REGISTRY.get_sample_value(batches) or 0.0) == before:
         assert time.monotonic() < deadline, "the window was not scored"
         time.sleep(0.1)
+    assert client.portal.call(store.queue_stats).depth == 0
     text = client.get("/metrics").text
     assert 'tenant="globex"' not in text and 'tenant="acme"' in text
 

@@ -8,7 +8,8 @@ tenants. Notes: NOTE_LATEST with batches of 256 latest risks (a scorer's batch),
 shipped and without its tenant-index lines (the script before), each on its own copy
 of the indexes, alternated, 200 calls each, the median. Scrapes: RedisStore.summary
 with no tenant and with the 20 (20 runs each, alternated, the median) once every
-stream has a latest risk; then RedisStore.top_streams (GET /streams/top) of one tenant
+stream has a latest risk (and the tenants' indexes' memory, MEMORY USAGE over every
+member); then RedisStore.top_streams (GET /streams/top) of one tenant
 (5,000 streams), limits 20 and 1,000, 20 runs each, the median.
 """
 
@@ -70,6 +71,8 @@ async def main(port: int) -> None:
         pipe.zadd(store._tenant_latest(m.split("/")[0]), {m: (i % 1000) / 1000})
     pipe.execute()
     tenants = [f"t{i}" for i in range(TENANTS)]
+    held = sum(r.memory_usage(store._tenant_latest(t), samples=0) for t in tenants)
+    print(f"the tenants' indexes: {held / N:.0f} B a stream (MEMORY USAGE)")
     scrape: dict[str, list[float]] = {"no tenant": [], f"{TENANTS} tenants": []}
     for _ in range(20):
         for name, asked in zip(scrape, ([], tenants), strict=True):
