@@ -1,0 +1,95 @@
+"""Screen, nested over the served model's CV blocks: does the selection warn of more
+incidents held out when it chooses among two pre-training draws' candidates than on one
+draw? (results-notes.md, 2026-12-03, fortieth session; criterion there.)
+
+    python docs/notebook/screens/draws.py DATASET RUN_1 RUN_2 [DATASET RUN_1 RUN_2 ...]
+
+RUN_1 and RUN_2 are `scjepa evaluate` runs of one data set with cv_scores.npz whose
+checkpoints were pre-trained with different seeds (`--set run.seed=N`); the blocks and
+labels are the data set's, so the same in both. For each block j the served rule
+(rules.py) chooses on the other blocks among RUN_1's candidates, among RUN_2's, and
+among both (RUN_2's renamed "... [draw 2]"); each choice is scored on block j. Among
+both, a candidate and its other draw tie on the fewest inputs; the tie goes to the one
+of higher out-of-fold PR AUC (the served rule's order otherwise). --leave-out NAME drops
+a candidate from either run where it has it (the last quarter of the thirty-seventh
+session's runs). No refit, no test window.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import rules
+
+from training.evaluate.select import read_out_of_fold
+
+DRAW_2 = " [draw 2]"
+SERVED = "served: warned, then PR AUC, fewest inputs"
+
+
+def fewest(names, keys, order):
+    """The served rule's last step; a candidate's two draws tie on it and the one of
+    higher out-of-fold PR AUC is taken."""
+    first = [n.removesuffix(DRAW_2) for n in order]
+    return min(
+        names,
+        key=lambda n: (
+            keys.n_inputs[n],
+            first.index(n.removesuffix(DRAW_2)),
+            -keys.pr_auc[n],
+        ),
+    )
+
+
+rules.fewest = fewest
+
+
+def oof_of(run: Path, leave_out: list[str]):
+    oof = read_out_of_fold(run / "cv_scores.npz")
+    return {n: o for n, o in oof.items() if n not in leave_out}
+
+
+def served(res: dict, label: str) -> tuple[float, float, list[str]]:
+    got = res[label][SERVED]
+    return (
+        float(np.nanmean([g[1] for g in got])),
+        float(np.mean([g[2] for g in got])),
+        [g[0] for g in got],
+    )
+
+
+def main(argv: list[str]) -> None:
+    leave_out = []
+    while "--leave-out" in argv:
+        i = argv.index("--leave-out")
+        leave_out.append(argv[i + 1])
+        del argv[i : i + 2]
+    rows = []
+    for name, r1, r2 in zip(argv[::3], argv[1::3], argv[2::3], strict=True):
+        r1, r2 = Path(r1), Path(r2)
+        rules.LEFT_OUT[:] = [n for n in leave_out if n in oof_of(r1, [])]
+        second = {n + DRAW_2: o for n, o in oof_of(r2, leave_out).items()}
+        both = rules.nested(name, r1, second)
+        rules.LEFT_OUT[:] = [n for n in leave_out if n in oof_of(r2, [])]
+        alone_2 = rules.nested(name, r2)
+        d1 = served(both, "every candidate")
+        d2 = served(alone_2, "every candidate")
+        db = served(both, f"every candidate + {len(second)}")
+        rows.append((name, d1, d2, db))
+        print(f"\n## {name}: held-out warned / PR AUC of the served rule, the choice per block")
+        for label, (w, p, picks) in zip(("draw 1", "draw 2", "both draws"), (d1, d2, db)):
+            print(f"| {label} | {w:.3f} | {p:.3f} | {', '.join(picks)} |")
+    print("\n## the criterion: both draws against the mean of the two single draws")
+    print("| data set | one draw (mean) | both draws | difference | PR AUC one / both |")
+    diffs, pr = [], []
+    for name, d1, d2, db in rows:
+        one_w, one_p = (d1[0] + d2[0]) / 2, (d1[1] + d2[1]) / 2
+        diffs.append(db[0] - one_w)
+        pr.append(db[1] - one_p)
+        print(f"| {name} | {one_w:.3f} | {db[0]:.3f} | {db[0] - one_w:+.3f} | "
+              f"{one_p:.3f} / {db[1]:.3f} |")  # fmt: skip
+    print(f"| mean | | | {np.mean(diffs):+.3f} | PR AUC {np.mean(pr):+.3f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
