@@ -76,11 +76,17 @@ def main(argv: list[str]) -> None:
         d2 = served(alone_2, "every candidate")
         db = served(both, f"every candidate + {len(second)}")
         rows.append((name, d1, d2, db))
-        print(f"\n## {name}: held-out warned / PR AUC of the served rule, the choice per block")
-        for label, (w, p, picks) in zip(("draw 1", "draw 2", "both draws"), (d1, d2, db)):
+        print(
+            f"\n## {name}: held-out warned / PR AUC of the served rule, the choice per block"
+        )
+        for label, (w, p, picks) in zip(
+            ("draw 1", "draw 2", "both draws"), (d1, d2, db), strict=True
+        ):
             print(f"| {label} | {w:.3f} | {p:.3f} | {', '.join(picks)} |")
     print("\n## the criterion: both draws against the mean of the two single draws")
-    print("| data set | one draw (mean) | both draws | difference | PR AUC one / both |")
+    print(
+        "| data set | one draw (mean) | both draws | difference | PR AUC one / both |"
+    )
     diffs, pr = [], []
     for name, d1, d2, db in rows:
         one_w, one_p = (d1[0] + d2[0]) / 2, (d1[1] + d2[1]) / 2
