@@ -12,16 +12,20 @@ among both (RUN_2's renamed "... [draw 2]"); each choice is scored on block j. A
 both, a candidate and its other draw tie on the fewest inputs; the tie goes to the one
 of higher out-of-fold PR AUC (the served rule's order otherwise). --leave-out NAME drops
 a candidate from either run where it has it (the last quarter of the thirty-seventh
-session's runs). No refit, no test window.
+session's runs). Then the draws' ensemble: each candidate's out-of-fold risks averaged
+over the two draws (seed by seed, as rules.py's means), the served rule choosing among
+the eleven ensembles. No refit, no test window.
 """
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import rules
 
-from training.evaluate.select import read_out_of_fold
+from training.evaluate.select import read_out_of_fold, write_out_of_fold
 
 DRAW_2 = " [draw 2]"
 SERVED = "served: warned, then PR AUC, fewest inputs"
@@ -49,6 +53,18 @@ def oof_of(run: Path, leave_out: list[str]):
     return {n: o for n, o in oof.items() if n not in leave_out}
 
 
+def ensemble_run(r1: Path, r2: Path, leave_out: list[str], tmp: Path) -> Path:
+    """A run folder whose candidates are r1's and r2's common ones, each the mean of
+    its two draws' out-of-fold risks (r1's results.json: the event settings)."""
+    a, b = oof_of(r1, leave_out), oof_of(r2, leave_out)
+    mean = {n: rules.mean_of({"1": a[n], "2": b[n]}, ["1", "2"]) for n in a if n in b}
+    out = tmp / r1.name
+    out.mkdir()
+    shutil.copy(r1 / "results.json", out / "results.json")
+    write_out_of_fold(out / "cv_scores.npz", mean)
+    return out
+
+
 def served(res: dict, label: str) -> tuple[float, float, list[str]]:
     got = res[label][SERVED]
     return (
@@ -72,29 +88,32 @@ def main(argv: list[str]) -> None:
         both = rules.nested(name, r1, second)
         rules.LEFT_OUT[:] = [n for n in leave_out if n in oof_of(r2, [])]
         alone_2 = rules.nested(name, r2)
+        rules.LEFT_OUT[:] = []
+        with tempfile.TemporaryDirectory() as tmp:
+            mean = rules.nested(name, ensemble_run(r1, r2, leave_out, Path(tmp)))
         d1 = served(both, "every candidate")
         d2 = served(alone_2, "every candidate")
         db = served(both, f"every candidate + {len(second)}")
-        rows.append((name, d1, d2, db))
-        print(
-            f"\n## {name}: held-out warned / PR AUC of the served rule, the choice per block"
-        )
-        for label, (w, p, picks) in zip(
-            ("draw 1", "draw 2", "both draws"), (d1, d2, db), strict=True
-        ):
+        de = served(mean, "every candidate")
+        rows.append((name, d1, d2, db, de))
+        print(f"\n## {name}: held-out warned / PR AUC of the served rule, per block")
+        labels = ("draw 1", "draw 2", "both draws", "the draws' ensemble")
+        for label, (w, p, picks) in zip(labels, (d1, d2, db, de), strict=True):
             print(f"| {label} | {w:.3f} | {p:.3f} | {', '.join(picks)} |")
-    print("\n## the criterion: both draws against the mean of the two single draws")
-    print(
-        "| data set | one draw (mean) | both draws | difference | PR AUC one / both |"
-    )
-    diffs, pr = [], []
-    for name, d1, d2, db in rows:
-        one_w, one_p = (d1[0] + d2[0]) / 2, (d1[1] + d2[1]) / 2
-        diffs.append(db[0] - one_w)
-        pr.append(db[1] - one_p)
-        print(f"| {name} | {one_w:.3f} | {db[0]:.3f} | {db[0] - one_w:+.3f} | "
-              f"{one_p:.3f} / {db[1]:.3f} |")  # fmt: skip
-    print(f"| mean | | | {np.mean(diffs):+.3f} | PR AUC {np.mean(pr):+.3f} |")
+    for k, variant in ((3, "both draws' candidates"), (4, "the draws' ensemble")):
+        print(f"\n## the criterion: {variant} against the mean of the two single draws")
+        print(
+            "| data set | one draw (mean) | variant | difference | PR AUC one / variant |"
+        )
+        diffs, pr = [], []
+        for row in rows:
+            name, d1, d2, dv = row[0], row[1], row[2], row[k]
+            one_w, one_p = (d1[0] + d2[0]) / 2, (d1[1] + d2[1]) / 2
+            diffs.append(dv[0] - one_w)
+            pr.append(dv[1] - one_p)
+            print(f"| {name} | {one_w:.3f} | {dv[0]:.3f} | {dv[0] - one_w:+.3f} | "
+                  f"{one_p:.3f} / {dv[1]:.3f} |")  # fmt: skip
+        print(f"| mean | | | {np.mean(diffs):+.3f} | PR AUC {np.mean(pr):+.3f} |")
 
 
 if __name__ == "__main__":
