@@ -7,6 +7,8 @@ Without ``SCJEPA_REDIS_URL`` the service keeps its state in memory (one process 
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
@@ -66,6 +68,10 @@ class Settings(BaseSettings):
     # windows: one of the manifest's eval_metrics.threshold.operating_points) instead
     # of the threshold it was exported with; None = the manifest's threshold
     fa_budget: Annotated[float | None, Field(gt=0)] = None
+    # tenants alerting at an operating point of their own: comma-separated
+    # TENANT=BUDGET (false alarms per 1,000 windows, each one of the manifest's
+    # operating points), e.g. "acme=0.3,globex=3"; the others alert as above
+    tenant_fa_budget: Annotated[dict[str, float], NoDecode] = {}
     # --- windows and batching
     # readings between scored windows (100 = the window: non-overlapping); None = the
     # manifest's hop (scjepa export: the stride its threshold was set on)
@@ -241,6 +247,35 @@ class Settings(BaseSettings):
         if isinstance(v, str):
             return [k.strip() for k in v.split(",") if k.strip()]
         return v
+
+    @field_validator("tenant_fa_budget", mode="before")
+    @classmethod
+    def _tenant_budgets(cls, v: object) -> object:
+        """``TENANT=BUDGET,...``: each tenant once, a tenant's name as in the keys,
+        a budget above 0 (whether the model has an operating point there is checked
+        when it is loaded)."""
+        if not isinstance(v, str):
+            return v
+        out: dict[str, float] = {}
+        for entry in (e.strip() for e in v.split(",")):
+            if not entry:
+                continue
+            tenant, eq, budget = (x.strip() for x in entry.partition("="))
+            if not eq or not re.fullmatch(auth.TENANT_PATTERN, tenant):
+                raise ValueError(
+                    f"{entry!r}: expected TENANT=BUDGET (a tenant name of "
+                    "[A-Za-z0-9._-], 1-64 characters, and false alarms per 1,000 "
+                    "windows), e.g. acme=0.3"
+                )
+            if tenant in out:
+                raise ValueError(f"{tenant!r} is given twice")
+            try:
+                out[tenant] = float(budget)
+            except ValueError:
+                raise ValueError(f"{entry!r}: {budget!r} is not a number") from None
+            if not (math.isfinite(out[tenant]) and out[tenant] > 0):
+                raise ValueError(f"{entry!r}: the budget must be a number above 0")
+        return out
 
     @field_validator("api_keys")
     @classmethod

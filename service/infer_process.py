@@ -189,6 +189,12 @@ class InferenceProcess:
             run_size=int(hello["run_size"]),
             parallel_runs=int(hello["parallel_runs"]),
         )
+        try:
+            model.serve_tenants(settings.tenant_fa_budget)
+        except ArtifactError:
+            writer.close()  # the child exits at EOF
+            await asyncio.get_running_loop().run_in_executor(None, proc.wait, 10)
+            raise
         model.warmed = True  # load_checked warmed it
         return cls(proc, reader, writer, model, settings.infer_timeout_s)
 

@@ -10,6 +10,7 @@ Knows numpy and onnxruntime only (no FastAPI, no PyTorch), so it is tested witho
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,27 @@ class Model:
         self.outputs = OUTPUTS + ((NOVELTY,) if manifest.novelty is not None else ())
         # what a page of this model says its evaluation measured (once per model)
         self.evaluated = evaluated_note(manifest)
+        # tenants served at an operating point of their own: (manifest, evaluated)
+        self.tenants: dict[str, tuple[Manifest, str]] = {}
+
+    def serve_tenants(self, budgets: Mapping[str, float]) -> None:
+        """Each tenant of ``budgets`` alerts at its own operating point (false alarms
+        per 1,000 windows; SCJEPA_TENANT_FA_BUDGET); the others at :attr:`manifest`'s
+        threshold. Raises :class:`ArtifactError` naming the first tenant whose budget
+        is none of the manifest's operating points (nothing changed then)."""
+        points = {t: at_budget(self.manifest, b, t) for t, b in budgets.items()}
+        self.tenants = {t: (m, evaluated_note(m)) for t, m in points.items()}
+
+    def manifest_for(self, tenant: str) -> Manifest:
+        """The manifest ``tenant`` is served at: its threshold and, in
+        ``eval_metrics.threshold.serving_at``, the operating point it keeps."""
+        own = self.tenants.get(tenant)
+        return self.manifest if own is None else own[0]
+
+    def evaluated_for(self, tenant: str) -> str:
+        """:attr:`evaluated` at ``tenant``'s operating point."""
+        own = self.tenants.get(tenant)
+        return self.evaluated if own is None else own[1]
 
 
 class OnnxModel(Model):

@@ -228,12 +228,17 @@ def load_manifest(directory: Path) -> Manifest:
     return manifest
 
 
-def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
+def at_budget(
+    manifest: Manifest, fa_budget: float | None, tenant: str | None = None
+) -> Manifest:
     """``manifest`` alerting at its operating point of ``fa_budget`` false alarms per
     1,000 windows (``eval_metrics.threshold.operating_points``, written by `scjepa
-    export`), which ``eval_metrics.threshold.serving_at`` then records (GET /models
-    shows it); unchanged for None. Raises :class:`ArtifactError` naming the budgets
-    the artifact has when it has no threshold at this one."""
+    export`), which ``eval_metrics.threshold.serving_at`` then records with the
+    setting that chose it (GET /models shows it): SCJEPA_FA_BUDGET, or for a
+    ``tenant`` its entry of SCJEPA_TENANT_FA_BUDGET; unchanged for None. Raises
+    :class:`ArtifactError` naming the setting and the budgets the artifact has when
+    it has no threshold at this one."""
+    set_by = "SCJEPA_FA_BUDGET" if tenant is None else "SCJEPA_TENANT_FA_BUDGET"
     if fa_budget is None:
         return manifest
     record = manifest.eval_metrics.get("threshold") or {}
@@ -245,14 +250,14 @@ def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
             thr = float(p["threshold"])
             serving = {"false_alarms_per_1000": fa_budget, "threshold": thr}
             metrics = manifest.eval_metrics | {
-                "threshold": record
-                | {"serving_at": serving | {"set_by": "SCJEPA_FA_BUDGET"}}
+                "threshold": record | {"serving_at": serving | {"set_by": set_by}}
             }
             return manifest.model_copy(
                 update={"threshold": thr, "eval_metrics": metrics}
             )
     raise ArtifactError(
-        f"SCJEPA_FA_BUDGET={fa_budget:g}: {manifest.name} {manifest.version} has a "
+        f"{set_by}{'' if tenant is None else f' {tenant}'}={fa_budget:g}: "
+        f"{manifest.name} {manifest.version} has a "
         f"threshold at {listed} false alarms per 1,000 windows (its operating "
         "points); choose one of them, or export the model with --fa-budget"
     )
@@ -260,8 +265,8 @@ def at_budget(manifest: Manifest, fa_budget: float | None) -> Manifest:
 
 def serving_budget(manifest: Manifest) -> float | None:
     """The false alarms per 1,000 windows the manifest's threshold keeps:
-    ``eval_metrics.threshold``'s ``serving_at`` (set by SCJEPA_FA_BUDGET), else the
-    exported budget; None where it records none."""
+    ``eval_metrics.threshold``'s ``serving_at`` (set by SCJEPA_FA_BUDGET or a tenant's
+    SCJEPA_TENANT_FA_BUDGET), else the exported budget; None where it records none."""
     record = manifest.eval_metrics.get("threshold") or {}
     budget = (record.get("serving_at") or record).get("false_alarms_per_1000")
     return None if budget is None else float(budget)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram, Info, Summary
 
-from service.manifest import served_point, serving_budget
+from service.manifest import Manifest, served_point, serving_budget
 from service.store import NOVELTY_SPAN
 
 if TYPE_CHECKING:
@@ -214,6 +214,27 @@ EVALUATED_PAGES = Gauge(
     "records none).",
     ["estimate"],
 )
+# the same of each tenant served at an operating point of its own
+# (SCJEPA_TENANT_FA_BUDGET): the others are at the ones above
+TENANT_ALERT_THRESHOLD = Gauge(
+    "scjepa_tenant_alert_threshold",
+    "Threshold of each tenant served at an operating point of its own "
+    "(SCJEPA_TENANT_FA_BUDGET): its streams alert at a risk at or above it. Tenants "
+    "not listed alert at scjepa_alert_threshold.",
+    ["tenant"],
+)
+TENANT_ALERT_BUDGET = Gauge(
+    "scjepa_tenant_alert_budget_per_1000",
+    "False alarms per 1,000 scored windows the threshold of each tenant served at an "
+    "operating point of its own keeps (SCJEPA_TENANT_FA_BUDGET).",
+    ["tenant"],
+)
+TENANT_EVALUATED_PAGES = Gauge(
+    "scjepa_tenant_alert_evaluated_false_pages_per_1000_windows",
+    "scjepa_alert_evaluated_false_pages_per_1000_windows at the operating point of "
+    "each tenant served at one of its own (SCJEPA_TENANT_FA_BUDGET).",
+    ["tenant", "estimate"],
+)
 # absent (no series) for a model without the monitor: no figure to compare with
 NOVELTY_EXPECTED_SHARE = Gauge(
     "scjepa_novelty_expected_share",
@@ -231,7 +252,8 @@ def set_model(model: Model) -> None:
     the exported one; NaN for an F1 threshold or an older manifest) and the false
     pages per 1,000 scored windows the test split measured there, or for a label-free
     model its calibration windows (ScjepaPagingAboveEvaluation compares the live rate
-    with them); and the share of windows unlike the training data its input-drift
+    with them); the same of each tenant served at an operating point of its own
+    (SCJEPA_TENANT_FA_BUDGET); and the share of windows unlike the training data its input-drift
     monitor expects (ScjepaInputsUnlikeTraining compares the live share with it)."""
     m = model.manifest
     PROVIDER.info(
@@ -243,23 +265,45 @@ def set_model(model: Model) -> None:
         }
     )
     ALERT_THRESHOLD.set(m.threshold)
+    ALERT_BUDGET.set(_budget(m))
+    for estimate, v in _evaluated_pages(m):
+        EVALUATED_PAGES.labels(estimate).set(v)
+    for gauge in (TENANT_ALERT_THRESHOLD, TENANT_ALERT_BUDGET, TENANT_EVALUATED_PAGES):
+        gauge.clear()  # a reload's settings may list other tenants
+    for tenant in model.tenants:
+        own = model.manifest_for(tenant)
+        TENANT_ALERT_THRESHOLD.labels(tenant).set(own.threshold)
+        TENANT_ALERT_BUDGET.labels(tenant).set(_budget(own))
+        for estimate, v in _evaluated_pages(own):
+            TENANT_EVALUATED_PAGES.labels(tenant, estimate).set(v)
+    NOVELTY_EXPECTED_SHARE.clear()  # a reload's model may have another level, or none
+    if m.novelty is not None:
+        level = f"{m.novelty.level:g}"
+        NOVELTY_EXPECTED_SHARE.labels(level).set(m.novelty.expected_share)
+
+
+def _budget(m: Manifest) -> float:
+    """The false alarms per 1,000 windows ``m``'s threshold keeps; NaN for an F1
+    threshold or an older manifest."""
     budget = serving_budget(m)
     rule_has_budget = (m.eval_metrics.get("threshold") or {}).get("rule") in (
         "budget",
         "cv-budget",
     )
-    ALERT_BUDGET.set(budget if budget is not None and rule_has_budget else nan)
+    return budget if budget is not None and rule_has_budget else nan
+
+
+def _evaluated_pages(m: Manifest) -> list[tuple[str, float]]:
+    """(estimate, false pages per 1,000 windows) the test split measured at ``m``'s
+    operating point, or for a label-free model its calibration windows; NaN where the
+    manifest records none."""
     point = served_point(m) or {}
     # a label-free model (scjepa calibrate) has no test figures: its calibration
     # windows' stand in, under the same keys
     test = point.get("test") or point.get("calibration") or {}
     high = (test.get("false_pages_per_1000_ci95") or [None, None])[1]
-    for estimate, v in (("mean", test.get("false_pages_per_1000")), ("upper95", high)):
-        EVALUATED_PAGES.labels(estimate).set(nan if v is None else float(v))
-    NOVELTY_EXPECTED_SHARE.clear()  # a reload's model may have another level, or none
-    if m.novelty is not None:
-        level = f"{m.novelty.level:g}"
-        NOVELTY_EXPECTED_SHARE.labels(level).set(m.novelty.expected_share)
+    got = (("mean", test.get("false_pages_per_1000")), ("upper95", high))
+    return [(estimate, nan if v is None else float(v)) for estimate, v in got]
 
 
 def set_summary(

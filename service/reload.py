@@ -74,6 +74,7 @@ def load_checked(settings: Settings, current: Model | None) -> OnnxModel:
         fa_budget=settings.fa_budget,
     )
     try:
+        model.serve_tenants(settings.tenant_fa_budget)
         if current is not None:
             same_layout(current, model)
         model.warmup()

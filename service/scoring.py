@@ -334,7 +334,7 @@ class Scorer:
                 "readings_buffered": buffered,
                 "progress": round(min(buffered / self.window, 1.0), 4),
                 "risk": None,
-                "threshold": self.model.manifest.threshold,
+                "threshold": self.model.manifest_for(tenant).threshold,
                 "alert": None,
                 "window_start": None,
                 "window_end": None,

@@ -51,11 +51,12 @@ class ScoredWindow:
 
     tenant, stream: whose window. window_n: the stream's reading count that completed
     it (its number, unique per stream). window_end: the timestamp of its last reading.
-    risk: calibrated probability; threshold: the model's; alert: risk >= threshold.
+    risk: calibrated probability; threshold: the model's at the tenant's operating
+    point (:meth:`service.inference.Model.manifest_for`); alert: risk >= threshold.
     top_channels: the largest contributors, largest first. model: what scored it.
     epoch: the stream's epoch (:attr:`service.store.WorkItem.epoch`): later when the
     stream started over, its window numbers beginning again. evaluated: what the
-    model's evaluation measured at the operating point it alerts at
+    model's evaluation measured at the operating point the tenant is served at
     (:func:`service.manifest.evaluated_note`; empty where it records nothing).
     """
 
@@ -69,7 +70,7 @@ class ScoredWindow:
     top_channels: tuple[ChannelShare, ...]
     model: ModelRef
     epoch: int = 0
-    evaluated: str = ""  # the test split's figures at the model's operating point
+    evaluated: str = ""  # the test split's figures at the tenant's operating point
 
 
 # Awaited with each batch's newly written windows and claimed ones (any tenants and
@@ -135,14 +136,20 @@ class ScoredBus:
 
 
 def records_of(
-    model: Model, top_k: int, windows: list[Window], scores: Scores
+    model: Model,
+    top_k: int,
+    windows: list[Window],
+    scores: Scores,
+    tenants: list[str],
 ) -> list[RiskRecord]:
-    """The risk records of a scored batch (row ``j`` of ``scores`` is ``windows[j]``),
-    named after the model that scored it and computed at one time. The batch's arrays
-    are ordered and converted once, not per window: the scorer's loop is what bounds
-    a scorer process when the model is fast."""
+    """The risk records of a scored batch (row ``j`` of ``scores`` is ``windows[j]``,
+    of ``tenants[j]``), named after the model that scored it, each at its tenant's
+    threshold, and computed at one time. The batch's arrays are ordered and converted
+    once, not per window: the scorer's loop is what bounds a scorer process when the
+    model is fast."""
     by = scores.by or model
     m = by.manifest
+    at = {t: by.manifest_for(t).threshold for t in set(tenants)}
     ref = ModelRef(name=m.name, version=m.version)
     now = now_utc()
     order = np.argsort(-scores.contrib, axis=1, kind="stable")[:, :top_k]
@@ -154,8 +161,8 @@ def records_of(
         RiskRecord(
             n=w.n,
             risk=risk,
-            threshold=m.threshold,
-            alert=risk >= m.threshold,
+            threshold=at[t],
+            alert=risk >= at[t],
             window_start=w.start_ts,
             window_end=w.end_ts,
             top_channels=[
@@ -168,8 +175,9 @@ def records_of(
             model=ref,
             computed_at=now,
         )
-        for w, risk, idx, row, codes, nov in zip(
+        for w, t, risk, idx, row, codes, nov in zip(
             windows,
+            tenants,
             scores.risk.tolist(),
             order.tolist(),
             shares.tolist(),
@@ -365,7 +373,8 @@ class ScoringWorker:
         # per stream and epoch: a stream that started over since some of its windows
         # were cut has their records refused (see Store.put_scored)
         by_stream: dict[tuple[str, str, int], list[RiskRecord]] = {}
-        recs = records_of(model, top_k, [it.window for it in items], scores)
+        tenants = [it.tenant for it in items]
+        recs = records_of(model, top_k, [it.window for it in items], scores, tenants)
         for it, rec in zip(items, recs, strict=True):
             by_stream.setdefault((it.tenant, it.stream, it.epoch), []).append(rec)
         keys = list(by_stream)
@@ -385,7 +394,6 @@ class ScoringWorker:
             ack=ack,
             publish=True,  # other processes' waiters (this one's: below)
         )
-        tenants = [it.tenant for it in items]
         for t, n in Counter(tenants).items():
             metrics.tenant_child(metrics.WINDOWS_SCORED, t).inc(n)
         served = scores.by or model
@@ -419,7 +427,7 @@ class ScoringWorker:
                 tuple(r.top_channels),
                 r.model,
                 e,
-                served.evaluated,
+                served.evaluated_for(t),
             )
             for (t, s, e), flags in zip(keys, written, strict=True)
             for r, ok in zip(by_stream[t, s, e], flags, strict=True)

@@ -99,10 +99,12 @@ async def prometheus(request: Request) -> Response:
     slot = getattr(state, "slot", None)
     if store is not None and slot is not None:
         try:
-            manifest = slot.current.manifest
+            model = slot.current
+            manifest = model.manifest
             door = getattr(state, "door", None)
             tenants = door.keys.table.tenants if door is not None else []
-            s = await store.summary(manifest.threshold, _top(state), tenants)
+            own = {t: model.manifest_for(t).threshold for t in model.tenants}
+            s = await store.summary(manifest.threshold, _top(state), tenants, own)
             drift = s.top_novelty if manifest.novelty is not None else ()
             metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top, drift)
             if door is not None:

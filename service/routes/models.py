@@ -39,12 +39,13 @@ class ReloadResponse(BaseModel):
 
 @router.get("/models", responses=errors(401, 429, 503))
 async def models(tenant: TenantDep, slot: SlotDep) -> ModelsResponse:
-    """Manifests of the loaded artifacts."""
+    """Manifests of the loaded artifacts, each with the threshold the caller's tenant
+    is served at (``eval_metrics.threshold.serving_at``: its operating point)."""
     model = slot.current
     return ModelsResponse(
         models=[
             LoadedModel(
-                manifest=model.manifest,
+                manifest=model.manifest_for(tenant),
                 provider=model.provider,
                 precision=model.precision,
                 warmed=model.warmed,

@@ -93,8 +93,9 @@ async def top_streams(
 ) -> TopStreamsResponse:
     """The tenant's streams at highest risk now: its live streams of highest latest
     risk, highest first, each with whether it is in alert (at or above the loaded
-    model's threshold). Streams not scored yet are not listed."""
-    threshold = model.manifest.threshold
+    model's threshold at the tenant's operating point). Streams not scored yet are not
+    listed."""
+    threshold = model.manifest_for(tenant).threshold
     ranked = await store.top_streams(tenant, limit)
     return TopStreamsResponse(
         streams=[StreamRisk(stream=s, risk=r, alert=r >= threshold) for s, r in ranked],

@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -142,7 +143,7 @@ class Summary:
     # the same for their recent novelty (:func:`recent_novelty`): the ``top`` streams
     # least like the training data (none scored by a model with the monitor: empty)
     top_novelty: Ranked = ()
-    # (tenant, streams whose latest risk >= threshold), tenants with none left out
+    # (tenant, streams whose latest risk >= its threshold), tenants with none left out
     in_alert_by_tenant: tuple[tuple[str, int], ...] = ()
     # (tenant, highest latest risk of its streams; 0.0 when none was scored) of each
     # tenant asked for, in the order asked
@@ -424,13 +425,19 @@ class Store(ABC):
 
     @abstractmethod
     async def summary(
-        self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
+        self,
+        threshold: float,
+        top: int = 0,
+        tenants: Sequence[str] = (),
+        own: Mapping[str, float] = MappingProxyType({}),
     ) -> Summary:
         """Counts for the gauges, over every tenant: live streams, streams in alert
-        (in all and by tenant), highest latest risk (in all and of each of
+        (in all and by tenant: at or above ``threshold``, or a tenant's ``own``
+        threshold where it has one), highest latest risk (in all and of each of
         ``tenants``), and the ``top`` streams of highest latest risk and of highest
         recent novelty (cost independent of the number of streams: bounded by
-        ``top``, the streams in alert and ``tenants``)."""
+        ``top``, the streams at or above the lowest threshold, ``own`` and
+        ``tenants``)."""
 
     @abstractmethod
     async def rate(self, bucket: str, rps: float, burst: int) -> float:

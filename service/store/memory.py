@@ -16,8 +16,9 @@ import heapq
 import itertools
 import time
 from collections import Counter, OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -350,7 +351,11 @@ class MemoryStore(Store):
         return [(stream, risk) for _, stream, risk in _ranked(scored, limit)]
 
     async def summary(
-        self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
+        self,
+        threshold: float,
+        top: int = 0,
+        tenants: Sequence[str] = (),
+        own: Mapping[str, float] = MappingProxyType({}),
     ) -> Summary:
         """One pass over the streams (the Redis store reads its indexes instead: this
         store's scrape grows with its streams)."""
@@ -362,7 +367,7 @@ class MemoryStore(Store):
                 latest.append((s.latest_risk, f"{tenant}/{stream}", tenant, stream))
             if s.novelty is not None:
                 novel.append((s.novelty, f"{tenant}/{stream}", tenant, stream))
-        hot = Counter(x[2] for x in latest if x[0] >= threshold)
+        hot = Counter(x[2] for x in latest if x[0] >= own.get(x[2], threshold))
         highest: dict[str, float] = {}
         for risk, _, tenant, _ in latest:
             highest[tenant] = max(risk, highest.get(tenant, 0.0))

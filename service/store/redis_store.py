@@ -11,8 +11,9 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from string import Template
+from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -493,10 +494,11 @@ SWEEP = 8  # members of each time hash checked per scrape (SUMMARY)
 MENDS = 64  # entries of a tenant's index set right per scrape, at most (SUMMARY)
 
 # KEYS: {global}:streams, {global}:latest, {global}:novelty, {global}:latest_at,
-# {global}:novelty_at. ARGV: cutoff, threshold, top (>= 1), then tenants. Forgets a
+# {global}:novelty_at. ARGV: cutoff, threshold, top (>= 1), the number M of tenants
+# with a threshold of their own, M pairs tenant, threshold, then tenants. Forgets a
 # batch of idle streams (from their tenants' indexes too), then counts with range
-# queries: O(log N + top + streams in alert + tenants) per scrape, not O(N) (those in
-# alert are read to count them by tenant). Sweeps a few members of the two time hashes
+# queries: O(log N + top + streams in alert + tenants) per scrape, not O(N) (those at
+# or above the lowest threshold are read to count them by tenant, each at its own). Sweeps a few members of the two time hashes
 # at random, dropping those no longer registered: a release before the hashes expires
 # idle streams without them (during a roll-out), which would leave theirs for good.
 # For the same reason each tenant's index asked for is swept alike, and its highest
@@ -531,17 +533,25 @@ for k = 4, 5 do
   end
 end
 local n = redis.call('ZCOUNT', KEYS[1], '(' .. ARGV[1], '+inf')
-local hot = redis.call('ZRANGEBYSCORE', KEYS[2], ARGV[2], '+inf')
+local base, own, low = tonumber(ARGV[2]), {{}}, tonumber(ARGV[2])
+local first = 5 + 2 * tonumber(ARGV[4])
+for i = 5, first - 1, 2 do
+  own[ARGV[i]] = tonumber(ARGV[i + 1])
+  low = math.min(low, own[ARGV[i]])
+end
+local hot = redis.call('ZRANGEBYSCORE', KEYS[2], low, '+inf', 'WITHSCORES')
 local by, tenants = {{}}, {{}}
-for _, m in ipairs(hot) do
-  local t = string.match(m, '^[^/]*')
-  if not by[t] then by[t] = 0; tenants[#tenants + 1] = t end
-  by[t] = by[t] + 1
+for j = 1, #hot, 2 do
+  local t = string.match(hot[j], '^[^/]*')
+  if tonumber(hot[j + 1]) >= (own[t] or base) then
+    if not by[t] then by[t] = 0; tenants[#tenants + 1] = t end
+    by[t] = by[t] + 1
+  end
 end
 local counts = {{}}
 for _, t in ipairs(tenants) do counts[#counts + 1] = t; counts[#counts + 1] = by[t] end
 local highest = {{}}
-for i = 4, #ARGV do
+for i = first, #ARGV do
   local key, best = KEYS[2] .. ':' .. ARGV[i], nil
   for _, m in ipairs(redis.call('ZRANDMEMBER', key, {SWEEP})) do
     local live = tonumber(redis.call('ZSCORE', KEYS[1], m) or '')
@@ -1205,11 +1215,17 @@ class RedisStore(Store):
         return [(m.decode()[cut:], float(r)) for m, r in _pairs(raw)]
 
     async def summary(
-        self, threshold: float, top: int = 0, tenants: Sequence[str] = ()
+        self,
+        threshold: float,
+        top: int = 0,
+        tenants: Sequence[str] = (),
+        own: Mapping[str, float] = MappingProxyType({}),
     ) -> Summary:
         keys = [self._global(k) for k in NOTED]
         # one range read serves both max_risk (its first) and the top streams
-        args = [repr(time.time() - self.ttl_s), repr(threshold), max(top, 1), *tenants]
+        cutoff = time.time() - self.ttl_s
+        pairs = [x for t, v in own.items() for x in (t, repr(v))]
+        args = [repr(cutoff), repr(threshold), max(top, 1), len(own), *pairs, *tenants]
         n, risks, novelties, by, highest = await self._call(
             "summary", self._summary(keys=keys, args=args)
         )

@@ -316,9 +316,16 @@ def test_streams_at_highest_risk_are_listed_against_the_threshold() -> None:
     assert table["type"] == "table"
     top = 'max by (tenant, stream) (scjepa_top_stream_risk{tenant=~"$tenant"})'
     exprs = {t["refId"]: t["expr"] for t in table["targets"]}
+    # each stream against its tenant's own threshold (SCJEPA_TENANT_FA_BUDGET), else
+    # the model's
+    own = 'max by (tenant) (scjepa_tenant_alert_threshold{tenant=~"$tenant"})'
+    every = (
+        'max by (tenant) (scjepa_top_stream_risk{tenant=~"$tenant"}) * 0'
+        " + on () group_left () max(scjepa_alert_threshold)"
+    )
     assert exprs == {
         "A": f"sort_desc({top})",
-        "B": f"{top} - on () group_left () max(scjepa_alert_threshold)",
+        "B": f"{top} - on (tenant) group_left () ({own} or on (tenant) ({every}))",
     }
     for target in table["targets"]:
         assert target["instant"] and target["format"] == "table", target
@@ -350,6 +357,7 @@ def test_streams_at_highest_risk_are_listed_against_the_threshold() -> None:
     legends = {t["expr"]: t.get("legendFormat") for t in series["targets"]}
     assert legends[top] == "{{stream}} ({{tenant}})"
     assert "max(scjepa_alert_threshold)" in legends
+    assert legends[own] == "{{tenant}}'s own alert threshold"
 
 
 def test_streams_least_like_the_training_data_are_listed_beside_the_drift() -> None:

@@ -62,8 +62,21 @@ def wait_for(check: Any, timeout: float, what: str) -> Any:
 
 def build_tiny_artifact(directory: Path) -> None:
     """The service tests' tiny artifact, every scored stream in alert, with the
-    input-drift monitor (its panel and rules have data)."""
+    input-drift monitor (its panel and rules have data) and two operating points, the
+    tenant's own at 3 false alarms per 1,000 windows (SCJEPA_TENANT_FA_BUDGET below:
+    its gauges, panels and rule branch have data), both at threshold 0."""
     build_artifact(directory, threshold=0.0, novelty=NOVELTY)
+    manifest = directory / "manifest.json"
+    raw = json.loads(manifest.read_text())
+    test = {"false_pages_per_1000": 0.5, "false_pages_per_1000_ci95": [0.2, 0.9]}
+    points = [{"false_alarms_per_1000": b, "threshold": 0.0, "test": test}
+              for b in (1.0, 3.0)]  # fmt: skip
+    raw["eval_metrics"]["threshold"] = {
+        "rule": "cv-budget",
+        "false_alarms_per_1000": 1.0,
+        "operating_points": points,
+    }
+    manifest.write_text(json.dumps(raw))
 
 
 class Proc:
@@ -111,6 +124,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         SCJEPA_MAX_WAIT_MS="1",
         SCJEPA_REDIS_URL=f"redis://127.0.0.1:{ports['redis']}/0",
         SCJEPA_ALERTMANAGER_URL=f"http://127.0.0.1:{ports['am']}",
+        SCJEPA_TENANT_FA_BUDGET="default=3",  # the open service's one tenant
     )
     procs: list[Proc] = []
     try:

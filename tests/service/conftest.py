@@ -9,6 +9,7 @@ skip, so CI does not count it as a missing component).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -31,6 +32,43 @@ def pytest_collection_modifyitems(
     if full:
         config.hook.pytest_deselected(items=full)
         items[:] = [i for i in items if i.get_closest_marker("fuzz_full") is None]
+
+
+# the operating points of `art_points` (scjepa export lists them in the manifest): the
+# exported one (1 false alarm per 1,000 windows, the manifest's threshold 0.9), a
+# looser one with what the test split measured there, and one without a threshold
+POINTS = [
+    {"false_alarms_per_1000": 0.1, "threshold": None},
+    {"false_alarms_per_1000": 1.0, "threshold": 0.9},
+    {
+        "false_alarms_per_1000": 3.0,
+        "threshold": 0.25,
+        "test": {
+            "events": 50,
+            "warned_rate": 0.1,
+            "false_pages_per_1000": 0.8,
+            "false_pages_per_1000_ci95": [0.4, 1.3],
+            "lead_quartiles_steps": None,
+        },
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def art_points(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The test artifact at threshold 0.9 (constant zeros score 0.5, under it; 50s
+    about 1.0) with the operating points ``POINTS`` (3: threshold 0.25)."""
+    d = tmp_path_factory.mktemp("points")
+    build_artifact(d, threshold=0.9)
+    raw = json.loads((d / "manifest.json").read_text())
+    assert raw["threshold"] == 0.9
+    raw["eval_metrics"]["threshold"] = {
+        "rule": "cv-budget",
+        "false_alarms_per_1000": 1.0,
+        "operating_points": POINTS,
+    }
+    (d / "manifest.json").write_text(json.dumps(raw))
+    return d
 
 
 @pytest.fixture(scope="module")

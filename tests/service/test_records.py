@@ -27,7 +27,7 @@ def test_records_of_a_batch(artifact_dir: Path) -> None:
     )
     x = np.zeros((100, 4), np.float32)
     windows = [Window(100 + i, float(i), float(i + 99), x) for i in range(3)]
-    recs = records_of(model, 2, windows, scores)
+    recs = records_of(model, 2, windows, scores, ["t"] * 3)
     assert [[(c.name, c.share) for c in r.top_channels] for r in recs] == [
         [("b", 0.5), ("c", 0.3)],
         [],
@@ -44,3 +44,24 @@ def test_records_of_a_batch(artifact_dir: Path) -> None:
     assert {(r.model.name, r.model.version, r.computed_at) for r in recs} == {
         ("tiny", "0.0.1", recs[0].computed_at)
     }
+
+
+def test_records_are_at_each_tenants_threshold(art_points: Path) -> None:
+    """A tenant served at an operating point of its own (SCJEPA_TENANT_FA_BUDGET) has
+    its windows' threshold and alert at it; the others at the manifest's."""
+    model = load_model(art_points)  # threshold 0.9; points 1 (0.9) and 3 (0.25)
+    model.serve_tenants({"acme": 3.0})
+    scores = Scores(
+        risk=np.array([0.3, 0.3, 0.95], np.float32),
+        contrib=np.ones((3, 4), np.float32),
+        codes=np.zeros((3, 2), np.int64),
+        by=model,
+    )
+    x = np.zeros((100, 4), np.float32)
+    windows = [Window(100 + i, float(i), float(i + 99), x) for i in range(3)]
+    recs = records_of(model, 2, windows, scores, ["acme", "globex", "globex"])
+    assert [(r.threshold, r.alert) for r in recs] == [
+        (0.25, True),
+        (0.9, False),
+        (0.9, True),
+    ]

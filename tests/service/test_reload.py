@@ -189,6 +189,33 @@ def test_a_bad_artifact_is_refused_and_the_old_model_serves(
         )
 
 
+def test_a_model_without_a_tenants_operating_point_is_refused(
+    art_points: Path, tmp_path: Path
+) -> None:
+    """A tenant served at an operating point of its own (SCJEPA_TENANT_FA_BUDGET)
+    keeps it across a reload; a new version without a threshold there is refused
+    (422, naming the tenant) and the old model keeps serving the tenant at it."""
+    art = copy_artifact(art_points, tmp_path / "art")
+    setup = settings(art, tmp_path, tenant_fa_budget={"t": 3.0})
+    with TestClient(create_app(setup)) as client:
+
+        def threshold() -> float:
+            (m,) = client.get("/models", headers=TENANT).json()["models"]
+            return float(m["manifest"]["threshold"])
+
+        assert threshold() == 0.25
+        points = [{"false_alarms_per_1000": 3.0, "threshold": 0.3}]
+        set_version(art, "v2", eval_metrics={"threshold": {"operating_points": points}})
+        assert client.post("/admin/reload", headers=ADMIN).status_code == 200
+        assert threshold() == 0.3
+        set_version(art, "v3", eval_metrics={})  # an artifact without the points
+        r = client.post("/admin/reload", headers=ADMIN)
+        assert r.status_code == 422, r.text
+        assert r.json()["model"]["error"].startswith("SCJEPA_TENANT_FA_BUDGET t=3: ")
+        assert "tiny v2 still serves" in r.json()["detail"]
+        assert threshold() == 0.3
+
+
 def test_admin_routes_need_the_admin_key(
     artifact_dir: Path, tmp_path: Path, make_client: Any
 ) -> None:

@@ -90,6 +90,35 @@ def test_fa_budget_alerts_at_an_operating_point(art: Path) -> None:
         load_model(art, fa_budget=1.0)
 
 
+def test_each_tenant_at_its_own_operating_point(art_points: Path) -> None:
+    """SCJEPA_TENANT_FA_BUDGET: a tenant listed alerts at that operating point (its
+    manifest, threshold and what its pages say the evaluation measured), the others
+    at the model's; a budget without a threshold there is refused naming the tenant,
+    and leaves the tenants as they were."""
+    model = load_model(art_points)
+    model.serve_tenants({"acme": 3.0, "globex": 1.0})
+    acme, globex, other = (model.manifest_for(t) for t in ("acme", "globex", "x"))
+    assert (acme.threshold, globex.threshold, other.threshold) == (0.25, 0.9, 0.9)
+    assert other is model.manifest
+    assert acme.eval_metrics["threshold"]["serving_at"] == {
+        "false_alarms_per_1000": 3.0,
+        "threshold": 0.25,
+        "set_by": "SCJEPA_TENANT_FA_BUDGET",
+    }
+    assert model.evaluated_for("acme").startswith(
+        "At this operating point (3 false alarms per 1,000 windows) the evaluation's "
+        "test split had 10% of its 50 incidents warned"
+    )
+    assert model.evaluated_for("x") == model.evaluated == ""  # no test figures at 1
+    with pytest.raises(
+        ArtifactError,
+        match=r"^SCJEPA_TENANT_FA_BUDGET globex=0.1: tiny 0.0.1 has a threshold at 1, "
+        r"3 false alarms per 1,000 windows",
+    ):
+        model.serve_tenants({"acme": 1.0, "globex": 0.1})
+    assert model.manifest_for("acme").threshold == 0.25  # unchanged
+
+
 def test_a_page_says_what_the_evaluation_measured_where_it_alerts(art: Path) -> None:
     """The sentence every stream alert carries (annotation ``evaluated``): at the
     operating point served (SCJEPA_FA_BUDGET's, else the exported one), how often the

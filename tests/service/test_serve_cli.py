@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 from served import ServeFactory, scjepa_exe
 from support.service_helpers import free_port
 from test_api import body, series
@@ -63,6 +64,73 @@ def test_serve_refuses_a_budget_the_artifact_has_no_threshold_for(
     assert done.stderr.startswith("scjepa serve: error: SCJEPA_FA_BUDGET=3: ")
     assert "choose one of them, or export the model with --fa-budget" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_serve_refuses_a_tenant_budget_the_artifact_has_no_threshold_for(
+    art_points: Path, tmp_path: Path
+) -> None:
+    """SCJEPA_TENANT_FA_BUDGET with a budget that is none of the manifest's operating
+    points stops `scjepa serve` at start-up, naming the tenant; one that does not
+    parse, naming the entry."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    args = [scjepa_exe(), "serve", "--artifact", str(art_points)]
+    for value, says in (
+        ("acme=3,globex=7", "SCJEPA_TENANT_FA_BUDGET globex=7: tiny 0.0.1 has a "
+         "threshold at 1, 3 false alarms per 1,000 windows"),
+        ("acme=3,globex", "SCJEPA_TENANT_FA_BUDGET: 'globex': expected TENANT=BUDGET"),
+        ("acme=0", "'acme=0': the budget must be a number above 0"),
+        ("acme=3,acme=1", "'acme' is given twice"),
+    ):  # fmt: skip
+        env["SCJEPA_TENANT_FA_BUDGET"] = value
+        done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("scjepa serve: error: "), done.stderr
+        assert says in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_serve_alerts_each_tenant_at_its_own_operating_point(
+    serve: ServeFactory, art_points: Path
+) -> None:
+    """SCJEPA_TENANT_FA_BUDGET, onnxruntime in a child process: a tenant listed has
+    its windows scored against its operating point's threshold (records, the top
+    streams, GET /models, its streams in alert, the gauges Prometheus compares its
+    pages with); another tenant against the model's."""
+    keys = {"acme": "k-acme", "globex": "k-globex"}
+    s = serve(
+        artifact=art_points,
+        api_keys=",".join(f"{t}:{k}" for t, k in keys.items()),
+        tenant_fa_budget="acme=3",
+        infer_in="process",
+    )
+    zeros = np.zeros((100, 4))  # risk 0.5: over acme's 0.25, under the model's 0.9
+    seen = {}
+    with httpx.Client(base_url=s.url, timeout=30) as c:
+        for tenant, key in keys.items():
+            h = {"X-API-Key": key}
+            res = c.post("/ingest?wait=20", json=body("pump", zeros), headers=h)
+            assert res.json()["results"][0]["windows_scored"] == 1, res.text
+            rec = c.get("/risk/pump", headers=h).json()
+            (top,) = c.get("/streams/top", headers=h).json()["streams"]
+            (m,) = c.get("/models", headers=h).json()["models"]
+            serving = m["manifest"]["eval_metrics"]["threshold"].get("serving_at")
+            seen[tenant] = (rec["threshold"], rec["alert"], top["alert"],
+                            m["manifest"]["threshold"], serving)  # fmt: skip
+        text = c.get("/metrics").text
+    assert seen == {
+        "acme": (0.25, True, True, 0.25, {"false_alarms_per_1000": 3.0,
+                 "threshold": 0.25, "set_by": "SCJEPA_TENANT_FA_BUDGET"}),
+        "globex": (0.9, False, False, 0.9, None),
+    }  # fmt: skip
+    assert '\nscjepa_tenant_streams_in_alert{tenant="acme"} 1.0\n' in text
+    assert '\nscjepa_tenant_streams_in_alert{tenant="globex"} 0.0\n' in text
+    assert "\nscjepa_streams_in_alert 1.0\n" in text
+    assert "\nscjepa_alert_threshold 0.9\n" in text  # every other tenant's
+    assert '\nscjepa_tenant_alert_threshold{tenant="acme"} 0.25\n' in text
+    assert '\nscjepa_tenant_alert_budget_per_1000{tenant="acme"} 3.0\n' in text
+    pages = "scjepa_tenant_alert_evaluated_false_pages_per_1000_windows"
+    assert f'\n{pages}{{estimate="upper95",tenant="acme"}} 1.3\n' in text
+    assert 'tenant="globex"' not in text.split("scjepa_tenant_alert_threshold")[1]
 
 
 def test_serve_refuses_a_model_it_cannot_run_in_one_line(

@@ -241,6 +241,43 @@ def test_store_summary_top_order_is_the_same_on_every_store(
     asyncio.run(main())
 
 
+def test_streams_in_alert_at_each_tenants_own_threshold(
+    store_url: str | None,
+) -> None:
+    """A tenant served at an operating point of its own (SCJEPA_TENANT_FA_BUDGET) has
+    its streams counted in alert at its threshold, below the others' or above it; the
+    tenants' highest risks are read as before."""
+
+    async def main() -> list[object]:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
+        try:
+            await store.ensure_groups()
+            risks = {("a", "s1"): 0.25, ("a", "s2"): 0.75, ("b", "s1"): 0.75,
+                     ("b", "s0"): 0.5}  # fmt: skip
+            for tenant, stream in risks:
+                await windows_of(store, tenant, stream, 10)
+            items = await store.read_work("c", 10, 0)
+            await store.put_scored([
+                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
+                for it in items
+            ])  # fmt: skip
+            out: list[object] = []
+            for own in ({}, {"a": 0.2, "b": 0.8}, {"b": 0.5}, {"a": 0.9}):
+                s = await store.summary(0.5, 0, ["a", "b", "c"], own)
+                out += [s.in_alert_by_tenant, s.in_alert, s.max_risk_by_tenant]
+            return out
+        finally:
+            await store.close()
+
+    highest = (("a", 0.75), ("b", 0.75), ("c", 0.0))
+    assert asyncio.run(main()) == [
+        (("a", 1), ("b", 2)), 3, highest,  # every tenant at 0.5
+        (("a", 2),), 2, highest,  # a at 0.2 (s1 0.25 too), b at 0.8 (neither)
+        (("a", 1), ("b", 2)), 3, highest,  # b's own threshold the same as the model's
+        (("b", 2),), 2, highest,  # a at 0.9: none of its streams
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("bad", ["-1", "1001", "many"])
 def test_top_streams_setting_is_validated(
     bad: str, monkeypatch: pytest.MonkeyPatch
