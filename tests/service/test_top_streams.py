@@ -209,6 +209,23 @@ def test_no_top_streams_when_disabled(make_client: ClientFactory) -> None:
     assert max_risk == pytest.approx(risk)
 
 
+async def score_four(store: Store) -> None:
+    """Four streams of two tenants, one window each scored: a/s1 0.25, a/s2 0.75,
+    b/s1 0.75, b/s0 0.5."""
+    await store.ensure_groups()
+    risks = {("a", "s1"): 0.25, ("a", "s2"): 0.75, ("b", "s1"): 0.75,
+             ("b", "s0"): 0.5}  # fmt: skip
+    for tenant, stream in risks:
+        await windows_of(store, tenant, stream, 10)
+    items = await store.read_work("c", 10, 0)
+    assert len(items) == 4
+    written = await store.put_scored([
+        (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
+        for it in items
+    ])  # fmt: skip
+    assert written == [[True]] * 4
+
+
 def test_store_summary_top_order_is_the_same_on_every_store(
     store_url: str | None,
 ) -> None:
@@ -218,18 +235,7 @@ def test_store_summary_top_order_is_the_same_on_every_store(
     async def main() -> None:
         store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
         try:
-            await store.ensure_groups()
-            risks = {("a", "s1"): 0.25, ("a", "s2"): 0.75, ("b", "s1"): 0.75,
-                     ("b", "s0"): 0.5}  # fmt: skip
-            for tenant, stream in risks:
-                await windows_of(store, tenant, stream, 10)
-            items = await store.read_work("c", 10, 0)
-            assert len(items) == 4
-            written = await store.put_scored([
-                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
-                for it in items
-            ])  # fmt: skip
-            assert written == [[True]] * 4
+            await score_four(store)
             s = await store.summary(0.5, 3)
             assert s.top == (("b", "s1", 0.75), ("a", "s2", 0.75), ("b", "s0", 0.5))
             assert (s.streams, s.in_alert, s.max_risk) == (4, 3, 0.75)
@@ -251,16 +257,7 @@ def test_streams_in_alert_at_each_tenants_own_threshold(
     async def main() -> list[object]:
         store = fresh_store(store_url, dedupe_horizon=100, partitions=2)
         try:
-            await store.ensure_groups()
-            risks = {("a", "s1"): 0.25, ("a", "s2"): 0.75, ("b", "s1"): 0.75,
-                     ("b", "s0"): 0.5}  # fmt: skip
-            for tenant, stream in risks:
-                await windows_of(store, tenant, stream, 10)
-            items = await store.read_work("c", 10, 0)
-            await store.put_scored([
-                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
-                for it in items
-            ])  # fmt: skip
+            await score_four(store)
             out: list[object] = []
             for own in ({}, {"a": 0.2, "b": 0.8}, {"b": 0.5}, {"a": 0.9}):
                 s = await store.summary(0.5, 0, ["a", "b", "c"], own)
