@@ -63,6 +63,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.set_model(model)
         where = f"process {slot.child.pid}" if slot.child else "this process"
         log.info("loaded %s %s on %s (%s)", m.name, m.version, model.provider, where)
+        for tenant, budget in settings.tenant_fa_budget.items():
+            log.info(
+                "tenant %s alerts at its own operating point: %g false alarms per "
+                "1,000 windows, threshold %.6g (SCJEPA_TENANT_FA_BUDGET)",
+                tenant,
+                budget,
+                model.manifest_for(tenant).threshold,
+            )
         store = make_store(
             settings.redis_url,
             prefix=settings.key_prefix,

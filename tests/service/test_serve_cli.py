@@ -131,6 +131,10 @@ def test_serve_alerts_each_tenant_at_its_own_operating_point(
     pages = "scjepa_tenant_alert_evaluated_false_pages_per_1000_windows"
     assert f'\n{pages}{{estimate="upper95",tenant="acme"}} 1.3\n' in text
     assert 'tenant="globex"' not in text.split("scjepa_tenant_alert_threshold")[1]
+    assert (
+        "tenant acme alerts at its own operating point: 3 false alarms per 1,000 "
+        "windows, threshold 0.25 (SCJEPA_TENANT_FA_BUDGET)"
+    ) in s.log.read_text()
 
 
 def test_serve_refuses_a_model_it_cannot_run_in_one_line(
