@@ -71,6 +71,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 budget,
                 model.manifest_for(tenant).threshold,
             )
+            if tenant not in keys.table.tenants:
+                log.warning(
+                    "SCJEPA_TENANT_FA_BUDGET names tenant %s, which no API key "
+                    "names (yet): its budget applies once a key of it is added",
+                    tenant,
+                )
         store = make_store(
             settings.redis_url,
             prefix=settings.key_prefix,

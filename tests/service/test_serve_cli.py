@@ -100,7 +100,7 @@ def test_serve_alerts_each_tenant_at_its_own_operating_point(
     s = serve(
         artifact=art_points,
         api_keys=",".join(f"{t}:{k}" for t, k in keys.items()),
-        tenant_fa_budget="acme=3",
+        tenant_fa_budget="acme=3,initech=3",
         infer_in="process",
     )
     zeros = np.zeros((100, 4))  # risk 0.5: over acme's 0.25, under the model's 0.9
@@ -126,15 +126,26 @@ def test_serve_alerts_each_tenant_at_its_own_operating_point(
     assert '\nscjepa_tenant_streams_in_alert{tenant="globex"} 0.0\n' in text
     assert "\nscjepa_streams_in_alert 1.0\n" in text
     assert "\nscjepa_alert_threshold 0.9\n" in text  # every other tenant's
-    assert '\nscjepa_tenant_alert_threshold{tenant="acme"} 0.25\n' in text
     assert '\nscjepa_tenant_alert_budget_per_1000{tenant="acme"} 3.0\n' in text
     pages = "scjepa_tenant_alert_evaluated_false_pages_per_1000_windows"
     assert f'\n{pages}{{estimate="upper95",tenant="acme"}} 1.3\n' in text
-    assert 'tenant="globex"' not in text.split("scjepa_tenant_alert_threshold")[1]
+    own = [
+        x for x in text.splitlines() if x.startswith("scjepa_tenant_alert_threshold")
+    ]
+    assert own == [  # the tenants listed, whether or not a key names them yet
+        'scjepa_tenant_alert_threshold{tenant="acme"} 0.25',
+        'scjepa_tenant_alert_threshold{tenant="initech"} 0.25',
+    ]
     assert (
         "tenant acme alerts at its own operating point: 3 false alarms per 1,000 "
         "windows, threshold 0.25 (SCJEPA_TENANT_FA_BUDGET)"
     ) in s.log.read_text()
+    # a tenant no key names: said at start-up (its budget waits for a key of it)
+    assert (
+        "WARNING service.main: SCJEPA_TENANT_FA_BUDGET names tenant initech, which no "
+        "API key names (yet)"
+    ) in s.log.read_text()
+    assert "tenant acme, which no" not in s.log.read_text()
 
 
 def test_serve_refuses_a_model_it_cannot_run_in_one_line(
