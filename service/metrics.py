@@ -269,7 +269,7 @@ def set_model(model: Model) -> None:
     for estimate, v in _evaluated_pages(m):
         EVALUATED_PAGES.labels(estimate).set(v)
     for gauge in (TENANT_ALERT_THRESHOLD, TENANT_ALERT_BUDGET, TENANT_EVALUATED_PAGES):
-        gauge.clear()  # a reload's settings may list other tenants
+        gauge.clear()  # exactly the tenants the loaded model serves at their own
     for tenant in model.tenants:
         own = model.manifest_for(tenant)
         TENANT_ALERT_THRESHOLD.labels(tenant).set(own.threshold)
