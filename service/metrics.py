@@ -253,8 +253,9 @@ def set_model(model: Model) -> None:
     pages per 1,000 scored windows the test split measured there, or for a label-free
     model its calibration windows (ScjepaPagingAboveEvaluation compares the live rate
     with them); the same of each tenant served at an operating point of its own
-    (SCJEPA_TENANT_FA_BUDGET); and the share of windows unlike the training data its input-drift
-    monitor expects (ScjepaInputsUnlikeTraining compares the live share with it)."""
+    (SCJEPA_TENANT_FA_BUDGET); and the share of windows unlike the training data its
+    input-drift monitor expects (ScjepaInputsUnlikeTraining compares the live share
+    with it)."""
     m = model.manifest
     PROVIDER.info(
         {

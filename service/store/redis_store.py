@@ -498,9 +498,10 @@ MENDS = 64  # entries of a tenant's index set right per scrape, at most (SUMMARY
 # with a threshold of their own, M pairs tenant, threshold, then tenants. Forgets a
 # batch of idle streams (from their tenants' indexes too), then counts with range
 # queries: O(log N + top + streams in alert + tenants) per scrape, not O(N) (those at
-# or above the lowest threshold are read to count them by tenant, each at its own). Sweeps a few members of the two time hashes
-# at random, dropping those no longer registered: a release before the hashes expires
-# idle streams without them (during a roll-out), which would leave theirs for good.
+# or above the lowest threshold are read to count them by tenant, each at its own).
+# Sweeps a few members of the two time hashes at random, dropping those no longer
+# registered: a release before the hashes expires idle streams without them (during a
+# roll-out), which would leave theirs for good.
 # For the same reason each tenant's index asked for is swept alike, and its highest
 # risk checked against :streams and :latest before it is returned: an entry of a
 # stream gone is dropped and one another release left behind :latest is set to it,

@@ -48,6 +48,12 @@ def fewest(names, keys, order):
 rules.fewest = fewest
 
 
+def names_of(run: Path) -> list[str]:
+    """The candidates of a run, without reading their risks."""
+    with np.load(run / "cv_scores.npz") as z:
+        return [str(n) for n in z["candidates"]]
+
+
 def oof_of(run: Path, leave_out: list[str]):
     oof = read_out_of_fold(run / "cv_scores.npz")
     return {n: o for n, o in oof.items() if n not in leave_out}
@@ -83,10 +89,10 @@ def main(argv: list[str]) -> None:
     rows = []
     for name, r1, r2 in zip(argv[::3], argv[1::3], argv[2::3], strict=True):
         r1, r2 = Path(r1), Path(r2)
-        rules.LEFT_OUT[:] = [n for n in leave_out if n in oof_of(r1, [])]
+        rules.LEFT_OUT[:] = [n for n in leave_out if n in names_of(r1)]
         second = {n + DRAW_2: o for n, o in oof_of(r2, leave_out).items()}
         both = rules.nested(name, r1, second)
-        rules.LEFT_OUT[:] = [n for n in leave_out if n in oof_of(r2, [])]
+        rules.LEFT_OUT[:] = [n for n in leave_out if n in names_of(r2)]
         alone_2 = rules.nested(name, r2)
         rules.LEFT_OUT[:] = []
         with tempfile.TemporaryDirectory() as tmp:
