@@ -24,7 +24,7 @@ from service.config import Settings
 from service.handlers import Door
 from service.inference import Model
 from service.reload import ModelSlot
-from service.routes import docs, health, ingest, models, risk, ui
+from service.routes import docs, health, incidents, ingest, models, risk, ui
 from service.schemas import IngestRequest
 from service.scoring import FLOAT32_MAX, Scorer
 from service.store import layout_of, make_store
@@ -169,7 +169,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_body_bytes=settings.max_body_bytes,
         fast_paths=settings.fast_paths and api,
     )
-    routers = (ingest.router, risk.router, models.router, health.router, ui.router)
+    routers = (
+        ingest.router,
+        risk.router,
+        incidents.router,
+        models.router,
+        health.router,
+        ui.router,
+    )
     for r in routers if api else (health.router,):
         app.include_router(r)
     _document_bodies(app)

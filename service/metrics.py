@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import Counter, Gauge, Histogram, Info, Summary
 
+from service.incidents import Tally
 from service.manifest import Manifest, served_point, serving_budget
 from service.store import NOVELTY_SPAN
 
@@ -235,6 +236,36 @@ TENANT_EVALUATED_PAGES = Gauge(
     "each tenant served at one of its own (SCJEPA_TENANT_FA_BUDGET).",
     ["tenant", "estimate"],
 )
+EVALUATED_WARNED = Gauge(
+    "scjepa_alert_evaluated_warned_rate",
+    "Share of incidents warned of on the evaluation's test split at the operating "
+    "point served (estimate: mean over seeds, lower95 of its 95 % interval; NaN where "
+    "the manifest records none): what scjepa_tenant_incidents' warned share compares "
+    "with.",
+    ["estimate"],
+)
+TENANT_EVALUATED_WARNED = Gauge(
+    "scjepa_tenant_alert_evaluated_warned_rate",
+    "scjepa_alert_evaluated_warned_rate at the operating point of each tenant served "
+    "at one of its own (SCJEPA_TENANT_FA_BUDGET).",
+    ["tenant", "estimate"],
+)
+# incidents the tenants reported (POST /incidents), judged against the alerts
+TENANT_INCIDENTS = Gauge(
+    "scjepa_tenant_incidents",
+    "Incidents each tenant the keys name reported (POST /incidents) in the last 30 "
+    "days, by outcome: warned (a window in alert ended before the onset, within the "
+    "look-back), late, missed, unscored (no window scored before the onset), unknown "
+    "(the alert log no longer reaches back). Store-wide: aggregate with max.",
+    ["tenant", "outcome"],
+)
+TENANT_INCIDENT_LEAD = Gauge(
+    "scjepa_tenant_incident_lead_seconds",
+    "Quartiles of the lead (onset minus the end of the first window in alert of the "
+    "run that warned; seconds of the readings' time) of each tenant's incidents "
+    "warned of among those reported in the last 30 days; absent with none.",
+    ["tenant", "quantile"],
+)
 # absent (no series) for a model without the monitor: no figure to compare with
 NOVELTY_EXPECTED_SHARE = Gauge(
     "scjepa_novelty_expected_share",
@@ -269,7 +300,15 @@ def set_model(model: Model) -> None:
     ALERT_BUDGET.set(_budget(m))
     for estimate, v in _evaluated_pages(m):
         EVALUATED_PAGES.labels(estimate).set(v)
-    for gauge in (TENANT_ALERT_THRESHOLD, TENANT_ALERT_BUDGET, TENANT_EVALUATED_PAGES):
+    for estimate, v in _evaluated_warned(m):
+        EVALUATED_WARNED.labels(estimate).set(v)
+    own_gauges = (
+        TENANT_ALERT_THRESHOLD,
+        TENANT_ALERT_BUDGET,
+        TENANT_EVALUATED_PAGES,
+        TENANT_EVALUATED_WARNED,
+    )
+    for gauge in own_gauges:
         gauge.clear()  # exactly the tenants the loaded model serves at their own
     for tenant in model.tenants:
         own = model.manifest_for(tenant)
@@ -277,6 +316,8 @@ def set_model(model: Model) -> None:
         TENANT_ALERT_BUDGET.labels(tenant).set(_budget(own))
         for estimate, v in _evaluated_pages(own):
             TENANT_EVALUATED_PAGES.labels(tenant, estimate).set(v)
+        for estimate, v in _evaluated_warned(own):
+            TENANT_EVALUATED_WARNED.labels(tenant, estimate).set(v)
     NOVELTY_EXPECTED_SHARE.clear()  # a reload's model may have another level, or none
     if m.novelty is not None:
         level = f"{m.novelty.level:g}"
@@ -305,6 +346,31 @@ def _evaluated_pages(m: Manifest) -> list[tuple[str, float]]:
     high = (test.get("false_pages_per_1000_ci95") or [None, None])[1]
     got = (("mean", test.get("false_pages_per_1000")), ("upper95", high))
     return [(estimate, nan if v is None else float(v)) for estimate, v in got]
+
+
+def _evaluated_warned(m: Manifest) -> list[tuple[str, float]]:
+    """(estimate, share of incidents warned of) the test split measured at ``m``'s
+    operating point; NaN where the manifest records none (a label-free model has no
+    incidents to warn of)."""
+    test = (served_point(m) or {}).get("test") or {}
+    low = (test.get("warned_rate_ci95") or [None, None])[0]
+    got = (("mean", test.get("warned_rate")), ("lower95", low))
+    return [(estimate, nan if v is None else float(v)) for estimate, v in got]
+
+
+def set_incidents(tenants: list[str], tallies: list[Tally]) -> None:
+    """Each tenant's incidents reported in the last 30 days by outcome, and the
+    quartiles of their lead where some were warned of; the series sets are exactly
+    the tenants given."""
+    TENANT_INCIDENTS.clear()
+    TENANT_INCIDENT_LEAD.clear()
+    for tenant, t in zip(tenants, tallies, strict=True):
+        for outcome, n in t.counts.items():
+            TENANT_INCIDENTS.labels(tenant, outcome).set(n)
+        for q, v in zip(
+            ("0.25", "0.5", "0.75"), t.lead_quartiles_s or (), strict=False
+        ):
+            TENANT_INCIDENT_LEAD.labels(tenant, q).set(v)
 
 
 def set_summary(

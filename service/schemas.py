@@ -269,6 +269,88 @@ class TopStreamsResponse(BaseModel):
     threshold: float = Field(description="the loaded model's alert threshold")
 
 
+# An incident's id: as a stream's name, and '@' (the default id is "stream@onset").
+INCIDENT_PATTERN = r"^[A-Za-z0-9_:\-][A-Za-z0-9._:@+\-]{0,199}$"
+OUTCOME_DOC = (
+    "warned: a window in alert ended before the onset, within the look-back; late: "
+    "not warned, a window in alert ended within the incident; missed: neither; "
+    "unscored: no window of the stream was scored before the onset; unknown: the "
+    "stream's alert log no longer reaches back to the onset's look-back"
+)
+
+
+class IncidentReport(BaseModel):
+    """An incident on one of the tenant's streams, as the operator knows it."""
+
+    model_config = FORBID
+
+    stream: StreamName
+    start: Number = Field(
+        ge=0,
+        allow_inf_nan=False,
+        examples=[1700000500.0],
+        description="The onset: the timestamp (as the readings' ts) of its first "
+        "anomalous reading.",
+    )
+    end: Number | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="The timestamp of its last anomalous reading; default: the "
+        "stream's newest reading when reported (the incident still going on).",
+    )
+    id: Annotated[str, Field(pattern=INCIDENT_PATTERN)] | None = Field(
+        None,
+        description='Default "STREAM@START". An id reported again is replaced (and '
+        "judged again).",
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> IncidentReport:
+        if self.end is not None and self.end < self.start:
+            raise ValueError(
+                f"end = {self.end} is before start = {self.start}: an incident ends "
+                "at or after its onset"
+            )
+        return self
+
+
+class Incident(BaseModel):
+    """An incident reported, with what the service's alerts did about it."""
+
+    id: str
+    stream: str
+    start: float
+    end: float = Field(description="as given, or the stream's newest reading then")
+    outcome: Literal["warned", "late", "missed", "unscored", "unknown"] = Field(
+        description=OUTCOME_DOC
+    )
+    lead_s: float | None = Field(
+        None,
+        description="warned: the onset minus the end of the first window in alert "
+        "of the run that warned (seconds, in the readings' time)",
+    )
+    lead_readings: int | None = Field(None, description="lead_s in readings")
+    delay_s: float | None = Field(
+        None,
+        description="late: the end of the first window in alert within the incident "
+        "minus the onset",
+    )
+    delay_readings: int | None = Field(None, description="delay_s in readings")
+    alert_window_end: float | None = Field(
+        None, description="the end of the window in alert lead_s or delay_s is of"
+    )
+    lookback: int = Field(
+        description="readings before the onset in which an alert warns of it (the "
+        "model's look-back)"
+    )
+    reported_at: datetime
+
+
+class IncidentList(BaseModel):
+    incidents: list[Incident]  # newest reported first
+
+
 class ReloadStatus(BaseModel):
     """The last hot reload of the model (POST /admin/reload or SIGHUP)."""
 

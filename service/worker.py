@@ -38,7 +38,14 @@ from service.infer_process import InferenceUnavailable
 from service.inference import Model, Scores, WindowError
 from service.manifest import now_utc
 from service.schemas import ChannelShare, ModelRef, RiskRecord
-from service.store import Store, StoreUnavailable, Window, WorkItem, fill_leading
+from service.store import (
+    Record,
+    Store,
+    StoreUnavailable,
+    Window,
+    WorkItem,
+    fill_leading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -385,7 +392,14 @@ class ScoringWorker:
                     s,
                     e,
                     [
-                        (r.n, r.model_dump_json(), r.risk, r.novelty)
+                        Record(
+                            r.n,
+                            r.model_dump_json(),
+                            r.risk,
+                            r.novelty,
+                            (r.window_start, r.window_end),
+                            r.alert,
+                        )
                         for r in by_stream[t, s, e]
                     ],
                 )

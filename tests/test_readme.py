@@ -205,6 +205,9 @@ def test_api_block_runs_against_a_service(demo_like_service: int) -> None:
     assert '"windows_scored":1' in out.replace(" ", "")
     assert '"status":"ok"' in out.replace(" ", ""), out
     assert '"status":"warming_up"' in out.replace(" ", ""), out
+    # the incident reported after its window: judged (warned or missed, as the
+    # demo model's risk of that window was at its threshold or not)
+    assert re.search(r'"outcome":"(warned|missed)"', out.replace(" ", "")), out
     # its last line deleted the stream
     url = f"http://127.0.0.1:{demo_like_service}/risk/pump-7"
     assert httpx.get(url).status_code == 404

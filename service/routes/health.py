@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response, status
@@ -12,7 +13,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from service import metrics
+from service import incidents, metrics
+from service.auth import DEFAULT_TENANT
 from service.deps import OpsKey, errors
 from service.schemas import HealthResponse
 from service.store import StoreUnavailable
@@ -93,7 +95,8 @@ async def prometheus(request: Request) -> Response:
     The streams of highest recent novelty only for a model with the input-drift
     monitor (one reloaded without it leaves recent novelties of the previous model).
     Each tenant's live streams against the stream quota (one read per tenant the keys
-    name), its streams in alert and its highest latest risk."""
+    name), its streams in alert and its highest latest risk, and its incidents
+    reported in the last 30 days by outcome (one read per tenant)."""
     state = request.app.state
     store = getattr(state, "store", None)
     slot = getattr(state, "slot", None)
@@ -107,6 +110,10 @@ async def prometheus(request: Request) -> Response:
             s = await store.summary(manifest.threshold, _top(state), tenants, own)
             drift = s.top_novelty if manifest.novelty is not None else ()
             metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top, drift)
+            named = tenants or [DEFAULT_TENANT]  # an open service's one tenant
+            since = time.time() - incidents.SPAN_S
+            got = await store.incidents_since(named, since)
+            metrics.set_incidents(named, [incidents.tally(g) for g in got])
             if door is not None:
                 live = await store.tenant_streams(tenants)
                 quota = state.settings.max_streams_per_tenant

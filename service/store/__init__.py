@@ -50,6 +50,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 
@@ -163,9 +164,48 @@ class StreamState:
     novelty: float | None = None  # its recent novelty (:func:`recent_novelty`)
 
 
-# A risk record as the scorer writes it (:meth:`Store.put_scored`): the window number
-# n, the record (JSON), its risk and novelty (None: a model without the monitor).
-Record = tuple[int, str, float, float | None]
+class Record(NamedTuple):
+    """A risk record as the scorer writes it (:meth:`Store.put_scored`)."""
+
+    n: int  # the window number (the stream's reading count at its end)
+    record: str  # the record, JSON
+    risk: float
+    novelty: float | None  # None: a model without the input-drift monitor
+    # the window's first and last readings' timestamps, and whether it is in alert:
+    # the stream's alert log (:class:`AlertLog`) keeps them (None: not logged)
+    span: tuple[float, float] | None = None
+    alert: bool = False
+
+
+# A stream's alert log keeps its last ALERT_LOG_LEN windows in alert; a tenant keeps
+# its last INCIDENTS_KEPT incidents reported (service.incidents).
+ALERT_LOG_LEN = 2000
+INCIDENTS_KEPT = 10_000
+
+
+@dataclass(frozen=True)
+class AlertLog:
+    """When a stream (its current life) was in alert, as its records said: what an
+    incident reported on it is judged by (:mod:`service.incidents`)."""
+
+    # (n, window start, window end) of its windows in alert, ascending n: the last
+    # ALERT_LOG_LEN of them
+    alerting: list[tuple[int, float, float]]
+    first_end: float | None  # the end of the first window scored (None: none yet)
+    # the span of the newest window in alert dropped past ALERT_LOG_LEN (None: none)
+    cut: tuple[float, float] | None
+    last_ts: float | None  # the stream's newest reading
+
+
+@dataclass(frozen=True)
+class IncidentRow:
+    """An incident as a tenant's store keeps it: its id, when it was reported (Unix
+    seconds) and its record (JSON: service.schemas.Incident)."""
+
+    id: str
+    reported_at: float
+    record: str
+
 
 # A stream's recent novelty: an exponentially weighted mean of its scored windows'
 # novelty over a span of NOVELTY_SPAN windows (weight 2 / (span + 1) on the newest),
@@ -440,6 +480,31 @@ class Store(ABC):
         ``tenants``)."""
 
     @abstractmethod
+    async def alert_log(self, tenant: str, stream: str) -> AlertLog | None:
+        """The stream's :class:`AlertLog`; None for a stream the store does not have.
+        The log goes with the stream (delete, idle TTL, a fresh start)."""
+
+    @abstractmethod
+    async def put_incident(self, tenant: str, row: IncidentRow) -> None:
+        """Keep the tenant's incident ``row`` (replacing one of the same id), then
+        only its last :data:`INCIDENTS_KEPT` reported."""
+
+    @abstractmethod
+    async def incidents(self, tenant: str, limit: int) -> list[str]:
+        """The tenant's last ``limit`` incidents reported (JSON), newest first."""
+
+    @abstractmethod
+    async def delete_incident(self, tenant: str, incident: str) -> bool:
+        """Forget one of the tenant's incidents; False when it has none of that id."""
+
+    @abstractmethod
+    async def incidents_since(
+        self, tenants: Sequence[str], since: float
+    ) -> list[list[str]]:
+        """Per tenant, the records (JSON) of its incidents reported at or after
+        ``since`` (Unix seconds): what the gauges count."""
+
+    @abstractmethod
     async def rate(self, bucket: str, rps: float, burst: int) -> float:
         """Take one request from the token bucket ``bucket`` (``rps`` a second, up to
         ``burst`` at once): 0.0 when allowed, else the seconds until it would be."""
@@ -507,12 +572,16 @@ def make_store(
 
 
 __all__ = [
+    "ALERT_LOG_LEN",
+    "INCIDENTS_KEPT",
     "NOVELTY_PRIOR",
     "NOVELTY_SPAN",
     "NOVELTY_WEIGHT",
     "TS",
     "VALUE",
+    "AlertLog",
     "AppendResult",
+    "IncidentRow",
     "LayoutChanged",
     "QueueStats",
     "Ranked",

@@ -23,7 +23,11 @@ from types import MappingProxyType
 import numpy as np
 
 from service.store import (
+    ALERT_LOG_LEN,
+    INCIDENTS_KEPT,
+    AlertLog,
     AppendResult,
+    IncidentRow,
     LayoutChanged,
     QueueStats,
     Ranked,
@@ -57,6 +61,24 @@ class _Stream:
     pending: dict[float, np.ndarray] = field(default_factory=dict)  # held readings
     max_ts: float | None = None  # newest timestamp seen (held ones included)
     epoch: int = 0  # when the stream (re)started (service.store: epochs)
+    # its alert log (service.store.AlertLog): (n, start, end) of windows in alert,
+    # ascending n; the first scored window's end; the newest one cut off the log
+    alerts: list[tuple[int, float, float]] = field(default_factory=list)
+    first_end: float | None = None
+    cut: tuple[float, float] | None = None
+
+
+def _log_alert(s: _Stream, n: int, span: tuple[float, float], alert: bool) -> None:
+    """Note a record written into the stream's alert log (as the Redis script does)."""
+    if s.first_end is None or span[1] < s.first_end:
+        s.first_end = span[1]
+    if not alert:
+        return
+    bisect.insort(s.alerts, (n, *span))
+    if len(s.alerts) > ALERT_LOG_LEN:
+        cut = s.alerts[-ALERT_LOG_LEN - 1]
+        s.cut = (cut[1], cut[2])
+        del s.alerts[:-ALERT_LOG_LEN]
 
 
 class MemoryStore(Store):
@@ -79,6 +101,8 @@ class MemoryStore(Store):
         self._streams: OrderedDict[Key, _Stream] = OrderedDict()  # oldest touch first
         self._names: dict[str, list[str]] = {}  # tenant -> sorted stream names
         self._buckets: dict[str, float] = {}  # rate-limit bucket -> tat
+        # tenant -> incident id -> its row, oldest reported first
+        self._incidents: dict[str, OrderedDict[str, IncidentRow]] = {}
         # the work queue: (item, queued at); delivered: id -> (item, queued, delivered)
         self._queue: deque[tuple[WorkItem, float]] = deque()
         self._delivered: dict[str, tuple[WorkItem, float, float]] = {}
@@ -306,12 +330,14 @@ class MemoryStore(Store):
                 continue
             have = {n for n, _ in s.risks}
             flags = []
-            for n, rec, _, novelty in records:
-                flags.append(n not in have)
-                if n not in have:
-                    bisect.insort(s.risks, (n, rec), key=lambda r: r[0])
-                    have.add(n)
-                    s.novelty = recent_novelty(s.novelty, novelty)
+            for r in records:
+                flags.append(r.n not in have)
+                if r.n not in have:
+                    bisect.insort(s.risks, (r.n, r.record), key=lambda x: x[0])
+                    have.add(r.n)
+                    s.novelty = recent_novelty(s.novelty, r.novelty)
+                    if r.span is not None:
+                        _log_alert(s, r.n, r.span, r.alert)
             del s.risks[: -self.history_len]
             newest = max(records, key=lambda r: r[0])
             if s.risks and s.risks[-1][0] == newest[0]:
@@ -319,6 +345,43 @@ class MemoryStore(Store):
             out.append(flags)
         await self.ack_work(list(ack))
         return out
+
+    async def alert_log(self, tenant: str, stream: str) -> AlertLog | None:
+        s = self._get((tenant, stream))
+        if s is None:
+            return None
+        return AlertLog(list(s.alerts), s.first_end, s.cut, s.last_ts)
+
+    async def put_incident(self, tenant: str, row: IncidentRow) -> None:
+        kept = self._incidents.setdefault(tenant, OrderedDict())
+        kept.pop(row.id, None)
+        kept[row.id] = row
+        # reported in order on one clock, but a clock set back may not be: the oldest
+        # reported go, as the Redis store's sorted set has them
+        while len(kept) > INCIDENTS_KEPT:
+            del kept[min(kept, key=lambda i: (kept[i].reported_at, i))]
+
+    async def incidents(self, tenant: str, limit: int) -> list[str]:
+        rows = self._incidents.get(tenant, OrderedDict()).values()
+        by = sorted(rows, key=lambda r: (r.reported_at, r.id), reverse=True)
+        return [r.record for r in by[:limit]]
+
+    async def delete_incident(self, tenant: str, incident: str) -> bool:
+        return (
+            self._incidents.get(tenant, OrderedDict()).pop(incident, None) is not None
+        )
+
+    async def incidents_since(
+        self, tenants: Sequence[str], since: float
+    ) -> list[list[str]]:
+        return [
+            [
+                r.record
+                for r in self._incidents.get(t, OrderedDict()).values()
+                if r.reported_at >= since
+            ]
+            for t in tenants
+        ]
 
     async def scored(
         self, tenant: str, items: list[tuple[str, list[int]]]

@@ -29,11 +29,15 @@ from redis.retry import Retry
 
 from service import metrics
 from service.store import (
+    ALERT_LOG_LEN,
+    INCIDENTS_KEPT,
     NOVELTY_PRIOR,
     NOVELTY_WEIGHT,
     TS,
     VALUE,
+    AlertLog,
     AppendResult,
+    IncidentRow,
     LayoutChanged,
     QueueStats,
     Ranked,
@@ -71,6 +75,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{p3}:acme/pump-7:risk   zset of JSON risk records scored by window number n
 #   scjepa:{p3}:acme/pump-7:pend   zset ts -> flag + packed row: readings held until the
 #                                  watermark passes them (SCJEPA_ALLOWED_LATENESS_S > 0)
+#   scjepa:{p3}:acme/pump-7:alerts zset "n start end" by window number n: its windows in
+#                                  alert, the last ALERT_LOG_LEN (the alert log; the
+#                                  state's first_end and cut complete it)
 #   scjepa:{p3}:work               stream: completed windows waiting for a scorer
 #                                  (fields t, s, n, e, k, w, g, l: tenant, stream,
 #                                  window number, end ts, rows, the packed rows, the
@@ -88,9 +95,11 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{global}:latest_at      hash tenant/stream -> when the noted value was
 #   scjepa:{global}:novelty_at     written (Redis TIME in µs, from PUT): a note older
 #                                  than the one there is dropped (NOTE_LATEST)
+#   scjepa:{acme}:incidents        hash incident id -> its record (JSON)
+#   scjepa:{acme}:incidents_at     zset incident id -> when reported (Unix seconds)
 #   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
 
-# KEYS: rows, seen, state, work, risk, pend. ARGV: window, hop, ttl, horizon, max_queued,
+# KEYS: rows, seen, state, work, risk, pend, alerts. ARGV: window, hop, ttl, horizon, max_queued,
 # values' size (V VALUEs' bytes), then the readings as three packed strings: ts (one TS
 # each), flags (MISSING or COMPLETE each), rows (row_dtype: TS then V VALUEs each, as
 # stored); then tenant, stream, the consumer group, the layout the caller's model reads
@@ -108,7 +117,7 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 # (binary search): a duplicate if there, else late.
 _APPEND = Template("""
 local rows_k, seen, state, work, risk = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local pend = KEYS[6]
+local pend, alerts = KEYS[6], KEYS[7]
 local W, hop, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local horizon, maxq, size = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ts_b, flags, rows_b = ARGV[7], ARGV[8], ARGV[9]
@@ -129,7 +138,7 @@ if memo_only == '1' and not epoch and redis.call('EXISTS', state) == 0 then
 end
 if built and built ~= layout then
   if on_change == 'refuse' then return 'L ' .. built end
-  redis.call('DEL', rows_k, seen, state, risk, pend)  -- 'fresh': the stream starts over
+  redis.call('DEL', rows_k, seen, state, risk, pend, alerts)  -- 'fresh': starts over
   epoch, max_s = new_epoch(tonumber(epoch) or 0), false
 elseif not epoch then  -- a new stream (or one forgotten after the TTL)
   if redis.call('EXISTS', state) == 1 then epoch = '0'
@@ -138,7 +147,7 @@ elseif not epoch then  -- a new stream (or one forgotten after the TTL)
     -- records of the stream's previous life (written late by a scorer after Redis
     -- lost its data, or left by an eviction): its window numbers begin again, and
     -- the old records would win over theirs and be GET /risk's newest
-    redis.call('DEL', risk)
+    redis.call('DEL', risk, alerts)
   end
 end
 local n0 = tonumber(redis.call('HGET', state, 'n') or '0')
@@ -312,8 +321,12 @@ APPEND = _APPEND.substitute(
     value_format=_STRUCT[VALUE.str],
 )
 
-# KEYS: risk, state. ARGV: history length, ttl, the epoch the windows were cut in,
-# then (n, JSON record, novelty) triples (novelty '' for none). A record is added only
+# KEYS: risk, state, alerts. ARGV: history length, ttl, the epoch the windows were cut
+# in, then per record n, the JSON record, its novelty ('' for none), its window's first
+# and last timestamps ('' for none: not logged) and '1' when it is in alert (else '0').
+# A record written with a window goes to the alert log: the state's first_end (the
+# earliest window end written), and when in alert the alerts zset, of which the last
+# ALERT_LOG_LEN stay (the newest dropped is the state's cut). A record is added only
 # when the stream has none for its window n (the first write wins: a window scored
 # twice is recorded once) and the stream is still in that epoch: a scorer's late write
 # for a stream that started over (or was forgotten) since its windows were cut writes
@@ -329,11 +342,13 @@ local key, out = KEYS[1], {}
 local epoch = redis.call('HGET', KEYS[2], 'epoch')
 if not epoch and redis.call('EXISTS', KEYS[2]) == 1 then epoch = '0' end  -- pre-epoch
 if epoch ~= ARGV[3] then  -- another epoch, or no state: forgotten
-  for i = 4, #ARGV, 3 do out[#out + 1] = 0 end
+  for i = 4, #ARGV, 6 do out[#out + 1] = 0 end
   return {out, false, false, false}
 end
-local recent, noted = tonumber(redis.call('HGET', KEYS[2], 'novelty') or ''), false
-for i = 4, #ARGV, 3 do
+local h = redis.call('HMGET', KEYS[2], 'novelty', 'first_end')
+local recent, noted = tonumber(h[1] or ''), false
+local first, first_s, logged = tonumber(h[2] or ''), false, false
+for i = 4, #ARGV, 6 do
   if redis.call('ZCOUNT', key, ARGV[i], ARGV[i]) == 0 then
     redis.call('ZADD', key, ARGV[i], ARGV[i + 1])
     out[#out + 1] = 1
@@ -343,12 +358,30 @@ for i = 4, #ARGV, 3 do
       recent = recent + $weight * (v - recent)
     else recent = nil end
     noted = true
+    local e = tonumber(ARGV[i + 4])
+    if e then
+      if not first or e < first then first, first_s = e, ARGV[i + 4] end
+      if ARGV[i + 5] == '1' then
+        redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i] .. ' ' .. ARGV[i + 3] .. ' ' .. ARGV[i + 4])
+        logged = true
+      end
+    end
   else
     out[#out + 1] = 0
   end
 end
 redis.call('ZREMRANGEBYRANK', key, 0, -tonumber(ARGV[1]) - 1)
 redis.call('EXPIRE', key, ARGV[2])
+if first_s then redis.call('HSET', KEYS[2], 'first_end', first_s) end
+if logged then
+  local over = redis.call('ZCARD', KEYS[3]) - $alert_log_len
+  if over > 0 then
+    local cut = redis.call('ZRANGE', KEYS[3], over - 1, over - 1)[1]
+    redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
+    redis.call('HSET', KEYS[2], 'cut', cut)
+  end
+end
+redis.call('EXPIRE', KEYS[3], ARGV[2])
 if noted then
   if recent then
     noted = string.format('%.17g', recent)
@@ -362,7 +395,36 @@ local top = redis.call('ZREVRANGE', key, 0, 0, 'WITHSCORES')
 local t = redis.call('TIME')
 return {out, top[2] or false, noted, string.format('%.0f', tonumber(t[1]) * 1000000 + tonumber(t[2]))}
 """)
-PUT = _PUT.substitute(prior=repr(NOVELTY_PRIOR), weight=repr(NOVELTY_WEIGHT))
+PUT = _PUT.substitute(
+    prior=repr(NOVELTY_PRIOR), weight=repr(NOVELTY_WEIGHT), alert_log_len=ALERT_LOG_LEN
+)
+
+# KEYS: the tenant's incidents, incidents_at. ARGV: id, reported at, record, kept.
+# Keeps the incident (replacing one of the same id), then the last `kept` reported.
+PUT_INCIDENT = """
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+if over > 0 then
+  local old = redis.call('ZRANGE', KEYS[2], 0, over - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
+  redis.call('HDEL', KEYS[1], unpack(old))
+end
+return 0
+"""
+
+# KEYS: incidents_at, incidents. ARGV: 'rank' and a count (the last reported, newest
+# first), or 'since' and a time (those reported at or after it). Their records.
+INCIDENTS = """
+local ids
+if ARGV[1] == 'rank' then
+  ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
+else
+  ids = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf')
+end
+if #ids == 0 then return {} end
+return redis.call('HMGET', KEYS[2], unpack(ids))
+"""
 
 # KEYS: state, rows, risk. GET /risk's reads in one call: n, last_ts, buffered rows,
 # the newest risk record, the recent novelty (false -> nil when absent).
@@ -408,7 +470,7 @@ end
 return 0
 """
 
-# KEYS: rows, seen, state, risk, pend (one slot). Deletes them; returns {1, the
+# KEYS: rows, seen, state, risk, pend, alerts (one slot). Deletes them; returns {1, the
 # stream's epoch} ('0' for a state stored before epochs, or records left without one),
 # or {0, Redis' clock in µs} when none of them was there: no later than the epoch of a
 # life started after it, and later than that of any life deleted before it (epochs are
@@ -765,6 +827,8 @@ class RedisStore(Store):
         self._summary = self.client.register_script(SUMMARY)
         self._top = self.client.register_script(TOP)
         self._rate = self.client.register_script(RATE)
+        self._put_incident = self.client.register_script(PUT_INCIDENT)
+        self._incidents = self.client.register_script(INCIDENTS)
         self.work_keys = [f"{prefix}:{{p{p}}}:work" for p in range(partitions)]
         self._channel = f"{prefix}:scored"  # news of scored windows (pub/sub)
         # tenant/stream -> when this replica last registered it
@@ -1028,7 +1092,7 @@ class RedisStore(Store):
             p = partition(tenant, stream, self.partitions)
             base = f"{self.prefix}:{{p{p}}}:{tenant}/{stream}:"  # as _key() names them
             keys = [base + "rows", base + "seen", base + "state", self.work_keys[p]]
-            keys += [base + "risk", base + "pend"]
+            keys += [base + "risk", base + "pend", base + "alerts"]
             calls.append((self._append, keys, args))
         replies = await self._call("append", self._scripts(calls), scripts=True)
         out = [
@@ -1061,7 +1125,7 @@ class RedisStore(Store):
         returns Redis' clock, later than it, which closes that life's alert state as
         the epoch would (a firing alert is resolved, not left to its ``endsAt``)."""
         keys = [self._key(tenant, stream, k) for k in ("rows", "seen", "state", "risk")]
-        keys.append(self._key(tenant, stream, "pend"))
+        keys += [self._key(tenant, stream, k) for k in ("pend", "alerts")]
         found, epoch = await self._call("delete", self._delete(keys=keys))
         member = f"{tenant}/{stream}"
         cutoff = time.time() - self.ttl_s
@@ -1101,9 +1165,11 @@ class RedisStore(Store):
         calls = []
         for tenant, stream, epoch, records in items:
             args: list[Any] = [self.history_len, self.ttl_s, epoch]
-            for n, rec, _, novelty in records:
-                args += [n, rec, "" if novelty is None else repr(novelty)]
-            keys = [self._key(tenant, stream, k) for k in ("risk", "state")]
+            for r in records:
+                novelty = "" if r.novelty is None else repr(r.novelty)
+                start, end = ("", "") if r.span is None else map(repr, r.span)
+                args += [r.n, r.record, novelty, start, end, b"1" if r.alert else b"0"]
+            keys = [self._key(tenant, stream, k) for k in ("risk", "state", "alerts")]
             calls.append((self._put, keys, args))
         replies = await self._call("put_risks", self._scripts(calls), scripts=True)
         latest: list[Any] = []  # (time, score, member) triples of each index
@@ -1150,6 +1216,58 @@ class RedisStore(Store):
                 metrics.STORE_ERRORS.labels(op="put_risks").inc()
                 log.warning("scorer: newest risks or news not written: %s", failed[0])
         return written
+
+    async def alert_log(self, tenant: str, stream: str) -> AlertLog | None:
+        pipe = self._pipeline()
+        pipe.zrange(self._key(tenant, stream, "alerts"), 0, -1)
+        fields = ["n", "first_end", "cut", "last_ts"]
+        pipe.hmget(self._key(tenant, stream, "state"), fields)
+        alerting, (n, first_end, cut, last_ts) = await self._call(
+            "alert_log", pipe.execute()
+        )
+        if n is None:
+            return None
+        windows = [e.split() for e in (cast(bytes, a).decode() for a in alerting)]
+        span = cut.split()[1:] if cut else None
+        return AlertLog(
+            [(int(n), float(a), float(b)) for n, a, b in windows],
+            _float(first_end),
+            (float(span[0]), float(span[1])) if span else None,
+            _float(last_ts),
+        )
+
+    async def put_incident(self, tenant: str, row: IncidentRow) -> None:
+        keys = [self._tenant(tenant, k) for k in ("incidents", "incidents_at")]
+        args = [row.id, repr(row.reported_at), row.record, INCIDENTS_KEPT]
+        await self._call("incidents", self._put_incident(keys=keys, args=args))
+
+    async def incidents(self, tenant: str, limit: int) -> list[str]:
+        keys = [self._tenant(tenant, k) for k in ("incidents_at", "incidents")]
+        got = await self._call(
+            "incidents", self._incidents(keys=keys, args=["rank", limit])
+        )
+        return [cast(bytes, r).decode() for r in got if r is not None]
+
+    async def delete_incident(self, tenant: str, incident: str) -> bool:
+        pipe = self._pipeline()  # the record first: an id left in incidents_at
+        pipe.hdel(self._tenant(tenant, "incidents"), incident)
+        pipe.zrem(self._tenant(tenant, "incidents_at"), incident)
+        removed, _ = await self._call("incidents", pipe.execute())
+        return bool(removed)
+
+    async def incidents_since(
+        self, tenants: Sequence[str], since: float
+    ) -> list[list[str]]:
+        calls = [
+            (
+                self._incidents,
+                [self._tenant(t, k) for k in ("incidents_at", "incidents")],
+                ["since", repr(since)],
+            )
+            for t in tenants
+        ]
+        got = await self._call("incidents", self._scripts(calls), scripts=True)
+        return [[cast(bytes, r).decode() for r in g if r is not None] for g in got]
 
     async def scored(
         self, tenant: str, items: list[tuple[str, list[int]]]

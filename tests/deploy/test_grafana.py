@@ -275,6 +275,8 @@ def test_dashboard_shows_what_operators_need() -> None:
         "scjepa_windows_unlike_training",  # the input-drift monitor, against
         "scjepa_novelty_expected_share",  # the share its calibration expects
         "scjepa_top_stream_novelty",  # and which streams drifted
+        "scjepa_tenant_incidents",  # the incidents reported: how many were warned of
+        "scjepa_alert_evaluated_warned_rate",  # against the evaluation's share
     }
     assert required <= shown, sorted(required - shown)
     legends = " ".join(

@@ -411,7 +411,9 @@ def test_redis_keys_hash_tag_trim_and_ttl(
     # every stream key carries the tenant (here the default one, no keys configured)
     # and its partition's hash tag, which its work queue's key shares
     tag = f"{p}:{{p{partition('default', 'pump-7', 16)}}}"
-    tagged = [f"{tag}:default/pump-7:{k}" for k in ("risk", "rows", "seen", "state")]
+    # (alerts: its one window is in alert, at the test model's threshold 0.5)
+    parts = ("alerts", "risk", "rows", "seen", "state")
+    tagged = [f"{tag}:default/pump-7:{k}" for k in parts]
     tenant = [f"{p}:{{default}}:{k}" for k in ("names", "touched")]
     shared = [f"{p}:{{global}}:{k}" for k in ("latest", "latest_at", "streams")]
     shared.append(f"{p}:{{global}}:latest:default")  # the tenant's own latest risks

@@ -16,6 +16,7 @@ from test_api import T0, body, series
 
 from service.config import Settings
 from service.main import create_app
+from service.store import Record
 from service.store.redis_store import GROUP, RedisStore, partition
 
 
@@ -70,7 +71,7 @@ def test_work_queue_claims_and_first_write_wins_on_a_cluster(
                     i.tenant,
                     i.stream,
                     i.epoch,
-                    [(i.window.n, f"r{i.window.n}", 0.5, None)],
+                    [Record(i.window.n, f"r{i.window.n}", 0.5, None)],
                 )
                 for i in got
             ]

@@ -26,7 +26,7 @@ from test_store_units import fresh_store
 from service import alerting
 from service.config import Settings
 from service.main import create_app
-from service.store import Summary, recent_novelty
+from service.store import Record, Summary, recent_novelty
 from service.store.redis_store import RedisStore
 from service.worker import ScoredWindow
 
@@ -166,7 +166,7 @@ def test_windows_queued_when_a_stream_is_deleted_write_nothing(
             assert sorted(it.window.n for it in held + queued) == [10, 20, 30]
 
             def recs(items: list[Any], tag: str) -> list[tuple[str, str, int, Any]]:
-                return [("t", "s", it.epoch, [(it.window.n, f"{tag}-{it.window.n}",
+                return [("t", "s", it.epoch, [Record(it.window.n, f"{tag}-{it.window.n}",
                                                0.9, None)]) for it in items]  # fmt: skip
 
             assert await store.put_scored(recs(held, "old")) == [[False]]
@@ -497,7 +497,10 @@ def test_a_deleted_stream_is_not_noted_back_in_the_gauges(
             items = await a.read_work("c", 10, 0)
             new = [it for it in items if it.epoch == max(i.epoch for i in items)]
             written = await a.put_scored(
-                [("t", "s", it.epoch, [(it.window.n, "{}", 0.9, 0.9)]) for it in new]
+                [
+                    ("t", "s", it.epoch, [Record(it.window.n, "{}", 0.9, 0.9)])
+                    for it in new
+                ]
             )
             assert written == [[True]]  # the new life's record is kept
             s = await a.summary(0.5, 5)
@@ -549,12 +552,12 @@ def test_a_delete_between_a_scorers_record_and_its_gauge_write_leaves_no_risk(
                                  hop=10, max_queued=100)  # fmt: skip
             items = {it.stream: it for it in await scorer.read_work("c", 10, 0)}
             s = items["s"]
-            rec = [("t", "s", s.epoch, [(10, "{}", 0.95, 0.99)])]
+            rec = [("t", "s", s.epoch, [Record(10, "{}", 0.95, 0.99)])]
             out.append(await scorer.put_scored(rec, ack=[s.id]))
             out.append(await api.summary(0.5, top=5))
             any_redis.client().script_flush()
             q = items["q"]
-            rec = [("t", "q", q.epoch, [(10, "{}", 0.7, 0.6)])]
+            rec = [("t", "q", q.epoch, [Record(10, "{}", 0.7, 0.6)])]
             out.append(await scorer.put_scored(rec, ack=[q.id]))
             out.append(await api.summary(0.5, top=5))
             return out

@@ -378,13 +378,14 @@ def test_work_queue_claims_and_first_write_wins(store_url: str | None) -> None:
                     it.tenant,
                     it.stream,
                     it.epoch,
-                    [(it.window.n, f"first-{it.window.n}", 0.5, None)],
+                    [Record(it.window.n, f"first-{it.window.n}", 0.5, None)],
                 )
                 for it in first
             ]
             assert await store.put_scored(recs) == [[True]] * len(first)
             again = [
-                (t, s, e, [(n, "second", 0.9, None)]) for t, s, e, [(n, *_)] in recs
+                (t, s, e, [Record(n, "second", 0.9, None)])
+                for t, s, e, [(n, *_)] in recs
             ]
             # the scorer's whole write: records, then the acknowledgements and news
             ack = [i.id for i in first]
@@ -428,7 +429,7 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
             first, second = await store.read_work("c", 10, 0.1)
             await store.client.set(store._global("latest"), "not a sorted set")
             before = errors._value.get()
-            rec = [("t", "a", first.epoch, [(first.window.n, "rec", 0.5, None)])]
+            rec = [("t", "a", first.epoch, [Record(first.window.n, "rec", 0.5, None)])]
             assert await store.put_scored(rec, ack=[first.id], publish=True) == [[True]]
             assert errors._value.get() == before + 1
             assert (await store.queue_stats()).depth == 1  # acknowledged: gone
@@ -436,7 +437,9 @@ def test_an_error_reply_to_the_scorers_write_is_store_unavailable(
             await store.client.delete(store._global("latest"))
             work = store.work_keys[int(second.id.partition("-")[0])]
             await store.client.set(work, "not a stream")
-            rec = [("t", "a", second.epoch, [(second.window.n, "rec2", 0.5, None)])]
+            rec = [
+                ("t", "a", second.epoch, [Record(second.window.n, "rec2", 0.5, None)])
+            ]
             with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
                 await store.put_scored(rec, ack=[second.id], publish=True)
             assert await store.scored("t", [("a", [10, 20])]) == [
@@ -918,14 +921,14 @@ def test_a_stream_started_over_ignores_its_previous_lifes_records(
             old = await store.read_work("c", 100, 0)  # held by a scorer
             await store.client.delete(*[store._key("t", "s", k) for k in
                                         ("rows", "seen", "state", "risk")])  # fmt: skip
-            late = await store.put_scored([("t", "s", old[0].epoch, [(it.window.n,
+            late = await store.put_scored([("t", "s", old[0].epoch, [Record(it.window.n,
                                            f"old-{it.window.n}", 0.9, None) for it in old])])  # fmt: skip
             await store.client.zadd(store._key("t", "s", "risk"),
                                     {f"left-{n}": n for n in range(10, 101, 10)})  # fmt: skip
             await store.append("t", "s", ts[100:], x[100:], window=10, hop=10,
                                max_queued=100)  # fmt: skip
             new = await store.read_work("c", 100, 0)
-            flags = await store.put_scored([("t", "s", new[0].epoch, [(it.window.n,
+            flags = await store.put_scored([("t", "s", new[0].epoch, [Record(it.window.n,
                                              f"new-{it.window.n}", 0.1, None) for it in new])])  # fmt: skip
             state, rec = await store.latest("t", "s")
             assert state is not None
@@ -970,7 +973,8 @@ def test_a_late_write_of_a_stream_started_over_is_refused(
 
             def recs(items: list[WorkItem], tag: str) -> list[Record]:
                 return [
-                    (it.window.n, f"{tag}-{it.window.n}", 0.5, None) for it in items
+                    Record(it.window.n, f"{tag}-{it.window.n}", 0.5, None)
+                    for it in items
                 ]
 
             late = await store.put_scored([("t", "s", old[0].epoch, recs(old, "old"))])

@@ -18,7 +18,7 @@ from support.service_helpers import ClientFactory
 from test_store_units import fresh_store
 
 from service.config import Settings
-from service.store import NOVELTY_SPAN, Store, recent_novelty
+from service.store import NOVELTY_SPAN, Record, Store, recent_novelty
 from service.store.redis_store import RedisStore
 
 T0 = 1_700_000_000.0
@@ -220,7 +220,7 @@ async def score_four(store: Store) -> None:
     items = await store.read_work("c", 10, 0)
     assert len(items) == 4
     written = await store.put_scored([
-        (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
+        (it.tenant, it.stream, it.epoch, [Record(10, "{}", risks[it.tenant, it.stream], None)])
         for it in items
     ])  # fmt: skip
     assert written == [[True]] * 4
@@ -297,7 +297,7 @@ def test_recent_novelty_follows_the_records_written(store_url: str | None) -> No
 
         async def write(stream: str, n: int, novelty: float | None) -> None:
             item = items[stream]
-            rec = [(item.tenant, stream, item.epoch, [(n, f"{n}", 0.5, novelty)])]
+            rec = [(item.tenant, stream, item.epoch, [Record(n, f"{n}", 0.5, novelty)])]
             out.append(await store.put_scored(rec))
             state = await store.state("t", stream)
             assert state is not None
@@ -361,10 +361,12 @@ def test_notes_of_two_writes_arriving_out_of_order_keep_the_later(
             (item, _) = await store.read_work("c", 10, 0)
             store._call = call  # type: ignore[attr-defined]
             first = asyncio.create_task(
-                store.put_scored([("t", "a", item.epoch, [(10, "10", 0.9, 0.9)])])
+                store.put_scored([("t", "a", item.epoch, [Record(10, "10", 0.9, 0.9)])])
             )
             await reached.wait()
-            await store.put_scored([("t", "a", item.epoch, [(20, "20", 0.2, 0.1)])])
+            await store.put_scored(
+                [("t", "a", item.epoch, [Record(20, "20", 0.2, 0.1)])]
+            )
             second_done.set()
             await first
             assert len(calls) == 4  # two round trips each: the hold was reached
@@ -393,7 +395,9 @@ def test_a_scrape_sweeps_the_times_of_streams_gone(store_url: str | None) -> Non
             await store.ensure_groups()
             await windows_of(store, "t", "a", 10)
             (item,) = await store.read_work("c", 10, 0)
-            await store.put_scored([("t", "a", item.epoch, [(10, "{}", 0.5, 0.9)])])
+            await store.put_scored(
+                [("t", "a", item.epoch, [Record(10, "{}", 0.5, 0.9)])]
+            )
             hashes = [store._global(k) for k in ("latest_at", "novelty_at")]  # type: ignore[attr-defined]
             for h in hashes:  # as an older release's expiry leaves them
                 await store.client.hset(h, mapping={"t/gone": 1, "u/gone": 2})  # type: ignore[attr-defined]
@@ -436,7 +440,7 @@ def test_each_tenants_highest_risk_and_its_index(store_url: str | None) -> None:
                 await windows_of(store, tenant, stream, 10)
             items = await store.read_work("c", 10, 0)
             await store.put_scored([
-                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.tenant, it.stream], None)])
+                (it.tenant, it.stream, it.epoch, [Record(10, "{}", risks[it.tenant, it.stream], None)])
                 for it in items
             ])  # fmt: skip
             await scrape()
@@ -520,7 +524,7 @@ def test_top_streams_forget_the_entries_of_streams_gone(store_url: str | None) -
                 await windows_of(store, "t", stream, 10)
             items = await store.read_work("c", 10, 0)
             await store.put_scored([
-                (it.tenant, it.stream, it.epoch, [(10, "{}", risks[it.stream], None)])
+                (it.tenant, it.stream, it.epoch, [Record(10, "{}", risks[it.stream], None)])
                 for it in items
             ])  # fmt: skip
             await store.client.zadd(own, {f"t/gone{i}": 0.9 for i in range(5)})

@@ -128,9 +128,10 @@ def long_lived_bytes(redis_url: str, channels: int = 25) -> dict[str, Any]:
             codes=[1, 2, 3, 4, 5], novelty=f32(0.5123),
             model=ModelRef(name="m", version="1"), computed_at=datetime.now(UTC),
         )  # fmt: skip
-        recs: list[Record] = [
-            (n, rec.model_copy(update={"n": n}).model_dump_json(), rec.risk,
-             rec.novelty) for n in range(100, 50_100, 100)
+        recs = [
+            Record(n, rec.model_copy(update={"n": n}).model_dump_json(), rec.risk,
+                   rec.novelty, (t0 + n - 100, t0 + n - 1), rec.alert)
+            for n in range(100, 50_100, 100)
         ]  # fmt: skip
         state = store._key("default", "s-000000", "state")
         epoch = int(await store.client.hget(state, "epoch"))  # the windows' epoch

@@ -1,0 +1,89 @@
+"""POST /incidents, GET /incidents, DELETE /incidents/{id}: incidents the operator
+reports, each judged against the stream's alerts (service/incidents.py)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Response, status
+
+from service import handlers
+from service.deps import ModelDep, Refused, ScorerDep, StoreDep, TenantDep, errors
+from service.incidents import judge
+from service.schemas import INCIDENT_PATTERN, Incident, IncidentList, IncidentReport
+from service.store import INCIDENTS_KEPT, IncidentRow
+
+router = APIRouter(tags=["incidents"])
+
+
+@router.post("/incidents", responses=errors(401, 404, 422, 429, 503))
+async def report(
+    body: IncidentReport,
+    tenant: TenantDep,
+    store: StoreDep,
+    model: ModelDep,
+    scorer: ScorerDep,
+) -> Incident:
+    """Report an incident on one of the tenant's streams (its onset, and its end once
+    known); the answer says whether the service's alerts warned of it, and how early
+    (`outcome`, `lead_s`), by the evaluation's rules. Decided now, from the stream's
+    alert log: report an incident while the stream is still live (its readings sent
+    within the idle TTL). The same id reported again replaces it."""
+    log = await store.alert_log(tenant, body.stream)
+    if log is None:
+        raise Refused(handlers.detail(404, handlers.unknown_stream(body.stream)))
+    m = model.manifest_for(tenant)
+    threshold = m.eval_metrics.get("threshold") or {}
+    lookback = int(threshold.get("lookback") or m.window)
+    got = judge(
+        log, body.start, body.end, lookback=lookback, window=m.window, hop=scorer.hop
+    )
+    now = time.time()
+    incident = Incident(
+        id=body.id or f"{body.stream}@{body.start!r}",
+        stream=body.stream,
+        start=body.start,
+        end=got.end,
+        outcome=got.outcome,  # type: ignore[arg-type]  # one of OUTCOMES
+        lead_s=got.lead_s,
+        lead_readings=got.lead_readings,
+        delay_s=got.delay_s,
+        delay_readings=got.delay_readings,
+        alert_window_end=got.alert_window_end,
+        lookback=lookback,
+        reported_at=datetime.fromtimestamp(now, UTC),
+    )
+    row = IncidentRow(incident.id, now, incident.model_dump_json())
+    await store.put_incident(tenant, row)
+    return incident
+
+
+@router.get("/incidents", responses=errors(401, 422, 429, 503))
+async def incidents(
+    tenant: TenantDep,
+    store: StoreDep,
+    limit: Annotated[int, Query(ge=1, le=INCIDENTS_KEPT)] = 100,
+) -> IncidentList:
+    """The tenant's incidents reported, newest reported first (the last 10,000 are
+    kept)."""
+    raw = await store.incidents(tenant, limit)
+    return IncidentList(incidents=[Incident.model_validate_json(r) for r in raw])
+
+
+@router.delete(
+    "/incidents/{incident}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses={204: {"description": "deleted"}, **errors(401, 404, 422, 429, 503)},
+)
+async def delete_incident(
+    incident: Annotated[str, Path(pattern=INCIDENT_PATTERN)],
+    tenant: TenantDep,
+    store: StoreDep,
+) -> Response:
+    """Forget one of the tenant's incidents (one reported by mistake)."""
+    if not await store.delete_incident(tenant, incident):
+        raise Refused(handlers.detail(404, f"unknown incident {incident!r}"))
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

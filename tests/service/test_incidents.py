@@ -1,0 +1,254 @@
+"""Incidents reported by operators (POST /incidents), judged against the stream's
+alerts by the evaluation's rules (service/incidents.py): warned with its lead, late
+with its delay, missed, unscored, unknown; the stream's alert log on every store; the
+routes, the tenants apart, and the gauges."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from support.service_artifact import build_artifact
+from support.service_helpers import ClientFactory
+from test_store_units import fresh_store
+
+from service.incidents import Judged, judge, tally
+from service.store import ALERT_LOG_LEN, AlertLog, Record
+
+T0 = 1_700_000_000.0
+KEYS = {"acme": "k-acme", "beta": "k-beta"}
+KEYED = {"api_keys": [f"{t}:{k}" for t, k in KEYS.items()]}
+ACME = {"X-API-Key": KEYS["acme"]}
+LOOKBACK = 200
+
+
+def log_of(*alerting: int, first: float | None = T0 + 99, cut=None) -> AlertLog:
+    """A stream of 1 s readings, windows of 100 every 100 readings (window n ends at
+    T0 + n - 1), those numbered ``alerting`` in alert; 1,000 readings sent."""
+    return AlertLog(
+        [(n, T0 + n - 100, T0 + n - 1) for n in alerting], first, cut, T0 + 999
+    )
+
+
+def judged(log: AlertLog, start: float, end: float | None = None) -> Judged:
+    return judge(log, T0 + start, None if end is None else T0 + end,
+                 lookback=LOOKBACK, window=100, hop=100)  # fmt: skip
+
+
+def test_warned_late_missed_by_the_evaluation_rules() -> None:
+    log = log_of(200, 300, 600)  # windows ending at +199, +299 (a run), +599
+    got = judged(log, 350)  # +299 is within 200 readings before it: warned
+    assert got.outcome == "warned"
+    assert got.lead_s == pytest.approx(350 - 199)  # from the run's first window
+    assert got.lead_readings == 151 and got.alert_window_end == T0 + 199
+    # the look-back's edge: a window ending exactly 200 readings before warns
+    assert judged(log, 499).outcome == "warned"
+    assert judged(log, 499).lead_s == pytest.approx(300)
+    got = judged(log, 499.5)  # not within it; +599 is within the incident
+    assert got.outcome == "late" and got.delay_s == pytest.approx(99.5)
+    assert got.end == T0 + 999  # no end given: the stream's newest reading
+    assert judged(log, 499.5, 590).outcome == "missed"  # ended before +599
+    got = judged(log, 550, 650)
+    assert (got.outcome, got.delay_s, got.delay_readings) == ("late", 49, 49)
+    assert judged(log, 850, 900).outcome == "missed"
+    assert judged(log, 750, 800).outcome == "warned"  # +599 within its look-back
+    # a window ending at the onset is not before it: late, after no delay
+    assert (judged(log, 599).outcome, judged(log, 599).delay_s) == ("late", 0)
+    # a run broken by a window below the threshold: the lead is the last run's
+    assert judged(log_of(200, 400), 450).lead_s == pytest.approx(450 - 399)
+
+
+def test_unscored_and_unknown() -> None:
+    # the stream's first window ended at or after the onset: it could not warn
+    assert judged(log_of(200), 50).outcome == "unscored"
+    assert judged(log_of(200), 99).outcome == "unscored"
+    assert judged(log_of(first=None), 500).outcome == "unscored"
+    # the log's windows dropped reach into the look-back: the log cannot say
+    cut = (T0 + 300, T0 + 399)
+    assert judged(log_of(500, cut=cut), 598).outcome == "unknown"
+    assert judged(log_of(500, cut=cut), 599.5).outcome == "warned"  # past the cut
+    # no end given, onset after the newest reading: judged up to the onset
+    assert judged(log_of(), 2000).end == T0 + 2000
+
+
+def test_tally_counts_outcomes_and_lead_quartiles() -> None:
+    recs = [{"outcome": "warned", "lead_s": v} for v in (10.0, 20.0, 30.0, 40.0, 50.0)]
+    recs += [{"outcome": "missed", "lead_s": None}, {"outcome": "late"}]
+    t = tally([json.dumps(r) for r in recs])
+    assert t.counts == {"warned": 5, "late": 1, "missed": 1, "unscored": 0,
+                        "unknown": 0}  # fmt: skip
+    assert t.lead_quartiles_s == [20.0, 30.0, 40.0]
+    assert tally([]).lead_quartiles_s is None
+
+
+def test_alert_log_on_every_store(store_url: str | None) -> None:
+    """Records written with their windows: the windows in alert logged by window
+    number whatever the order written, a window written twice once, the first end
+    the earliest written; past ALERT_LOG_LEN the oldest go and the newest dropped is
+    the cut; deleting the stream deletes its log."""
+
+    async def main() -> None:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=4)
+        try:
+            await store.ensure_groups()
+            await store.register("t", ["s"], 10)
+            await store.append("t", "s", T0 + np.arange(20.0),
+                               np.ones((20, 2), np.float32), window=10, hop=10,
+                               max_queued=100)  # fmt: skip
+            (first, _) = await store.read_work("c", 10, 0)
+            epoch = first.epoch
+
+            def rec(n: int, alert: bool) -> Record:
+                return Record(n, f"{n}", 0.9, None, (T0 + n - 10, T0 + n - 1), alert)
+
+            assert await store.alert_log("t", "nope") is None
+            await store.put_scored([("t", "s", epoch, [rec(30, True), rec(40, False)])])
+            await store.put_scored([("t", "s", epoch, [rec(20, True), rec(30, True)])])
+            log = await store.alert_log("t", "s")
+            assert log is not None
+            assert log.alerting == [(20, T0 + 10, T0 + 19), (30, T0 + 20, T0 + 29)]
+            assert (log.first_end, log.cut, log.last_ts) == (T0 + 19, None, T0 + 19)
+            many = [rec(100 + 10 * i, True) for i in range(ALERT_LOG_LEN)]
+            await store.put_scored([("t", "s", epoch, many)])
+            log = await store.alert_log("t", "s")
+            assert log is not None and len(log.alerting) == ALERT_LOG_LEN
+            assert log.alerting[0][0] == 100  # 20 and 30 dropped
+            assert log.cut == (T0 + 20, T0 + 29)  # the newest dropped: 30
+            assert log.first_end == T0 + 19
+            assert await store.delete("t", "s") is not None
+            assert await store.alert_log("t", "s") is None
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def looked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model at threshold 0.9 (zeros score 0.5, 50s about 1.0), its
+    manifest's look-back 200 readings and its test split's warned rate 0.4."""
+    d = tmp_path_factory.mktemp("looked")
+    build_artifact(d, threshold=0.9)
+    raw = json.loads((d / "manifest.json").read_text())
+    raw["eval_metrics"]["threshold"] = {
+        "rule": "cv-budget",
+        "false_alarms_per_1000": 1.0,
+        "lookback": LOOKBACK,
+        "operating_points": [{
+            "false_alarms_per_1000": 1.0, "threshold": 0.9,
+            "test": {"warned_rate": 0.4, "warned_rate_ci95": [0.2, 0.6],
+                     "false_pages_per_1000": 0.5,
+                     "false_pages_per_1000_ci95": [0.1, 0.9]},
+        }],
+    }  # fmt: skip
+    (d / "manifest.json").write_text(json.dumps(raw))
+    return d
+
+
+def feed(client: TestClient, values: list[float]) -> None:
+    """Windows of 100 one-second readings of each value (hop 100), scored."""
+    readings = [
+        {"ts": T0 + 100 * w + i, "values": [v] * 4}
+        for w, v in enumerate(values)
+        for i in range(100)
+    ]
+    r = client.post("/ingest", json={"stream": "pump", "readings": readings},
+                    params={"wait": 20}, headers=ACME)  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert r.json()["results"][0]["windows_scored"] == len(values)
+
+
+def series(client: TestClient, name: str) -> dict[tuple[str, ...], float]:
+    text = client.get("/metrics").text
+    return {
+        (
+            *(v for k, v in sorted(s.labels.items()) if k != "tenant"),
+            s.labels.get("tenant", ""),
+        ): s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == name
+        for s in f.samples
+    }
+
+
+def test_incidents_reported_judged_listed_and_counted(
+    make_client: ClientFactory, looked: Path
+) -> None:
+    client = make_client(artifact=looked, **KEYED)
+    # windows ending at +99 (0.5), +199 and +299 in alert, +399, +499, +599 in
+    # alert, then below to +999
+    feed(client, [0, 50, 50, 0, 0, 50, 0, 0, 0, 0])
+    history = client.get("/risk/pump/history?limit=10", headers=ACME).json()["items"]
+    assert [h["alert"] for h in reversed(history)] == [False, True, True, False,
+                                                     False, True] + [False] * 4  # fmt: skip
+
+    def report(**body: float | str) -> dict:  # type: ignore[type-arg]
+        at = {k: T0 + v if k in ("start", "end") else v for k, v in body.items()}
+        r = client.post("/incidents", json={"stream": "pump", **at}, headers=ACME)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    warned = report(start=350)
+    assert warned["outcome"] == "warned" and warned["lead_s"] == pytest.approx(151)
+    assert warned["lookback"] == LOOKBACK and warned["id"] == f"pump@{T0 + 350!r}"
+    assert warned["end"] == T0 + 999
+    late = report(start=550, end=650, id="INC-2")
+    assert (late["outcome"], late["delay_s"]) == ("late", 49)
+    assert report(start=850, end=900, id="INC-3")["outcome"] == "missed"
+    assert report(start=50, id="INC-4")["outcome"] == "unscored"
+    report(start=350)  # the same id again: replaced, not added
+
+    listed = client.get("/incidents", headers=ACME).json()["incidents"]
+    assert [i["id"] for i in listed] == [warned["id"], "INC-4", "INC-3", "INC-2"]
+    assert (
+        client.get("/incidents?limit=1", headers=ACME).json()["incidents"][0]["id"]
+        == warned["id"]
+    )
+    beta = {"X-API-Key": KEYS["beta"]}
+    assert client.get("/incidents", headers=beta).json() == {"incidents": []}
+    r = client.post("/incidents", json={"stream": "pump", "start": T0}, headers=beta)
+    assert r.status_code == 404 and "unknown stream 'pump'" in r.text
+
+    counts = series(client, "scjepa_tenant_incidents")
+    assert counts[("warned", "acme")] == 1 and counts[("late", "acme")] == 1
+    assert counts[("missed", "acme")] == 1 and counts[("unscored", "acme")] == 1
+    assert counts[("unknown", "acme")] == 0 and counts[("warned", "beta")] == 0
+    lead = series(client, "scjepa_tenant_incident_lead_seconds")
+    assert lead == {(q, "acme"): pytest.approx(151) for q in ("0.25", "0.5", "0.75")}
+    warned_rate = series(client, "scjepa_alert_evaluated_warned_rate")
+    assert warned_rate == {("mean", ""): 0.4, ("lower95", ""): 0.2}
+
+    assert client.delete("/incidents/INC-3", headers=ACME).status_code == 204
+    assert client.delete("/incidents/INC-3", headers=ACME).status_code == 404
+    assert series(client, "scjepa_tenant_incidents")[("missed", "acme")] == 0
+
+
+@pytest.mark.parametrize("store_kind", ["memory"])
+def test_bad_reports_are_refused_naming_the_field(
+    make_client: ClientFactory, looked: Path
+) -> None:
+    client = make_client(artifact=looked, **KEYED)
+    feed(client, [0])
+    cases = [
+        ({"stream": "pump", "start": T0 + 10, "end": T0}, "end = "),
+        ({"stream": "pump", "start": "soon"}, "start"),
+        ({"stream": "pump", "start": -1.0}, "start"),
+        ({"stream": "pu/mp", "start": T0}, "stream"),
+        ({"stream": "pump", "start": T0, "id": "a b"}, "id"),
+        ({"stream": "pump", "start": T0, "severity": 3}, "severity"),
+    ]
+    for body, named in cases:
+        r = client.post("/incidents", json=body, headers=ACME)
+        assert r.status_code == 422, (body, r.text)
+        assert named in r.text, r.text
+    assert (
+        client.post("/incidents", json={"stream": "pump", "start": T0}).status_code
+        == 401
+    )
+    assert client.get("/incidents?limit=0", headers=ACME).status_code == 422
+    assert client.get("/incidents", headers=ACME).json() == {"incidents": []}
