@@ -255,21 +255,40 @@ def ingest(api: str, stream: str, start: float, n: int, channels: int = 4) -> No
         assert r.status == 200
 
 
+def report_incident(api: str, stream: str, start: float) -> str:
+    """POST /incidents (always the same id: reported again, it is judged again);
+    the outcome."""
+    body = {"stream": stream, "start": start, "id": "live-1"}
+    req = urllib.request.Request(
+        api + "/incidents",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return str(json.load(r)["outcome"])
+
+
 @pytest.fixture(scope="module")
 def fed(live: dict[str, Any]) -> dict[str, Any]:
-    """Readings flow until Prometheus has rates and latency percentiles."""
+    """Readings flow until Prometheus has rates and latency percentiles, and an
+    incident reported on a stream is judged (warned, late or missed)."""
     api, prom = live["api"], live["prom"]
     t = [0.0]
+    judged = [False]
 
     def feed_and_check() -> bool:
         for stream in ("pump-1", "pump-2"):
             ingest(api, stream, 1_000_000 + t[0], 100)
         t[0] += 100
         ingest(api, "pump-1", 1_000_000, 1)  # late: counted as rejected
+        if not judged[0]:  # unscored until its first window is
+            outcome = report_incident(api, "pump-1", 1_000_000 + t[0] - 1)
+            judged[0] = outcome in ("warned", "late", "missed")
         ok = (
             query(prom, "job:scjepa_readings_accepted:rate1m > 0")
             and query(prom, "job:scjepa_scorer_batch_seconds:p99_5m >= 0")
             and query(prom, "job:redis_memory:used_ratio > 0")
+            and query(prom, "tenant:scjepa_incidents_judged:sum30d > 0")
         )
         return bool(ok)
 
