@@ -27,10 +27,8 @@ it again). The gauges count, per tenant, the incidents reported in the last
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -115,15 +113,10 @@ class Tally:
     lead_quartiles_s: list[float] | None  # of the warned ones; None with none
 
 
-def tally(records: list[str]) -> Tally:
-    """Count incident records (JSON) by outcome, with the warned ones' lead
+def tally(outcomes: list[tuple[str, float | None]]) -> Tally:
+    """Count incidents' (outcome, lead) by outcome, with the warned ones' lead
     quartiles."""
-    got: Counter[str] = Counter()
-    leads = []
-    for raw in records:
-        rec: dict[str, Any] = json.loads(raw)
-        got[rec["outcome"]] += 1
-        if rec.get("lead_s") is not None:
-            leads.append(float(rec["lead_s"]))
+    got = Counter(o for o, _ in outcomes)
+    leads = [lead for _, lead in outcomes if lead is not None]
     quartiles = np.quantile(leads, [0.25, 0.5, 0.75]).tolist() if leads else None
     return Tally({o: got[o] for o in OUTCOMES}, quartiles)

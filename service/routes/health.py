@@ -112,7 +112,7 @@ async def prometheus(request: Request) -> Response:
             metrics.set_summary(s.streams, s.in_alert, s.max_risk, s.top, drift)
             named = tenants or [DEFAULT_TENANT]  # an open service's one tenant
             since = time.time() - incidents.SPAN_S
-            got = await store.incidents_since(named, since)
+            got = await store.incident_outcomes(named, since)
             metrics.set_incidents(named, [incidents.tally(g) for g in got])
             if door is not None:
                 live = await store.tenant_streams(tenants)

@@ -55,7 +55,8 @@ async def report(
         lookback=lookback,
         reported_at=datetime.fromtimestamp(now, UTC),
     )
-    row = IncidentRow(incident.id, now, incident.model_dump_json())
+    record = incident.model_dump_json()
+    row = IncidentRow(incident.id, now, record, got.outcome, got.lead_s)
     await store.put_incident(tenant, row)
     return incident
 

@@ -200,11 +200,15 @@ class AlertLog:
 @dataclass(frozen=True)
 class IncidentRow:
     """An incident as a tenant's store keeps it: its id, when it was reported (Unix
-    seconds) and its record (JSON: service.schemas.Incident)."""
+    seconds), its record (JSON: service.schemas.Incident), and what the gauges count
+    of it, kept apart so that a scrape reads no record: its outcome and lead
+    (seconds; None unless warned)."""
 
     id: str
     reported_at: float
     record: str
+    outcome: str
+    lead_s: float | None = None
 
 
 # A stream's recent novelty: an exponentially weighted mean of its scored windows'
@@ -498,10 +502,10 @@ class Store(ABC):
         """Forget one of the tenant's incidents; False when it has none of that id."""
 
     @abstractmethod
-    async def incidents_since(
+    async def incident_outcomes(
         self, tenants: Sequence[str], since: float
-    ) -> list[list[str]]:
-        """Per tenant, the records (JSON) of its incidents reported at or after
+    ) -> list[list[tuple[str, float | None]]]:
+        """Per tenant, the (outcome, lead) of its incidents reported at or after
         ``since`` (Unix seconds): what the gauges count."""
 
     @abstractmethod

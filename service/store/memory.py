@@ -371,12 +371,12 @@ class MemoryStore(Store):
             self._incidents.get(tenant, OrderedDict()).pop(incident, None) is not None
         )
 
-    async def incidents_since(
+    async def incident_outcomes(
         self, tenants: Sequence[str], since: float
-    ) -> list[list[str]]:
+    ) -> list[list[tuple[str, float | None]]]:
         return [
             [
-                r.record
+                (r.outcome, r.lead_s)
                 for r in self._incidents.get(t, OrderedDict()).values()
                 if r.reported_at >= since
             ]

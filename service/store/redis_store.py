@@ -97,6 +97,8 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #                                  than the one there is dropped (NOTE_LATEST)
 #   scjepa:{acme}:incidents        hash incident id -> its record (JSON)
 #   scjepa:{acme}:incidents_at     zset incident id -> when reported (Unix seconds)
+#   scjepa:{acme}:incidents_of     hash incident id -> "OUTCOME LEAD" (what the gauges
+#                                  count: a scrape reads no record)
 #   scjepa:{rate:KEYID}            one API key's rate-limit bucket (GCRA: a timestamp)
 
 # KEYS: rows, seen, state, work, risk, pend, alerts. ARGV: window, hop, ttl, horizon, max_queued,
@@ -399,31 +401,39 @@ PUT = _PUT.substitute(
     prior=repr(NOVELTY_PRIOR), weight=repr(NOVELTY_WEIGHT), alert_log_len=ALERT_LOG_LEN
 )
 
-# KEYS: the tenant's incidents, incidents_at. ARGV: id, reported at, record, kept.
-# Keeps the incident (replacing one of the same id), then the last `kept` reported.
+# KEYS: the tenant's incidents, incidents_at, incidents_of. ARGV: id, reported at,
+# record, "OUTCOME LEAD", kept. Keeps the incident (replacing one of the same id), then
+# the last `kept` reported (one more than kept at most: no unpack() limit to mind).
 PUT_INCIDENT = """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[4])
+local over = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[5])
 if over > 0 then
   local old = redis.call('ZRANGE', KEYS[2], 0, over - 1)
   redis.call('ZREMRANGEBYRANK', KEYS[2], 0, over - 1)
   redis.call('HDEL', KEYS[1], unpack(old))
+  redis.call('HDEL', KEYS[3], unpack(old))
 end
 return 0
 """
 
-# KEYS: incidents_at, incidents. ARGV: 'rank' and a count (the last reported, newest
-# first), or 'since' and a time (those reported at or after it). Their records.
+# KEYS: incidents_at, then incidents (their records) or incidents_of (their outcomes).
+# ARGV: 'rank' and a count (the last reported, newest first), or 'since' and a time
+# (those reported at or after it). Their values in the hash, read in chunks under
+# Lua's unpack() limit.
 INCIDENTS = """
-local ids
+local ids, out = nil, {}
 if ARGV[1] == 'rank' then
   ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[2]) - 1)
 else
   ids = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[2], '+inf')
 end
-if #ids == 0 then return {} end
-return redis.call('HMGET', KEYS[2], unpack(ids))
+for i = 1, #ids, 1000 do
+  local got = redis.call('HMGET', KEYS[2], unpack(ids, i, math.min(i + 999, #ids)))
+  for j = 1, #got do out[#out + 1] = got[j] end
+end
+return out
 """
 
 # KEYS: state, rows, risk. GET /risk's reads in one call: n, last_ts, buffered rows,
@@ -1237,8 +1247,13 @@ class RedisStore(Store):
         )
 
     async def put_incident(self, tenant: str, row: IncidentRow) -> None:
-        keys = [self._tenant(tenant, k) for k in ("incidents", "incidents_at")]
-        args = [row.id, repr(row.reported_at), row.record, INCIDENTS_KEPT]
+        keys = [
+            self._tenant(tenant, k)
+            for k in ("incidents", "incidents_at", "incidents_of")
+        ]
+        lead = "" if row.lead_s is None else repr(row.lead_s)
+        args: list[Any] = [row.id, repr(row.reported_at), row.record]
+        args += [f"{row.outcome} {lead}", INCIDENTS_KEPT]
         await self._call("incidents", self._put_incident(keys=keys, args=args))
 
     async def incidents(self, tenant: str, limit: int) -> list[str]:
@@ -1251,23 +1266,28 @@ class RedisStore(Store):
     async def delete_incident(self, tenant: str, incident: str) -> bool:
         pipe = self._pipeline()  # the record first: an id left in incidents_at
         pipe.hdel(self._tenant(tenant, "incidents"), incident)
+        pipe.hdel(self._tenant(tenant, "incidents_of"), incident)
         pipe.zrem(self._tenant(tenant, "incidents_at"), incident)
-        removed, _ = await self._call("incidents", pipe.execute())
+        removed, *_ = await self._call("incidents", pipe.execute())
         return bool(removed)
 
-    async def incidents_since(
+    async def incident_outcomes(
         self, tenants: Sequence[str], since: float
-    ) -> list[list[str]]:
+    ) -> list[list[tuple[str, float | None]]]:
         calls = [
             (
                 self._incidents,
-                [self._tenant(t, k) for k in ("incidents_at", "incidents")],
+                [self._tenant(t, k) for k in ("incidents_at", "incidents_of")],
                 ["since", repr(since)],
             )
             for t in tenants
         ]
         got = await self._call("incidents", self._scripts(calls), scripts=True)
-        return [[cast(bytes, r).decode() for r in g if r is not None] for g in got]
+        out = []
+        for g in got:
+            pairs = [cast(bytes, r).decode().split(" ") for r in g if r is not None]
+            out.append([(o, float(lead) if lead else None) for o, lead in pairs])
+        return out
 
     async def scored(
         self, tenant: str, items: list[tuple[str, list[int]]]

@@ -18,7 +18,7 @@ from support.service_helpers import ClientFactory
 from test_store_units import fresh_store
 
 from service.incidents import Judged, judge, tally
-from service.store import ALERT_LOG_LEN, AlertLog, Record
+from service.store import ALERT_LOG_LEN, INCIDENTS_KEPT, AlertLog, IncidentRow, Record
 
 T0 = 1_700_000_000.0
 KEYS = {"acme": "k-acme", "beta": "k-beta"}
@@ -77,9 +77,8 @@ def test_unscored_and_unknown() -> None:
 
 
 def test_tally_counts_outcomes_and_lead_quartiles() -> None:
-    recs = [{"outcome": "warned", "lead_s": v} for v in (10.0, 20.0, 30.0, 40.0, 50.0)]
-    recs += [{"outcome": "missed", "lead_s": None}, {"outcome": "late"}]
-    t = tally([json.dumps(r) for r in recs])
+    got = [("warned", v) for v in (10.0, 20.0, 30.0, 40.0, 50.0)]
+    t = tally([*got, ("missed", None), ("late", None)])
     assert t.counts == {"warned": 5, "late": 1, "missed": 1, "unscored": 0,
                         "unknown": 0}  # fmt: skip
     assert t.lead_quartiles_s == [20.0, 30.0, 40.0]
@@ -122,6 +121,45 @@ def test_alert_log_on_every_store(store_url: str | None) -> None:
             assert log.first_end == T0 + 19
             assert await store.delete("t", "s") is not None
             assert await store.alert_log("t", "s") is None
+        finally:
+            await store.close()
+
+    asyncio.run(main())
+
+
+def test_incidents_kept_on_every_store(store_url: str | None) -> None:
+    """A tenant's incidents: an id reported again replaced, the last INCIDENTS_KEPT
+    reported kept (the oldest go), listed newest first, read back since a time (the
+    gauges' read: past Lua's unpack limit on Redis), deleted; another tenant's
+    apart."""
+
+    async def main() -> None:
+        store = fresh_store(store_url, dedupe_horizon=100, partitions=4)
+        try:
+            rows = [
+                IncidentRow(f"i{k}", 1000.0 + k, json.dumps({"k": k}), "warned", k)
+                for k in range(INCIDENTS_KEPT + 1)
+            ]
+            for row in rows:
+                await store.put_incident("t", row)
+            again = IncidentRow("i5", 5e6, '{"k": "again"}', "missed")
+            await store.put_incident("t", again)
+            await store.put_incident("u", IncidentRow("i1", 1.0, '{"k": "u"}', "late"))
+            assert await store.incidents("t", 3) == ['{"k": "again"}',
+                                                     '{"k": 10000}', '{"k": 9999}']  # fmt: skip
+            (since, other) = await store.incident_outcomes(["t", "u"], 0.0)
+            assert len(since) == INCIDENTS_KEPT and other == [("late", None)]
+            # the oldest (lead 0) went; i5 was replaced
+            assert sorted(lead for _, lead in since if lead is not None) == [
+                k for k in range(1, INCIDENTS_KEPT + 1) if k != 5
+            ]
+            assert ("missed", None) in since
+            (later,) = await store.incident_outcomes(["t"], 1000.0 + 9990)
+            assert len(later) == 12  # 9990-10000, and i5 again
+            assert await store.delete_incident("t", "i5")
+            assert not await store.delete_incident("t", "i5")
+            assert not await store.delete_incident("u", "i7")
+            assert (await store.incidents("t", 1)) == ['{"k": 10000}']
         finally:
             await store.close()
 
