@@ -57,6 +57,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "service.cli",
         "run the risk service (FastAPI + onnxruntime, no PyTorch)",
     ),
+    "label": (
+        "training.label",
+        "label a CSV of readings with the incidents reported (GET /incidents)",
+    ),
     "replay": (
         "training.demo.replay",
         "stream a CSV or benchmark series through /ingest",
