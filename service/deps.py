@@ -106,8 +106,9 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "missing or unknown API key",
         403: "admin routes off, or the tenant's stream quota is full",
         404: "unknown stream (or another tenant's)",
-        409: "a reload is already running, or the stream was stored for another "
-        "model layout (SCJEPA_LAYOUT_CHANGE=refuse)",
+        409: "a reload is already running, the stream was stored for another "
+        "model layout (SCJEPA_LAYOUT_CHANGE=refuse), or an incident's onset is past "
+        "its stream's newest reading",
         413: "body or reading count over its limit",
         415: "not application/json, or compressed",
         422: "a field is invalid; `detail[].loc` names it",

@@ -29,18 +29,20 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 
 from service.store import AlertLog
 
 SPAN_S = 30 * 86400  # the gauges' span: incidents reported in the last 30 days
-OUTCOMES = ("warned", "late", "missed", "unscored", "unknown")
+Outcome = Literal["warned", "late", "missed", "unscored", "unknown"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
 @dataclass(frozen=True)
 class Judged:
-    outcome: str
+    outcome: Outcome
     end: float  # the incident's end as judged (given, or the stream's newest reading)
     lead_s: float | None = None  # warned: onset - end of the run's first alert window
     lead_readings: int | None = None

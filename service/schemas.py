@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.incidents import Outcome
 from service.store import NOVELTY_SPAN
 
 # No braces (the Redis hash tag), no slashes (the URL path), bounded length, and not
@@ -322,9 +323,7 @@ class Incident(BaseModel):
     stream: str
     start: float
     end: float = Field(description="as given, or the stream's newest reading then")
-    outcome: Literal["warned", "late", "missed", "unscored", "unknown"] = Field(
-        description=OUTCOME_DOC
-    )
+    outcome: Outcome = Field(description=OUTCOME_DOC)
     lead_s: float | None = Field(
         None,
         description="warned: the onset minus the end of the first window in alert "

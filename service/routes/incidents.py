@@ -18,7 +18,7 @@ from service.store import INCIDENTS_KEPT, IncidentRow
 router = APIRouter(tags=["incidents"])
 
 
-@router.post("/incidents", responses=errors(401, 404, 422, 429, 503))
+@router.post("/incidents", responses=errors(401, 404, 409, 422, 429, 503))
 async def report(
     body: IncidentReport,
     tenant: TenantDep,
@@ -34,6 +34,15 @@ async def report(
     log = await store.alert_log(tenant, body.stream)
     if log is None:
         raise Refused(handlers.detail(404, handlers.unknown_stream(body.stream)))
+    if log.last_ts is None or body.start > log.last_ts:
+        raise Refused(
+            handlers.detail(
+                409,
+                f"stream {body.stream!r}'s readings reach {log.last_ts}, not the "
+                f"onset {body.start}: report the incident once they do (its windows "
+                "before the onset are not all scored yet)",
+            )
+        )
     m = model.manifest_for(tenant)
     threshold = m.eval_metrics.get("threshold") or {}
     lookback = int(threshold.get("lookback") or m.window)
@@ -46,7 +55,7 @@ async def report(
         stream=body.stream,
         start=body.start,
         end=got.end,
-        outcome=got.outcome,  # type: ignore[arg-type]  # one of OUTCOMES
+        outcome=got.outcome,
         lead_s=got.lead_s,
         lead_readings=got.lead_readings,
         delay_s=got.delay_s,

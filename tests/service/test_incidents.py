@@ -251,10 +251,15 @@ def test_incidents_reported_judged_listed_and_counted(
     assert client.get("/incidents", headers=beta).json() == {"incidents": []}
     r = client.post("/incidents", json={"stream": "pump", "start": T0}, headers=beta)
     assert r.status_code == 404 and "unknown stream 'pump'" in r.text
+    # an onset the readings have not reached (the newest is at +999): not judged yet
+    r = client.post("/incidents", json={"stream": "pump", "start": T0 + 999.5},
+                    headers=ACME)  # fmt: skip
+    assert r.status_code == 409 and "report the incident once they do" in r.text
+    assert report(start=999)["outcome"] == "missed"  # the newest reading: judged
 
     counts = series(client, "scjepa_tenant_incidents")
     assert counts[("warned", "acme")] == 1 and counts[("late", "acme")] == 1
-    assert counts[("missed", "acme")] == 1 and counts[("unscored", "acme")] == 1
+    assert counts[("missed", "acme")] == 2 and counts[("unscored", "acme")] == 1
     assert counts[("unknown", "acme")] == 0 and counts[("warned", "beta")] == 0
     lead = series(client, "scjepa_tenant_incident_lead_seconds")
     assert lead == {(q, "acme"): pytest.approx(151) for q in ("0.25", "0.5", "0.75")}
@@ -263,7 +268,7 @@ def test_incidents_reported_judged_listed_and_counted(
 
     assert client.delete("/incidents/INC-3", headers=ACME).status_code == 204
     assert client.delete("/incidents/INC-3", headers=ACME).status_code == 404
-    assert series(client, "scjepa_tenant_incidents")[("missed", "acme")] == 0
+    assert series(client, "scjepa_tenant_incidents")[("missed", "acme")] == 1
 
 
 @pytest.mark.parametrize("store_kind", ["memory"])
