@@ -23,12 +23,12 @@ import json
 import math
 import re
 from itertools import pairwise
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import msgspec
 import numpy as np
 from fastapi.exceptions import RequestValidationError
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from pydantic_core import from_json
 from typing_extensions import TypedDict
 
@@ -194,15 +194,25 @@ def _decode(body: bytes) -> Any:
         raise _json_error(0, str(e)[:200]) from None
 
 
-def _by_model(body: bytes) -> tuple[list[StreamBody], bool]:
-    """The model's verdict, with its errors (FastAPI's usual ones for bad JSON)."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_model(body: bytes, model: type[M]) -> M:
+    """A JSON body as ``model``; a :class:`RequestValidationError` (422) naming the
+    field otherwise, FastAPI's usual errors, and for bytes that are not UTF-8 text too
+    (which FastAPI's own body parsing answers with a bare 400)."""
     if not body:
         raise _located([{"type": "missing", "loc": (), "msg": "Field required"}])
     obj = _decode(body)
     try:
-        model = IngestRequest.model_validate(obj)
+        return model.model_validate(obj)
     except ValidationError as e:
         raise _located(e.errors(include_url=False)) from None
+
+
+def _by_model(body: bytes) -> tuple[list[StreamBody], bool]:
+    """The model's verdict, with its errors (FastAPI's usual ones for bad JSON)."""
+    model = parse_model(body, IngestRequest)
     items = [
         StreamBody(s.stream, [r.ts for r in s.readings], [r.values for r in s.readings])
         for s in model.items()

@@ -25,7 +25,7 @@ from service.handlers import Door
 from service.inference import Model
 from service.reload import ModelSlot
 from service.routes import docs, health, incidents, ingest, models, risk, ui
-from service.schemas import IngestRequest
+from service.schemas import IncidentReport, IngestRequest
 from service.scoring import FLOAT32_MAX, Scorer
 from service.store import layout_of, make_store
 from service.worker import ScoredBus, ScoringWorker
@@ -231,18 +231,20 @@ def _on_signal(
 
 
 def _document_bodies(app: FastAPI) -> None:
-    """Put IngestRequest (the body POST /ingest reads raw) into the OpenAPI components."""
+    """Put the bodies read raw (POST /ingest's IngestRequest, POST /incidents'
+    IncidentReport) into the OpenAPI components."""
     generate = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
-            body = IngestRequest.model_json_schema(
-                ref_template="#/components/schemas/{model}"
-            )
             comps = schema.setdefault("components", {}).setdefault("schemas", {})
-            comps.update(body.pop("$defs", {}))
-            comps["IngestRequest"] = body
+            for model in (IngestRequest, IncidentReport):
+                body = model.model_json_schema(
+                    ref_template="#/components/schemas/{model}"
+                )
+                comps.update(body.pop("$defs", {}))
+                comps[model.__name__] = body
             slot = getattr(app.state, "slot", None)
             if slot is not None:  # the model's channels (a reload keeps them)
                 _document_values(comps["Reading"], slot.current.n_channels)

@@ -7,20 +7,39 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Response, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from service import handlers
 from service.deps import ModelDep, Refused, ScorerDep, StoreDep, TenantDep, errors
 from service.incidents import judge
+from service.ingest_body import parse_model
 from service.schemas import INCIDENT_PATTERN, Incident, IncidentList, IncidentReport
 from service.store import INCIDENTS_KEPT, IncidentRow
 
 router = APIRouter(tags=["incidents"])
 
+# The body is read raw (parse_model: a 422 naming the field for any bad body, bytes
+# that are not UTF-8 included), so its schema is named here; main.py puts it into the
+# components.
+BODY_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {"$ref": "#/components/schemas/IncidentReport"}
+            }
+        },
+    }
+}
 
-@router.post("/incidents", responses=errors(401, 404, 409, 422, 429, 503))
+
+@router.post(
+    "/incidents",
+    responses=errors(401, 404, 409, 422, 429, 503),
+    openapi_extra=BODY_DOC,
+)
 async def report(
-    body: IncidentReport,
+    request: Request,
     tenant: TenantDep,
     store: StoreDep,
     model: ModelDep,
@@ -31,6 +50,7 @@ async def report(
     (`outcome`, `lead_s`), by the evaluation's rules. Decided now, from the stream's
     alert log: report an incident while the stream is still live (its readings sent
     within the idle TTL). The same id reported again replaces it."""
+    body = parse_model(await request.body(), IncidentReport)
     log = await store.alert_log(tenant, body.stream)
     if log is None:
         raise Refused(handlers.detail(404, handlers.unknown_stream(body.stream)))

@@ -48,7 +48,7 @@ DEFAULT = {"ingest": 100, "other": 15, "bytes": 150, "json": 150, "bodies": 200}
 FULL = {"ingest": 2500, "other": 300, "bytes": 1500, "json": 1500, "bodies": 2500}
 NAMED = re.compile(
     r"SCJEPA_[A-Z_]+|X-API-Key|Content-Type|Content-Encoding|@admin|unknown stream|"
-    r"no route|not allowed|reload"
+    r"unknown incident|readings reach|no route|not allowed|reload"
 )
 
 

@@ -293,5 +293,11 @@ def test_bad_reports_are_refused_naming_the_field(
         client.post("/incidents", json={"stream": "pump", "start": T0}).status_code
         == 401
     )
+    # a body that is not JSON, or not UTF-8 text: 422 naming the body, as /ingest's
+    for raw, named in ((b"\xff\xfe{", "not UTF-8"), (b"{nope", "JSON decode error"),
+                       (b"", "Field required")):  # fmt: skip
+        r = client.post("/incidents", content=raw, headers=ACME)
+        assert r.status_code == 422 and named in r.text, r.text
+        assert r.json()["detail"][0]["loc"][0] == "body"
     assert client.get("/incidents?limit=0", headers=ACME).status_code == 422
     assert client.get("/incidents", headers=ACME).json() == {"incidents": []}
