@@ -13,6 +13,10 @@ order instead, for a file whose names differ from the training data's). Each req
 waits (``?wait=S``) for the scores of the windows it completes. ``--body msgpack``
 sends each request's readings as MessagePack columns (docs/reference/api.md), which costs
 the service less CPU than JSON: for backfills of many readings a request.
+``--report-incidents`` then reports the series' labelled incidents (each run of label 1)
+to the service (POST /incidents) and prints what its alerts did about each (warned and
+how early, late, missed): the service's early warning on your own labelled history,
+judged as live incidents are.
 """
 
 from __future__ import annotations
@@ -332,6 +336,51 @@ def replay(
     return seen
 
 
+def incidents_of(series: Series) -> list[tuple[int, int]]:
+    """The series' incidents: (first, last) reading of each run of label 1."""
+    if series.labels is None:
+        return []
+    labels = np.asarray(series.labels[: len(series.values)], dtype=np.int8)
+    edges = np.flatnonzero(np.diff(np.r_[0, labels, 0]))
+    return [(int(a), int(b) - 1) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def report_incidents(
+    client: httpx.Client,
+    series: Series,
+    *,
+    stream: str,
+    headers: dict[str, str] | None = None,
+    out: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """POST each of the series' incidents (:func:`incidents_of`) to the service,
+    replayed before; print and return what it judged of each."""
+    got = []
+    for a, b in incidents_of(series):
+        body = {"stream": stream, "start": float(series.ts[a]),
+                "end": float(series.ts[b])}  # fmt: skip
+        r = client.post("/incidents", json=body, headers=headers)
+        if r.status_code != 200:
+            raise RuntimeError(f"POST /incidents -> {r.status_code}: {r.text[:500]}")
+        inc = r.json()
+        got.append(inc)
+        how = inc["outcome"]
+        if inc.get("lead_readings") is not None:
+            how += f", {inc['lead_readings']} readings ahead"
+        elif inc.get("delay_readings") is not None:
+            how += f", {inc['delay_readings']} readings after the onset"
+        out(f"incident at readings {a}-{b} ({body['start']:.3f}): {how}")
+    judged = [i for i in got if i["outcome"] in ("warned", "late", "missed")]
+    warned = [i["lead_readings"] for i in judged if i["outcome"] == "warned"]
+    line = f"{len(warned)} of {len(judged)} incidents judged were warned of"
+    if warned:
+        line += f" (median lead {float(np.median(warned)):g} readings)"
+    if len(judged) < len(got):
+        line += f"; {len(got) - len(judged)} could not be judged (unscored, unknown)"
+    out(line)
+    return got
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument(
@@ -361,6 +410,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="send the columns in file order, ignoring their names",
     )
     p.add_argument("--api-key", help="sent as X-API-Key")
+    p.add_argument(
+        "--report-incidents",
+        action="store_true",
+        help="then report the series' labelled incidents (runs of label 1) to the "
+        "service (POST /incidents) and print whether its alerts warned of each",
+    )
     p.add_argument(
         "--body",
         choices=("json", "msgpack"),
@@ -399,6 +454,11 @@ def run(args: argparse.Namespace) -> int:
         c if c.isalnum() or c in "._:-" else "-" for c in series.name
     )
     source = str(args.file or f"{args.dataset}/{series.name}")
+    if args.report_incidents and series.labels is None:
+        raise UserError(
+            f"--report-incidents: {source} has no labels (a 'label' column, or "
+            "--label-col) to take the incidents from"
+        )
     with httpx.Client(base_url=args.url, timeout=30.0 + args.wait) as client:
         try:
             r = client.get("/models", headers=headers)
@@ -431,6 +491,8 @@ def run(args: argparse.Namespace) -> int:
                 wait=args.wait,
                 body=args.body,
             )
+            if args.report_incidents:
+                report_incidents(client, series, stream=stream, headers=headers)
         except (httpx.HTTPError, RuntimeError) as e:
             print(f"scjepa replay: error: {e}", file=sys.stderr)
             return 1

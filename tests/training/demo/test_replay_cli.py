@@ -9,11 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from support.service_artifact import build_artifact
 from support.service_helpers import ClientFactory, free_port
 
 from training.cli import main as scjepa
 from training.demo import demo
-from training.demo.replay import match_channels, read_csv, read_dataset, replay
+from training.demo.replay import (
+    incidents_of,
+    match_channels,
+    read_csv,
+    read_dataset,
+    replay,
+    report_incidents,
+)
 from training.errors import DataError, UserError
 
 
@@ -101,6 +109,53 @@ def test_replay_prints_every_window_at_a_hop_below_the_batch(
     labels = [int(130 < r["n"] < 240) for r in seen[:-1]]
     assert [r["label"] for r in seen] == [*labels, None]
     assert len(lines) == 32 and lines[-1].endswith("; 31 scored windows printed")
+
+
+def test_replay_reports_the_labelled_incidents(
+    make_client: ClientFactory, tmp_path: Path
+) -> None:
+    """--report-incidents: each run of label 1 posted as an incident once replayed,
+    and what the service judged of it printed. The test model at threshold 0.9
+    alerts on the window of 50s only (readings 100-199), 31 readings before the
+    incident at 230-239."""
+    build_artifact(tmp_path / "art", threshold=0.9)
+    client = make_client(artifact=tmp_path / "art")
+    lines = ["timestamp,a,b,c,flat,label"]
+    for i in range(250):
+        v = 50.0 if 100 <= i < 200 else 0.0
+        lines.append(
+            f"{1000.0 + i},{v},{v},{v},0,{int(230 <= i < 240 or i in (10, 11))}"
+        )
+    (tmp_path / "pump.csv").write_text("\n".join(lines) + "\n")
+    series = read_csv(tmp_path / "pump.csv")
+    assert incidents_of(series) == [(10, 11), (230, 239)]
+    replay(client, series, stream="pump", window=100, batch=50, out=print)
+    hist = client.get("/risk/pump/history").json()["items"]
+    assert [(h["n"], h["alert"]) for h in hist] == [(200, True), (100, False)]
+    out: list[str] = []
+    got = report_incidents(client, series, stream="pump", out=out.append)
+    # the first, before the first window, could not be warned: unscored
+    assert [i["outcome"] for i in got] == ["unscored", "warned"]
+    assert (got[1]["start"], got[1]["end"], got[1]["lead_readings"]) == (1230, 1239, 31)
+    assert (
+        out[1] == "incident at readings 230-239 (1230.000): warned, 31 readings ahead"
+    )
+    assert out[-1] == (
+        "1 of 1 incidents judged were warned of (median lead 31 readings); "
+        "1 could not be judged (unscored, unknown)"
+    )
+    listed = client.get("/incidents").json()["incidents"]
+    assert {i["id"] for i in listed} == {"pump@1010.0", "pump@1230.0"}
+
+
+def test_report_incidents_needs_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "plain.csv").write_text("ts,a,b,c,flat\n1,0,0,0,0\n")
+    argv = ["replay", "--file", str(tmp_path / "plain.csv"), "--report-incidents"]
+    assert scjepa(argv) == 2
+    err = capsys.readouterr().err
+    assert "plain.csv has no labels" in err and err.count("\n") == 1
 
 
 def test_cli_errors_are_one_line(
