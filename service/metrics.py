@@ -335,27 +335,28 @@ def _budget(m: Manifest) -> float:
     return budget if budget is not None and rule_has_budget else nan
 
 
-def _evaluated_pages(m: Manifest) -> list[tuple[str, float]]:
-    """(estimate, false pages per 1,000 windows) the test split measured at ``m``'s
-    operating point, or for a label-free model its calibration windows; NaN where the
-    manifest records none."""
+def _evaluated(m: Manifest, key: str, bound: str) -> list[tuple[str, float]]:
+    """(estimate, figure) of ``key`` the test split measured at ``m``'s operating
+    point: its mean, and ``bound`` ("lower95" or "upper95") of its 95 % interval; for
+    a label-free model its calibration windows' (which record no warned rate); NaN
+    where the manifest records none."""
     point = served_point(m) or {}
     # a label-free model (scjepa calibrate) has no test figures: its calibration
     # windows' stand in, under the same keys
     test = point.get("test") or point.get("calibration") or {}
-    high = (test.get("false_pages_per_1000_ci95") or [None, None])[1]
-    got = (("mean", test.get("false_pages_per_1000")), ("upper95", high))
+    ci = (test.get(f"{key}_ci95") or [None, None])[bound == "upper95"]
+    got = (("mean", test.get(key)), (bound, ci))
     return [(estimate, nan if v is None else float(v)) for estimate, v in got]
+
+
+def _evaluated_pages(m: Manifest) -> list[tuple[str, float]]:
+    """False pages per 1,000 windows at ``m``'s point, and the upper end."""
+    return _evaluated(m, "false_pages_per_1000", "upper95")
 
 
 def _evaluated_warned(m: Manifest) -> list[tuple[str, float]]:
-    """(estimate, share of incidents warned of) the test split measured at ``m``'s
-    operating point; NaN where the manifest records none (a label-free model has no
-    incidents to warn of)."""
-    test = (served_point(m) or {}).get("test") or {}
-    low = (test.get("warned_rate_ci95") or [None, None])[0]
-    got = (("mean", test.get("warned_rate")), ("lower95", low))
-    return [(estimate, nan if v is None else float(v)) for estimate, v in got]
+    """The share of incidents warned of at ``m``'s point, and the lower end."""
+    return _evaluated(m, "warned_rate", "lower95")
 
 
 def set_incidents(tenants: list[str], tallies: list[Tally]) -> None:

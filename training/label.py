@@ -19,7 +19,7 @@ import argparse
 import csv
 import json
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,20 @@ def read_incidents(path: Path) -> Spans:
     for s in spans.values():
         s.sort()
     return spans
+
+
+def _merged(spans: list[tuple[float, float, str]]) -> tuple[list[float], list[float]]:
+    """A stream's incidents as disjoint intervals (starts, ends), by start: a row is
+    within one of them in one bisection, however many incidents overlap."""
+    starts: list[float] = []
+    ends: list[float] = []
+    for a, b, _ in spans:  # by start
+        if ends and a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
 
 
 def label_file(
@@ -123,7 +137,8 @@ def label_file(
     t_at, e_at = header.index(ts_col), None if ent is None else header.index(ent)
     width = len(header)
     rows = positive = 0
-    hit: set[tuple[str, int]] = set()
+    merged = {s: _merged(v) for s, v in spans.items()}
+    labelled: dict[str, list[float]] = {}  # stream -> the times of its rows labelled 1
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f, delimiter=delimiter, lineterminator="\n")
@@ -147,23 +162,26 @@ def label_file(
                     column=ts_col,
                     hint=usercsv.TIMESTAMP_HINT,
                 ) from None
-            name = cells[e_at] if e_at is not None else stream
-            label = 0
-            mine = spans.get(name or "", [])
-            # the incidents starting at or before t; any of them ending at or after it
-            for j in range(bisect_right(mine, (t, math.inf, "")) - 1, -1, -1):
-                if mine[j][1] >= t:
-                    label = 1
-                    hit.add((name or "", j))
+            name = (cells[e_at] if e_at is not None else stream) or ""
+            starts, ends = merged.get(name, ([], []))
+            i = bisect_right(starts, t) - 1  # the last interval starting at or before t
+            label = int(i >= 0 and ends[i] >= t)
+            if label:
+                labelled.setdefault(name, []).append(t)
             writer.writerow([*cells, label])
             rows += 1
             positive += label
-    missed = sorted(
-        named
-        for s, spans_of in spans.items()
-        for j, (_, _, named) in enumerate(spans_of)
-        if (s, j) not in hit
-    )
+    # an incident has a row iff one of its stream's rows labelled 1 lies within it
+    for times in labelled.values():
+        times.sort()
+    missed = []
+    for s, spans_of in spans.items():
+        times = labelled.get(s, [])
+        for a, b, named in spans_of:
+            i = bisect_left(times, a)
+            if i == len(times) or times[i] > b:
+                missed.append(named)
+    missed.sort()
     total = sum(len(v) for v in spans.values())
     return {"rows": rows, "labelled": positive, "incidents": total, "no_rows": missed}
 

@@ -4,6 +4,7 @@ reports, each judged against the stream's alerts (service/incidents.py)."""
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -74,15 +75,9 @@ async def report(
         id=body.id or f"{body.stream}@{body.start!r}",
         stream=body.stream,
         start=body.start,
-        end=got.end,
-        outcome=got.outcome,
-        lead_s=got.lead_s,
-        lead_readings=got.lead_readings,
-        delay_s=got.delay_s,
-        delay_readings=got.delay_readings,
-        alert_window_end=got.alert_window_end,
         lookback=lookback,
         reported_at=datetime.fromtimestamp(now, UTC),
+        **asdict(got),  # the outcome, the end judged to, the lead or delay
     )
     record = incident.model_dump_json()
     row = IncidentRow(incident.id, now, record, got.outcome, got.lead_s)

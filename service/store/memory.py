@@ -101,8 +101,7 @@ class MemoryStore(Store):
         self._streams: OrderedDict[Key, _Stream] = OrderedDict()  # oldest touch first
         self._names: dict[str, list[str]] = {}  # tenant -> sorted stream names
         self._buckets: dict[str, float] = {}  # rate-limit bucket -> tat
-        # tenant -> incident id -> its row, oldest reported first
-        self._incidents: dict[str, OrderedDict[str, IncidentRow]] = {}
+        self._incidents: dict[str, dict[str, IncidentRow]] = {}  # tenant -> id -> row
         # the work queue: (item, queued at); delivered: id -> (item, queued, delivered)
         self._queue: deque[tuple[WorkItem, float]] = deque()
         self._delivered: dict[str, tuple[WorkItem, float, float]] = {}
@@ -353,23 +352,19 @@ class MemoryStore(Store):
         return AlertLog(list(s.alerts), s.first_end, s.cut, s.last_ts)
 
     async def put_incident(self, tenant: str, row: IncidentRow) -> None:
-        kept = self._incidents.setdefault(tenant, OrderedDict())
-        kept.pop(row.id, None)
+        kept = self._incidents.setdefault(tenant, {})
         kept[row.id] = row
-        # reported in order on one clock, but a clock set back may not be: the oldest
-        # reported go, as the Redis store's sorted set has them
+        # the oldest reported go (by time, as the Redis store's sorted set has them)
         while len(kept) > INCIDENTS_KEPT:
             del kept[min(kept, key=lambda i: (kept[i].reported_at, i))]
 
     async def incidents(self, tenant: str, limit: int) -> list[str]:
-        rows = self._incidents.get(tenant, OrderedDict()).values()
+        rows = self._incidents.get(tenant, {}).values()
         by = sorted(rows, key=lambda r: (r.reported_at, r.id), reverse=True)
         return [r.record for r in by[:limit]]
 
     async def delete_incident(self, tenant: str, incident: str) -> bool:
-        return (
-            self._incidents.get(tenant, OrderedDict()).pop(incident, None) is not None
-        )
+        return self._incidents.get(tenant, {}).pop(incident, None) is not None
 
     async def incident_outcomes(
         self, tenants: Sequence[str], since: float
@@ -377,7 +372,7 @@ class MemoryStore(Store):
         return [
             [
                 (r.outcome, r.lead_s)
-                for r in self._incidents.get(t, OrderedDict()).values()
+                for r in self._incidents.get(t, {}).values()
                 if r.reported_at >= since
             ]
             for t in tenants
