@@ -13,6 +13,12 @@ entry is compared, whichever matches). They come from two sources, merged:
   only, re-read when the file changes (checked every second) and on SIGHUP; a file
   that fails to parse leaves the previous keys in force and is reported (log, metric).
 
+The file also holds the tenants' own operating points, ``TENANT fa_budget:B`` (false
+alarms per 1,000 windows, one of the model's operating points; beside
+``SCJEPA_TENANT_FA_BUDGET``, which cannot name the same tenant): re-read with the keys,
+so a tenant's pages change without a restart. A budget the model serving has no
+threshold for refuses the whole file, as a line that does not parse does.
+
 Without any tenant key the service is open: every request is tenant ``default``, as
 before tenants existed. Keys are random tokens (128 bits or more), not passwords: an
 unsalted SHA-256 is the right digest for them. Make one and its file line with::
@@ -28,13 +34,16 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from service import metrics
+from service.manifest import ArtifactError, Budget
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +55,8 @@ WATCH_EVERY_S = 1.0
 _TENANT = re.compile(TENANT_PATTERN)
 _HEX = re.compile(r"^[0-9a-f]{64}$")
 HASH_PREFIX = "sha256:"
+BUDGET_PREFIX = "fa_budget:"  # a key file's "TENANT fa_budget:B" line
+BUDGET_FILE = "SCJEPA_API_KEYS_FILE"  # what a Budget of the file is set by
 
 
 class KeyConfigError(ValueError):
@@ -90,24 +101,57 @@ def normalise_entry(entry: str, where: str = "SCJEPA_API_KEYS") -> str:
     return f"{_principal(principal or DEFAULT_TENANT, where)}:{HASH_PREFIX}{h}"
 
 
-def parse_file(text: str, path: Path | str) -> list[str]:
-    """The entries of a key file: ``PRINCIPAL sha256:HEX`` per line; plain keys are
-    refused (the file stores hashes only)."""
-    out = []
+def _budget(tenant: str, value: str, where: str) -> float:
+    if not _TENANT.match(tenant):
+        raise KeyConfigError(
+            f"{where}: {tenant!r} is no tenant name ({TENANT_PATTERN}): only a tenant "
+            "has an operating point of its own"
+        )
+    try:
+        budget = float(value)
+    except ValueError:
+        budget = math.nan
+    if not (math.isfinite(budget) and budget > 0):
+        raise KeyConfigError(
+            f"{where}: {BUDGET_PREFIX}{value}: the budget must be a number above 0 "
+            "(false alarms per 1,000 windows)"
+        )
+    return budget
+
+
+def parse_file(
+    text: str, path: Path | str, env_budgets: Mapping[str, float] = {}
+) -> tuple[list[str], dict[str, Budget]]:
+    """The entries of a key file, ``PRINCIPAL sha256:HEX`` per line (plain keys are
+    refused: the file stores hashes only), and its tenants' budgets, ``TENANT
+    fa_budget:B`` per line (each tenant once, none that ``env_budgets``,
+    SCJEPA_TENANT_FA_BUDGET, names)."""
+    out: list[str] = []
+    budgets: dict[str, Budget] = {}
     for no, line in enumerate(text.splitlines(), 1):
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
         where = f"{path}:{no}"
         parts = line.split()
+        if len(parts) == 2 and parts[1].lower().startswith(BUDGET_PREFIX):
+            tenant = parts[0]
+            budget = _budget(tenant, parts[1][len(BUDGET_PREFIX) :], where)
+            if tenant in budgets or tenant in env_budgets:
+                by = "this file" if tenant in budgets else "SCJEPA_TENANT_FA_BUDGET"
+                raise KeyConfigError(
+                    f"{where}: tenant {tenant}'s budget is given by {by} already"
+                )
+            budgets[tenant] = Budget(budget, BUDGET_FILE)
+            continue
         if len(parts) != 2 or not parts[1].lower().startswith(HASH_PREFIX):
             raise KeyConfigError(
                 f"{where}: expected 'PRINCIPAL sha256:HEX' (the file holds hashes "
-                "only: printf %s KEY | sha256sum)"
+                "only: printf %s KEY | sha256sum) or 'TENANT fa_budget:B'"
             )
         principal = _principal(parts[0], where)
         out.append(f"{principal}:{HASH_PREFIX}{_hex(parts[1], where)}")
-    return out
+    return out, budgets
 
 
 class Identity(NamedTuple):
@@ -118,14 +162,19 @@ class Identity(NamedTuple):
 @dataclass(frozen=True)
 class KeyTable:
     entries: tuple[tuple[bytes, str], ...] = ()  # (SHA-256 digest, principal)
+    # the tenants at an operating point of their own (SCJEPA_TENANT_FA_BUDGET and the
+    # file's budget lines)
+    budgets: Mapping[str, Budget] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, normalised: list[str]) -> KeyTable:
+    def of(
+        cls, normalised: list[str], budgets: Mapping[str, Budget] | None = None
+    ) -> KeyTable:
         entries = []
         for e in normalised:
             principal, _, h = e.rpartition(":" + HASH_PREFIX)
             entries.append((bytes.fromhex(h), principal))
-        return cls(tuple(entries))
+        return cls(tuple(entries), dict(budgets or {}))
 
     @property
     def open(self) -> bool:
@@ -158,10 +207,20 @@ class Keys:
     """The key table in force: from the settings and the key file, swapped whole by
     :meth:`reload` (the previous table stays when the new one cannot be read)."""
 
-    def __init__(self, env_entries: list[str], path: Path | None = None) -> None:
+    def __init__(
+        self,
+        env_entries: list[str],
+        path: Path | None = None,
+        env_budgets: Mapping[str, float] = {},
+    ) -> None:
         self.env = list(env_entries)
+        self.env_budgets = dict(env_budgets)
         self.path = path
         self.error: str | None = None
+        # called with a reloaded file's table where its budgets changed, before it is
+        # in force: the model serving applies them, or raises ArtifactError to refuse
+        # the file (the app sets it: service.reload.ModelSlot.serve_budgets)
+        self.on_budgets: Callable[[KeyTable], None] | None = None
         self._stamp = self._file_stamp()
         self.table = self._build()  # a broken file at start-up is fatal
         metrics.tenants_known(self.table.tenants)
@@ -177,13 +236,16 @@ class Keys:
 
     def _build(self) -> KeyTable:
         entries = list(self.env)
+        budgets = {t: Budget(b) for t, b in self.env_budgets.items()}
         if self.path is not None:
             try:
                 text = self.path.read_text()
             except UnicodeDecodeError as e:  # not a key file: say which, no traceback
                 raise KeyConfigError(f"{self.path}: not UTF-8 text ({e.reason})") from e
-            entries += parse_file(text, self.path)
-        return KeyTable.of(entries)
+            in_file, own = parse_file(text, self.path, self.env_budgets)
+            entries += in_file
+            budgets |= own
+        return KeyTable.of(entries, budgets)
 
     def reload(self) -> bool:
         """Re-read the file; True when the new table is in force."""
@@ -206,6 +268,17 @@ class Keys:
             log.error("API keys not reloaded, the previous keys stay: %s", self.error)
             metrics.RELOADS.labels(what="keys", outcome="failed").inc()
             return False
+        if table.budgets != self.table.budgets and self.on_budgets is not None:
+            try:  # the model serving applies them, or refuses the file
+                self.on_budgets(table)
+            except ArtifactError as e:
+                self.error = f"{self.path}: {e}"
+                log.error(
+                    "API keys not reloaded, the previous keys and budgets stay: %s",
+                    self.error,
+                )
+                metrics.RELOADS.labels(what="keys", outcome="failed").inc()
+                return False
         gone = set(self.table.tenants) - set(table.tenants)
         self.table, self.error = table, None
         metrics.tenants_known(table.tenants, gone)

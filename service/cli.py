@@ -118,10 +118,17 @@ def run(args: argparse.Namespace) -> int:
     except ArtifactError as e:  # it names SCJEPA_FA_BUDGET
         return _refuse(str(e))
     try:  # the settings' own keys are checked above: what fails here is the file
-        keys = Keys(settings.api_keys, settings.api_keys_file)
+        keys = Keys(
+            settings.api_keys, settings.api_keys_file, settings.tenant_fa_budget
+        )
     except (KeyConfigError, OSError) as e:
         why = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
         return _refuse(f"SCJEPA_API_KEYS_FILE: {why}")
+    for tenant, budget in keys.table.budgets.items():  # in every role
+        try:
+            at_budget(manifest, budget.per_1000, tenant, budget.set_by)
+        except ArtifactError as e:  # it names the setting, the tenant, the points
+            return _refuse(str(e))
     if settings.ops_key_routes and not (keys.table.has(OPS) or keys.table.has(ADMIN)):
         # no key could open them: health checks and scrapes would get 401 for ever
         return _refuse(
@@ -132,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         from service.reload import load_checked
 
         try:  # precision, provider and graph checks, and a warm-up run
-            load_checked(settings, None).close()
+            load_checked(settings, None, keys.table.budgets).close()
         except Exception as e:  # onnxruntime raises its own types
             why = str(e) if isinstance(e, ArtifactError) else repr(e)
             return _refuse(why)

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,7 @@ import numpy as np
 from service import metrics, sched
 from service.config import Settings
 from service.inference import Model, Scores, WindowError
-from service.manifest import ArtifactError, Manifest
+from service.manifest import ArtifactError, Budget, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -145,9 +146,12 @@ class InferenceProcess:
         self._task = asyncio.create_task(self._replies(), name=f"infer-{self.pid}")
 
     @classmethod
-    async def start(cls, settings: Settings) -> InferenceProcess:
-        """Start a child and wait until its model is loaded, checked and warmed;
-        raises :class:`ArtifactError` naming what failed."""
+    async def start(
+        cls, settings: Settings, budgets: Mapping[str, Budget] | None = None
+    ) -> InferenceProcess:
+        """Start a child and wait until its model is loaded, checked and warmed (the
+        tenants of ``budgets`` at their operating points); raises
+        :class:`ArtifactError` naming what failed."""
         ours, theirs = socket.socketpair()
         wanted = settings.model_dump(mode="json", include=set(_CHILD_SETTINGS))
         root = str(Path(__file__).resolve().parent.parent)  # where `service` is
@@ -190,7 +194,7 @@ class InferenceProcess:
             parallel_runs=int(hello["parallel_runs"]),
         )
         try:
-            model.serve_tenants(settings.tenant_fa_budget)
+            model.serve_tenants(budgets or {})
         except ArtifactError:
             writer.close()  # the child exits at EOF
             await asyncio.get_running_loop().run_in_executor(None, proc.wait, 10)

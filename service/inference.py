@@ -24,6 +24,7 @@ from service.manifest import (
     INT8_FILE,
     MODEL_FILE,
     ArtifactError,
+    Budget,
     Manifest,
     at_budget,
     evaluated_note,
@@ -149,14 +150,20 @@ class Model:
         self.evaluated = evaluated_note(manifest)
         # tenants served at an operating point of their own: (manifest, evaluated)
         self.tenants: dict[str, tuple[Manifest, str]] = {}
+        self.budgets: dict[str, Budget] = {}  # what set them
 
-    def serve_tenants(self, budgets: Mapping[str, float]) -> None:
+    def serve_tenants(self, budgets: Mapping[str, Budget]) -> None:
         """Each tenant of ``budgets`` alerts at its own operating point (false alarms
-        per 1,000 windows; SCJEPA_TENANT_FA_BUDGET); the others at :attr:`manifest`'s
-        threshold. Raises :class:`ArtifactError` naming the first tenant whose budget
-        is none of the manifest's operating points (nothing changed then)."""
-        points = {t: at_budget(self.manifest, b, t) for t, b in budgets.items()}
+        per 1,000 windows: SCJEPA_TENANT_FA_BUDGET, the key file's budget lines); the
+        others at :attr:`manifest`'s threshold. Raises :class:`ArtifactError` naming
+        the first tenant whose budget is none of the manifest's operating points
+        (nothing changed then)."""
+        points = {
+            t: at_budget(self.manifest, b.per_1000, t, b.set_by)
+            for t, b in budgets.items()
+        }
         self.tenants = {t: (m, evaluated_note(m)) for t, m in points.items()}
+        self.budgets = dict(budgets)
 
     def manifest_for(self, tenant: str) -> Manifest:
         """The manifest ``tenant`` is served at: its threshold and, in

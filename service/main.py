@@ -12,7 +12,7 @@ import contextlib
 import gc
 import logging
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -23,6 +23,7 @@ from service.batcher import Batcher
 from service.config import Settings
 from service.handlers import Door
 from service.inference import Model
+from service.manifest import Budget
 from service.reload import ModelSlot
 from service.routes import docs, health, incidents, ingest, models, risk, ui
 from service.schemas import IncidentReport, IngestRequest
@@ -33,9 +34,43 @@ from service.worker import ScoredBus, ScoringWorker
 log = logging.getLogger(__name__)
 
 
+def say_budgets(
+    slot: ModelSlot, table: auth.KeyTable, before: Mapping[str, Budget]
+) -> None:
+    """Log the tenants' operating points that ``table`` sets, and those it no longer
+    sets, against ``before``."""
+    for tenant, budget in table.budgets.items():
+        if before.get(tenant) == budget:
+            continue
+        log.info(
+            "tenant %s alerts at its own operating point: %g false alarms per "
+            "1,000 windows, threshold %.6g (%s)",
+            tenant,
+            budget.per_1000,
+            slot.current.manifest_for(tenant).threshold,
+            budget.set_by,
+        )
+        if tenant not in table.tenants:
+            log.warning(
+                "%s names tenant %s, which no API key names (yet): its budget "
+                "applies once a key of it is added",
+                budget.set_by,
+                tenant,
+            )
+    for tenant in before.keys() - table.budgets.keys():
+        log.info(
+            "tenant %s alerts at the model's operating point again, threshold %.6g",
+            tenant,
+            slot.current.manifest.threshold,
+        )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    keys = auth.Keys(settings.api_keys, settings.api_keys_file)  # a bad file: fatal
+    # a bad file: fatal; it may hold tenants' operating points beside the setting's
+    keys = auth.Keys(
+        settings.api_keys, settings.api_keys_file, settings.tenant_fa_budget
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -56,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         slot = await ModelSlot.open(
             model_settings(settings),
             in_process=not uses_child(settings),
+            budgets=keys.table.budgets,
             on_swap=swapped,
         )
         model = slot.current
@@ -63,20 +99,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.set_model(model)
         where = f"process {slot.child.pid}" if slot.child else "this process"
         log.info("loaded %s %s on %s (%s)", m.name, m.version, model.provider, where)
-        for tenant, budget in settings.tenant_fa_budget.items():
-            log.info(
-                "tenant %s alerts at its own operating point: %g false alarms per "
-                "1,000 windows, threshold %.6g (SCJEPA_TENANT_FA_BUDGET)",
-                tenant,
-                budget,
-                model.manifest_for(tenant).threshold,
-            )
-            if tenant not in keys.table.tenants:
-                log.warning(
-                    "SCJEPA_TENANT_FA_BUDGET names tenant %s, which no API key "
-                    "names (yet): its budget applies once a key of it is added",
-                    tenant,
-                )
+        say_budgets(slot, keys.table, {})
+
+        def budgets_changed(table: auth.KeyTable) -> None:  # a reloaded key file's
+            before = slot.budgets
+            slot.serve_budgets(table.budgets)  # or ArtifactError: the file refused
+            say_budgets(slot, table, before)
+
+        keys.on_budgets = budgets_changed
         store = make_store(
             settings.redis_url,
             prefix=settings.key_prefix,

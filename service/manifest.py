@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -228,17 +229,31 @@ def load_manifest(directory: Path) -> Manifest:
     return manifest
 
 
+@dataclass(frozen=True)
+class Budget:
+    """A tenant's own operating point: false alarms per 1,000 windows, and the
+    setting that gave it (SCJEPA_TENANT_FA_BUDGET, or a ``TENANT fa_budget:B`` line
+    of SCJEPA_API_KEYS_FILE, which a running service re-reads)."""
+
+    per_1000: float
+    set_by: str = "SCJEPA_TENANT_FA_BUDGET"
+
+
 def at_budget(
-    manifest: Manifest, fa_budget: float | None, tenant: str | None = None
+    manifest: Manifest,
+    fa_budget: float | None,
+    tenant: str | None = None,
+    set_by: str | None = None,
 ) -> Manifest:
     """``manifest`` alerting at its operating point of ``fa_budget`` false alarms per
     1,000 windows (``eval_metrics.threshold.operating_points``, written by `scjepa
     export`), which ``eval_metrics.threshold.serving_at`` then records with the
     setting that chose it (GET /models shows it): SCJEPA_FA_BUDGET, or for a
-    ``tenant`` its entry of SCJEPA_TENANT_FA_BUDGET; unchanged for None. Raises
+    ``tenant`` ``set_by`` (its :class:`Budget`'s); unchanged for None. Raises
     :class:`ArtifactError` naming the setting and the budgets the artifact has when
     it has no threshold at this one."""
-    set_by = "SCJEPA_FA_BUDGET" if tenant is None else "SCJEPA_TENANT_FA_BUDGET"
+    if set_by is None:
+        set_by = "SCJEPA_FA_BUDGET" if tenant is None else Budget(0).set_by
     if fa_budget is None:
         return manifest
     record = manifest.eval_metrics.get("threshold") or {}

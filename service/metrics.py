@@ -216,24 +216,25 @@ EVALUATED_PAGES = Gauge(
     ["estimate"],
 )
 # the same of each tenant served at an operating point of its own
-# (SCJEPA_TENANT_FA_BUDGET): the others are at the ones above
+# (SCJEPA_TENANT_FA_BUDGET, the key file's fa_budget lines): the others are at the
+# ones above
 TENANT_ALERT_THRESHOLD = Gauge(
     "scjepa_tenant_alert_threshold",
     "Threshold of each tenant served at an operating point of its own "
-    "(SCJEPA_TENANT_FA_BUDGET): its streams alert at a risk at or above it. Tenants "
-    "not listed alert at scjepa_alert_threshold.",
+    "(SCJEPA_TENANT_FA_BUDGET, the key file's fa_budget lines): its streams alert at "
+    "a risk at or above it. The other tenants alert at scjepa_alert_threshold.",
     ["tenant"],
 )
 TENANT_ALERT_BUDGET = Gauge(
     "scjepa_tenant_alert_budget_per_1000",
     "False alarms per 1,000 scored windows the threshold of each tenant served at an "
-    "operating point of its own keeps (SCJEPA_TENANT_FA_BUDGET).",
+    "operating point of its own keeps.",
     ["tenant"],
 )
 TENANT_EVALUATED_PAGES = Gauge(
     "scjepa_tenant_alert_evaluated_false_pages_per_1000_windows",
     "scjepa_alert_evaluated_false_pages_per_1000_windows at the operating point of "
-    "each tenant served at one of its own (SCJEPA_TENANT_FA_BUDGET).",
+    "each tenant served at one of its own.",
     ["tenant", "estimate"],
 )
 EVALUATED_WARNED = Gauge(
@@ -247,7 +248,7 @@ EVALUATED_WARNED = Gauge(
 TENANT_EVALUATED_WARNED = Gauge(
     "scjepa_tenant_alert_evaluated_warned_rate",
     "scjepa_alert_evaluated_warned_rate at the operating point of each tenant served "
-    "at one of its own (SCJEPA_TENANT_FA_BUDGET).",
+    "at one of its own.",
     ["tenant", "estimate"],
 )
 # incidents the tenants reported (POST /incidents), judged against the alerts
@@ -284,9 +285,9 @@ def set_model(model: Model) -> None:
     pages per 1,000 scored windows the test split measured there, or for a label-free
     model its calibration windows (ScjepaPagingAboveEvaluation compares the live rate
     with them); the same of each tenant served at an operating point of its own
-    (SCJEPA_TENANT_FA_BUDGET); and the share of windows unlike the training data its
-    input-drift monitor expects (ScjepaInputsUnlikeTraining compares the live share
-    with it)."""
+    (SCJEPA_TENANT_FA_BUDGET, the key file's fa_budget lines); and the share of
+    windows unlike the training data its input-drift monitor expects
+    (ScjepaInputsUnlikeTraining compares the live share with it)."""
     m = model.manifest
     PROVIDER.info(
         {

@@ -29,7 +29,7 @@ import contextlib
 import ctypes
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
@@ -40,7 +40,7 @@ from service.batcher import inference_executor
 from service.config import Settings
 from service.infer_process import InferenceProcess, InferenceUnavailable
 from service.inference import Model, OnnxModel, Scores, load_model
-from service.manifest import ArtifactError, now_utc
+from service.manifest import ArtifactError, Budget, now_utc
 from service.schemas import ModelRef, ReloadStatus
 
 
@@ -60,9 +60,14 @@ def ref(model: Model) -> ModelRef:
     return ModelRef(name=model.manifest.name, version=model.manifest.version)
 
 
-def load_checked(settings: Settings, current: Model | None) -> OnnxModel:
-    """Load, check and warm the artifact in ``settings.artifact``; raises
-    :class:`ArtifactError` naming the check that failed."""
+def load_checked(
+    settings: Settings,
+    current: Model | None,
+    budgets: Mapping[str, Budget] | None = None,
+) -> OnnxModel:
+    """Load, check and warm the artifact in ``settings.artifact``, its tenants at the
+    operating points of ``budgets``; raises :class:`ArtifactError` naming the check
+    that failed."""
     model = load_model(
         settings.artifact,
         provider=settings.provider,
@@ -74,7 +79,7 @@ def load_checked(settings: Settings, current: Model | None) -> OnnxModel:
         fa_budget=settings.fa_budget,
     )
     try:
-        model.serve_tenants(settings.tenant_fa_budget)
+        model.serve_tenants(budgets or {})
         if current is not None:
             same_layout(current, model)
         model.warmup()
@@ -135,6 +140,9 @@ class ModelSlot:
         self.settings = settings
         self.executor = executor  # the inference thread: the old model closes there
         self.on_swap = on_swap
+        # the tenants at operating points of their own (the keys' table): every
+        # model loaded serves them (:meth:`serve_budgets` changes them)
+        self.budgets = dict(model.budgets)
         self.status = ReloadStatus(outcome="none", serving=ref(model))
         self._lock = asyncio.Lock()
         # a SIGHUP's reload waits for the one running: later SIGHUPs join it
@@ -149,17 +157,19 @@ class ModelSlot:
         settings: Settings,
         *,
         in_process: bool,
+        budgets: Mapping[str, Budget] | None = None,
         on_swap: Callable[[Model], None] | None = None,
     ) -> ModelSlot:
-        """Load, check and warm ``settings.artifact``: on an inference thread of this
-        process (its nice and slice: batcher.inference_executor) or, ``in_process``
-        false, in a child process of its own."""
+        """Load, check and warm ``settings.artifact``, its tenants at the operating
+        points of ``budgets``: on an inference thread of this process (its nice and
+        slice: batcher.inference_executor) or, ``in_process`` false, in a child
+        process of its own."""
         if not in_process:
-            child = await InferenceProcess.start(settings)
+            child = await InferenceProcess.start(settings, budgets)
             return cls(settings, child=child, on_swap=on_swap)
         executor = inference_executor(settings.infer_nice)
         local = await asyncio.get_running_loop().run_in_executor(
-            executor, partial(load_checked, settings, None)
+            executor, partial(load_checked, settings, None, budgets)
         )
         return cls(settings, local=local, executor=executor, on_swap=on_swap)
 
@@ -251,7 +261,7 @@ class ModelSlot:
         """A new child on the artifact folder; one whose model reads another layout
         is stopped before the error is raised (else every failed revival, one per
         batch, left a process holding a model)."""
-        child = await InferenceProcess.start(self.settings)
+        child = await InferenceProcess.start(self.settings, self.budgets)
         try:
             same_layout(self.current, child.model)
         except ArtifactError:
@@ -260,13 +270,35 @@ class ModelSlot:
         return child
 
     async def _load(self) -> tuple[Model, OnnxModel | None, InferenceProcess | None]:
+        loop = asyncio.get_running_loop()
         if self.child is not None:
             child = await self._start_child()
+            if child.model.budgets != self.budgets:  # the key file changed them
+                try:
+                    child.model.serve_tenants(self.budgets)
+                except ArtifactError:
+                    await child.close(timeout=1.0)
+                    raise
             return child.model, None, child
-        local = await asyncio.get_running_loop().run_in_executor(
-            self._loader(), partial(load_checked, self.settings, self.current)
+        local = await loop.run_in_executor(
+            self._loader(),
+            partial(load_checked, self.settings, self.current, self.budgets),
         )
+        if local.budgets != self.budgets:  # the key file changed them meanwhile
+            try:
+                local.serve_tenants(self.budgets)
+            except ArtifactError:
+                await loop.run_in_executor(self._loader(), local.close)
+                raise
         return local, local, None
+
+    def serve_budgets(self, budgets: Mapping[str, Budget]) -> None:
+        """Serve the tenants of ``budgets`` at their operating points from the next
+        window scored (the keys' table changed them); raises :class:`ArtifactError`
+        naming a budget the model serving has no threshold for, nothing changed."""
+        self.current.serve_tenants(budgets)
+        self.budgets = dict(budgets)
+        metrics.set_model(self.current)
 
     async def reload(self, *, wait: bool = False) -> ReloadStatus:
         """Load, check, warm and swap; the status says what happened. Raises

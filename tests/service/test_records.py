@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from service.inference import Scores, load_model
+from service.manifest import Budget
 from service.store import Window
 from service.worker import records_of
 
@@ -50,7 +51,7 @@ def test_records_are_at_each_tenants_threshold(art_points: Path) -> None:
     """A tenant served at an operating point of its own (SCJEPA_TENANT_FA_BUDGET) has
     its windows' threshold and alert at it; the others at the manifest's."""
     model = load_model(art_points)  # threshold 0.9; points 1 (0.9) and 3 (0.25)
-    model.serve_tenants({"acme": 3.0})
+    model.serve_tenants({"acme": Budget(3.0)})
     scores = Scores(
         risk=np.array([0.3, 0.3, 0.95], np.float32),
         contrib=np.ones((3, 4), np.float32),

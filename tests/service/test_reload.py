@@ -216,6 +216,66 @@ def test_a_model_without_a_tenants_operating_point_is_refused(
         assert threshold() == 0.3
 
 
+def test_a_tenants_operating_point_changes_with_the_key_file(
+    art_points: Path, tmp_path: Path
+) -> None:
+    """A ``TENANT fa_budget:B`` line of the key file serves the tenant at that
+    operating point from the next window scored, no restart (records, GET /models
+    with its setting, the gauges); a budget the model has no threshold for refuses
+    the whole file (its new key too) and the previous point stays; the line removed,
+    the tenant is back at the model's; a model reloaded keeps the file's budget."""
+    art = copy_artifact(art_points, tmp_path / "art")
+    setup = settings(art, tmp_path)
+    keys = setup.api_keys_file
+    assert keys is not None
+    lines = keys.read_text()
+    zeros = np.zeros((100, 4))  # risk 0.5: over the 3-per-1,000 point's 0.25, under 0.9
+    with TestClient(create_app(setup)) as client:
+
+        def served() -> tuple[float, dict[str, Any] | None]:
+            (m,) = client.get("/models", headers=TENANT).json()["models"]
+            at = m["manifest"]["eval_metrics"]["threshold"].get("serving_at")
+            return float(m["manifest"]["threshold"]), at
+
+        def scored(start: int) -> tuple[float, bool]:
+            r = client.post("/ingest?wait=20", json=body("s", zeros, start),
+                            headers=TENANT)  # fmt: skip
+            assert r.json()["results"][0]["windows_scored"] == 1, r.text
+            rec = client.get("/risk/s", headers=TENANT).json()
+            return rec["threshold"], rec["alert"]
+
+        def edit(text: str) -> None:  # the way operations.md says: mv over it
+            tmp = keys.with_suffix(".new")
+            tmp.write_text(text)
+            os.replace(tmp, keys)
+            client.post("/admin/reload", headers=ADMIN)  # or within a second
+
+        assert served() == (0.9, None) and scored(0) == (0.9, False)
+        edit(lines + "t fa_budget:3   # the plant's point\n")
+        point = {"false_alarms_per_1000": 3.0, "threshold": 0.25,
+                 "set_by": "SCJEPA_API_KEYS_FILE"}  # fmt: skip
+        assert served() == (0.25, point) and scored(100) == (0.25, True)
+        text = client.get("/metrics").text
+        assert '\nscjepa_tenant_alert_threshold{tenant="t"} 0.25\n' in text
+        assert '\nscjepa_tenant_alert_budget_per_1000{tenant="t"} 3.0\n' in text
+        # no threshold at 7: the file refused whole, its new key with it
+        edit(lines + "t fa_budget:7\n" + key_line("u", "u-key"))
+        r = client.post("/admin/reload", headers=ADMIN)
+        assert "SCJEPA_API_KEYS_FILE t=7: tiny 0.0.1 has a threshold at 1, 3 false " \
+            "alarms per 1,000 windows" in r.json()["keys"], r.text  # fmt: skip
+        assert client.get("/streams", headers={"X-API-Key": "u-key"}).status_code == 401
+        assert served() == (0.25, point) and scored(200) == (0.25, True)
+        # a model reloaded keeps the file's point, at its own threshold there
+        points = [{"false_alarms_per_1000": 3.0, "threshold": 0.3}]
+        set_version(art, "v2", eval_metrics={"threshold": {"operating_points": points}})
+        assert client.post("/admin/reload", headers=ADMIN).status_code == 200
+        assert served()[0] == 0.3 and scored(300) == (0.3, True)
+        edit(lines)  # the line removed: the model's point again
+        assert served() == (0.9, None) and scored(400) == (0.9, False)
+        text = client.get("/metrics").text
+        assert "scjepa_tenant_alert_threshold{" not in text
+
+
 def test_admin_routes_need_the_admin_key(
     artifact_dir: Path, tmp_path: Path, make_client: Any
 ) -> None:

@@ -23,6 +23,7 @@ from service.inference import (
 )
 from service.manifest import (
     ArtifactError,
+    Budget,
     Manifest,
     evaluated_note,
     load_manifest,
@@ -96,7 +97,7 @@ def test_each_tenant_at_its_own_operating_point(art_points: Path) -> None:
     at the model's; a budget without a threshold there is refused naming the tenant,
     and leaves the tenants as they were."""
     model = load_model(art_points)
-    model.serve_tenants({"acme": 3.0, "globex": 1.0})
+    model.serve_tenants({"acme": Budget(3.0), "globex": Budget(1.0)})
     acme, globex, other = (model.manifest_for(t) for t in ("acme", "globex", "x"))
     assert (acme.threshold, globex.threshold, other.threshold) == (0.25, 0.9, 0.9)
     assert other is model.manifest
@@ -115,7 +116,7 @@ def test_each_tenant_at_its_own_operating_point(art_points: Path) -> None:
         match=r"^SCJEPA_TENANT_FA_BUDGET globex=0.1: tiny 0.0.1 has a threshold at 1, "
         r"3 false alarms per 1,000 windows",
     ):
-        model.serve_tenants({"acme": 1.0, "globex": 0.1})
+        model.serve_tenants({"acme": Budget(1.0), "globex": Budget(0.1)})
     assert model.manifest_for("acme").threshold == 0.25  # unchanged
 
 

@@ -9,12 +9,13 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
-from served import ServeFactory, scjepa_exe
-from support.service_helpers import free_port
+from served import ServeFactory, key_line, scjepa_exe
+from support.service_helpers import RedisServer, free_port
 from test_api import body, series
 
 
@@ -146,6 +147,74 @@ def test_serve_alerts_each_tenant_at_its_own_operating_point(
         "API key names (yet)"
     ) in s.log.read_text()
     assert "tenant acme, which no" not in s.log.read_text()
+
+
+def test_a_key_file_budget_reaches_every_process_without_a_restart(
+    serve: ServeFactory, art_points: Path, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """An API process and a scorer (onnxruntime in a child process) share a key
+    file: a ``TENANT fa_budget:B`` line added to it is read by both within seconds,
+    no reload asked for: the scorer's records alert at the tenant's point, the API
+    answers it (GET /models, top streams); one without a threshold there is refused
+    by each, and it says so at start-up too."""
+    keys = tmp_path / "keys.txt"
+    keys.write_text(key_line("acme", "k-acme"))
+    common = {"artifact": art_points, "api_keys_file": keys,
+              "redis_url": redis_server.url, "key_prefix": f"kb{os.getpid()}"}  # fmt: skip
+    api = serve(role="api", **common)
+    scorer = serve(role="scorer", infer_in="process", **common)
+    zeros = np.zeros((100, 4))  # risk 0.5: over the 3-per-1,000 point's 0.25
+    h = {"X-API-Key": "k-acme"}
+    with httpx.Client(base_url=api.url, timeout=30, headers=h) as c:
+
+        def scored(start: int) -> tuple[float, bool]:
+            res = c.post("/ingest?wait=20", json=body("pump", zeros, start))
+            assert res.json()["results"][0]["windows_scored"] == 1, res.text
+            rec = c.get("/risk/pump").json()
+            return rec["threshold"], rec["alert"]
+
+        assert scored(0) == (0.9, False)
+        tmp = tmp_path / "keys.new"
+        tmp.write_text(key_line("acme", "k-acme") + "acme fa_budget:3\n")
+        os.replace(tmp, keys)
+        deadline = time.monotonic() + 20
+        n = 100
+        while scored(n) != (0.25, True):  # each process's watcher, within a second
+            assert time.monotonic() < deadline, scorer.log.read_text()
+            n += 100
+            time.sleep(0.3)
+        (m,) = c.get("/models").json()["models"]
+        assert m["manifest"]["threshold"] == 0.25
+        assert m["manifest"]["eval_metrics"]["threshold"]["serving_at"]["set_by"] == (
+            "SCJEPA_API_KEYS_FILE"
+        )
+        (top,) = c.get("/streams/top").json()["streams"]
+        assert top["alert"] is True
+        tmp.write_text(key_line("acme", "k-acme") + "acme fa_budget:7\n")
+        os.replace(tmp, keys)
+        refused = "SCJEPA_API_KEYS_FILE acme=7: tiny 0.0.1 has a threshold at 1, 3 "
+        for s in (api, scorer):
+            wait_for(lambda s=s: refused in s.log.read_text(), 20)
+        assert scored(n + 100) == (0.25, True)  # the previous point stays
+    for s in (api, scorer):
+        assert (
+            "tenant acme alerts at its own operating point: 3 false alarms per 1,000 "
+            "windows, threshold 0.25 (SCJEPA_API_KEYS_FILE)"
+        ) in s.log.read_text()
+    # a process started on that file stops at once, naming it
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCJEPA_")}
+    env["SCJEPA_API_KEYS_FILE"] = str(keys)
+    args = [scjepa_exe(), "serve", "--artifact", str(art_points)]
+    done = subprocess.run(args, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("scjepa serve: error: " + refused), done.stderr
+
+
+def wait_for(check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
 
 
 def test_serve_refuses_a_model_it_cannot_run_in_one_line(

@@ -28,6 +28,7 @@ from test_api import T0, body, series
 from service import auth
 from service.config import Settings
 from service.main import create_app
+from service.manifest import Budget
 from service.store.redis_store import partition
 
 A, B, ADMIN, OPS = "key-a-0123456789", "key-b-9876543210", "admin-key-xyz", "ops-key"
@@ -185,6 +186,33 @@ def test_key_file_holds_hashes_only(tmp_path: Path) -> None:
     f.write_text("acme sha256:" + "0" * 63 + "\n")
     with pytest.raises(auth.KeyConfigError, match="64 hex"):
         auth.Keys([], f)
+
+
+def test_key_file_budget_lines(tmp_path: Path) -> None:
+    """``TENANT fa_budget:B`` lines give tenants operating points of their own, beside
+    SCJEPA_TENANT_FA_BUDGET's; a line that cannot be one is refused naming it."""
+    f = tmp_path / "keys.txt"
+    f.write_text(key_line("acme", A) + "acme fa_budget:0.3  # night shift\n")
+    keys = auth.Keys([], f, {"globex": 3.0})
+    assert keys.table.budgets == {
+        "acme": Budget(0.3, "SCJEPA_API_KEYS_FILE"),
+        "globex": Budget(3.0, "SCJEPA_TENANT_FA_BUDGET"),
+    }
+    assert keys.table.identify(A) == auth.Identity("acme", auth.digest(A).hex()[:16])
+    for line, says in (
+        ("acme fa_budget:x", "keys.txt:2: fa_budget:x: the budget must be a number"),
+        ("acme fa_budget:0", "fa_budget:0: the budget must be a number above 0"),
+        ("acme fa_budget:nan", "the budget must be a number above 0"),
+        ("@ops fa_budget:1", "'@ops' is no tenant name"),
+        ("acme fa_budget:1\nacme fa_budget:3", "keys.txt:3: tenant acme's budget is "
+         "given by this file already"),
+        ("globex fa_budget:1", "tenant globex's budget is given by "
+         "SCJEPA_TENANT_FA_BUDGET already"),
+        ("acme fa_budget:1 extra", "expected 'PRINCIPAL sha256:HEX'"),
+    ):  # fmt: skip
+        f.write_text(key_line("acme", A) + line + "\n")
+        with pytest.raises(auth.KeyConfigError, match=re.escape(says)):
+            auth.Keys([], f, {"globex": 3.0})
 
 
 def test_readings_and_windows_count_per_tenant(
