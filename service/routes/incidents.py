@@ -12,9 +12,15 @@ from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from service import handlers
 from service.deps import ModelDep, Refused, ScorerDep, StoreDep, TenantDep, errors
-from service.incidents import judge
+from service.incidents import Outcome, judge
 from service.ingest_body import parse_model
-from service.schemas import INCIDENT_PATTERN, Incident, IncidentList, IncidentReport
+from service.schemas import (
+    INCIDENT_PATTERN,
+    STREAM_PATTERN,
+    Incident,
+    IncidentList,
+    IncidentReport,
+)
 from service.store import INCIDENTS_KEPT, IncidentRow
 
 router = APIRouter(tags=["incidents"])
@@ -90,11 +96,23 @@ async def incidents(
     tenant: TenantDep,
     store: StoreDep,
     limit: Annotated[int, Query(ge=1, le=INCIDENTS_KEPT)] = 100,
+    stream: Annotated[str | None, Query(pattern=STREAM_PATTERN)] = None,
+    outcome: Outcome | None = None,
 ) -> IncidentList:
     """The tenant's incidents reported, newest reported first (the last 10,000 are
-    kept)."""
-    raw = await store.incidents(tenant, limit)
-    return IncidentList(incidents=[Incident.model_validate_json(r) for r in raw])
+    kept): those of one ``stream``, of one ``outcome`` (the missed ones, say), or
+    all."""
+    if stream is None and outcome is None:
+        raw = await store.incidents(tenant, limit)
+        return IncidentList(incidents=[Incident.model_validate_json(r) for r in raw])
+    out: list[Incident] = []
+    for r in await store.incidents(tenant, INCIDENTS_KEPT):
+        got = Incident.model_validate_json(r)
+        if stream in (None, got.stream) and outcome in (None, got.outcome):
+            out.append(got)
+            if len(out) == limit:
+                break
+    return IncidentList(incidents=out)
 
 
 @router.delete(

@@ -188,14 +188,14 @@ def looked(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def feed(client: TestClient, values: list[float]) -> None:
+def feed(client: TestClient, values: list[float], stream: str = "pump") -> None:
     """Windows of 100 one-second readings of each value (hop 100), scored."""
     readings = [
         {"ts": T0 + 100 * w + i, "values": [v] * 4}
         for w, v in enumerate(values)
         for i in range(100)
     ]
-    r = client.post("/ingest", json={"stream": "pump", "readings": readings},
+    r = client.post("/ingest", json={"stream": stream, "readings": readings},
                     params={"wait": 20}, headers=ACME)  # fmt: skip
     assert r.status_code == 200, r.text
     assert r.json()["results"][0]["windows_scored"] == len(values)
@@ -247,8 +247,33 @@ def test_incidents_reported_judged_listed_and_counted(
         client.get("/incidents?limit=1", headers=ACME).json()["incidents"][0]["id"]
         == warned["id"]
     )
+    # one stream's, one outcome's: newest reported first, at most limit
+    feed(client, [0, 0], stream="valve")
+    r = client.post("/incidents", json={"stream": "valve", "start": T0 + 150,
+                                        "id": "V-1"}, headers=ACME)  # fmt: skip
+    assert r.json()["outcome"] == "missed"
+
+    def ids(query: str) -> list[str]:
+        r = client.get("/incidents?" + query, headers=ACME)
+        assert r.status_code == 200, r.text
+        return [i["id"] for i in r.json()["incidents"]]
+
+    assert ids("stream=valve") == ["V-1"]
+    assert ids("stream=pump") == [warned["id"], "INC-4", "INC-3", "INC-2"]
+    assert ids("stream=pump&limit=2") == [warned["id"], "INC-4"]
+    assert ids("outcome=missed") == ["V-1", "INC-3"]
+    assert ids("outcome=missed&limit=1") == ["V-1"]
+    assert ids("stream=pump&outcome=missed") == ["INC-3"]
+    assert ids("stream=gone") == [] and ids("outcome=unknown") == []
+    for query, named in (("outcome=lost", "outcome"), ("stream=pu/mp", "stream")):
+        r = client.get("/incidents?" + query, headers=ACME)
+        assert r.status_code == 422 and named in r.json()["detail"][0]["loc"], r.text
+    assert client.delete("/incidents/V-1", headers=ACME).status_code == 204
     beta = {"X-API-Key": KEYS["beta"]}
     assert client.get("/incidents", headers=beta).json() == {"incidents": []}
+    assert client.get("/incidents?stream=pump", headers=beta).json() == {
+        "incidents": []
+    }
     r = client.post("/incidents", json={"stream": "pump", "start": T0}, headers=beta)
     assert r.status_code == 404 and "unknown stream 'pump'" in r.text
     # an onset the readings have not reached (the newest is at +999): not judged yet
