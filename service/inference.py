@@ -30,6 +30,7 @@ from service.manifest import (
     evaluated_note,
     load_manifest,
     sha256_file,
+    thresholds_by_budget,
 )
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,9 @@ class Model:
         # tenants served at an operating point of their own: (manifest, evaluated)
         self.tenants: dict[str, tuple[Manifest, str]] = {}
         self.budgets: dict[str, Budget] = {}  # what set them
+        # every operating point's (budget, threshold): the windows at or above each
+        # are counted per tenant (scjepa_tenant_windows_at_point)
+        self.points = thresholds_by_budget(manifest)
 
     def serve_tenants(self, budgets: Mapping[str, Budget]) -> None:
         """Each tenant of ``budgets`` alerts at its own operating point (false alarms

@@ -287,6 +287,17 @@ def serving_budget(manifest: Manifest) -> float | None:
     return None if budget is None else float(budget)
 
 
+def thresholds_by_budget(manifest: Manifest) -> tuple[tuple[str, float], ...]:
+    """(budget, threshold) of each operating point the manifest has a threshold for,
+    the budget (false alarms per 1,000 windows) as a label (``3``, ``0.3``)."""
+    record = manifest.eval_metrics.get("threshold") or {}
+    return tuple(
+        (f"{p['false_alarms_per_1000']:g}", float(p["threshold"]))
+        for p in record.get("operating_points") or []
+        if p.get("threshold") is not None
+    )
+
+
 def served_point(manifest: Manifest) -> dict[str, Any] | None:
     """The operating point the manifest alerts at (:func:`serving_budget`) among its
     ``operating_points``, with the test split's figures there where `scjepa export`

@@ -10,6 +10,7 @@ uvicorn worker per container and scale with replicas.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterable, Iterator, Mapping
 from math import nan
@@ -66,6 +67,15 @@ READINGS = Counter(
 )
 WINDOWS_SCORED = Counter(
     "scjepa_windows_scored", "Windows scored by this process, by tenant.", ["tenant"]
+)
+WINDOWS_AT_POINT = Counter(
+    "scjepa_tenant_windows_at_point",
+    "Windows scored by this process at or above the threshold of each of the loaded "
+    "model's operating points (budget: the false alarms per 1,000 windows it was set "
+    "to keep), by tenant, whichever point the tenant is served at: per 1,000 windows "
+    "scored (scjepa_windows_scored_total), the alarms each point raises on the "
+    "tenant's streams, to set beside its budget when choosing the tenant's point.",
+    ["budget", "tenant"],
 )
 WINDOWS_UNLIKE_TRAINING = Counter(
     "scjepa_windows_unlike_training",
@@ -468,6 +478,24 @@ def tenant_child(metric: Counter | Summary, *values: str) -> Any:
     return _UNCOUNTED if values[-1] in _gone else metric.labels(*values)
 
 
+_points_counted: set[str] = set()  # the budget labels WINDOWS_AT_POINT has had
+
+
+def count_at_points(
+    points: tuple[tuple[str, float], ...], tenants: list[str], risks: list[float]
+) -> None:
+    """Count a scored batch's windows (``risks[j]`` of ``tenants[j]``) at or above
+    each operating point's threshold (``points``: (budget, threshold)), per tenant;
+    every tenant of the batch gets a series at every point, zero or not."""
+    for budget, threshold in points:
+        _points_counted.add(budget)
+        over = dict.fromkeys(tenants, 0)
+        for t, r in zip(tenants, risks, strict=True):
+            over[t] += r >= threshold
+        for t, n in over.items():
+            tenant_child(WINDOWS_AT_POINT, budget, t).inc(n)
+
+
 def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
     """Export zeros for ``tenants``' per-tenant series from the start (at start-up and
     when the keys are reloaded), so that a tenant's rates read 0 before its first
@@ -480,6 +508,9 @@ def tenants_known(tenants: Iterable[str], gone: Iterable[str] = ()) -> None:
     for t in gone:
         for counter, values in _tenant_series(t):
             counter.remove(*values)
+        for budget in _points_counted:
+            with contextlib.suppress(KeyError):
+                WINDOWS_AT_POINT.remove(budget, t)
     tenant_readings.cache_clear()  # (a lookup of a removed series counts nowhere)
     for t in tenants:
         for counter, values in _tenant_series(t):

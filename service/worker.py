@@ -411,6 +411,8 @@ class ScoringWorker:
         for t, n in Counter(tenants).items():
             metrics.tenant_child(metrics.WINDOWS_SCORED, t).inc(n)
         served = scores.by or model
+        # as the records compare: each risk as a float, at or above the threshold
+        metrics.count_at_points(served.points, tenants, scores.risk.tolist())
         monitor = served.manifest.novelty
         if monitor is not None and scores.novelty is not None:
             # in float64, as the records hold them: the count matches the records

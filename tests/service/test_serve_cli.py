@@ -128,6 +128,16 @@ def test_serve_alerts_each_tenant_at_its_own_operating_point(
     assert "\nscjepa_streams_in_alert 1.0\n" in text
     assert "\nscjepa_alert_threshold 0.9\n" in text  # every other tenant's
     assert '\nscjepa_tenant_alert_budget_per_1000{tenant="acme"} 3.0\n' in text
+    # each tenant's windows at or above every point's threshold, whichever it is at
+    at_point = sorted(
+        x for x in text.splitlines() if x.startswith("scjepa_tenant_windows_at_point_")
+    )
+    assert at_point == [
+        'scjepa_tenant_windows_at_point_total{budget="1",tenant="acme"} 0.0',
+        'scjepa_tenant_windows_at_point_total{budget="1",tenant="globex"} 0.0',
+        'scjepa_tenant_windows_at_point_total{budget="3",tenant="acme"} 1.0',
+        'scjepa_tenant_windows_at_point_total{budget="3",tenant="globex"} 1.0',
+    ]
     pages = "scjepa_tenant_alert_evaluated_false_pages_per_1000_windows"
     assert f'\n{pages}{{estimate="upper95",tenant="acme"}} 1.3\n' in text
     own = [

@@ -278,6 +278,35 @@ def test_readings_and_windows_count_per_tenant(
     assert 'tenant="globex"' not in text and 'tenant="acme"' in text
 
 
+def test_windows_at_each_operating_point_count_per_tenant(
+    make_client: ClientFactory, tmp_path: Path, art_points: Path
+) -> None:
+    """Each tenant's windows at or above each operating point's threshold (what each
+    point would alarm on its streams), whichever point it is served at; a tenant the
+    keys lose loses those series too."""
+    client = keyed(make_client, tmp_path, artifact=art_points, rate_limit_rps=0)
+    zeros, fifties = np.zeros((100, 4)), np.full((100, 4), 50.0)  # risk 0.5; about 1
+
+    def at(budget: str, tenant: str) -> float | None:
+        labels = {"budget": budget, "tenant": tenant}
+        return REGISTRY.get_sample_value("scjepa_tenant_windows_at_point_total", labels)
+
+    before = {(b, t): at(b, t) or 0.0 for b in ("1", "3") for t in ("acme", "globex")}
+    for x, start, h in ((fifties, 0, HA), (zeros, 100, HA), (zeros, 0, HB)):
+        r = client.post("/ingest?wait=20", json=body("pump", x, start), headers=h)
+        assert r.json()["results"][0]["windows_scored"] == 1, r.text
+    got = {k: (at(*k) or 0.0) - v for k, v in before.items()}
+    assert got == {("1", "acme"): 1, ("3", "acme"): 2,  # 50s over both, zeros over 3's
+                   ("1", "globex"): 0, ("3", "globex"): 1}  # fmt: skip
+    keys = tmp_path / "keys.txt"
+    keys.write_text(key_line("acme", A) + key_line("@admin", ADMIN))
+    deadline = time.monotonic() + 10
+    while at("3", "globex") is not None:
+        assert time.monotonic() < deadline, "the key file change was not picked up"
+        time.sleep(0.2)
+    assert at("1", "globex") is None and at("3", "acme") is not None
+
+
 def test_keys_rotate_without_restart(
     make_client: ClientFactory, tmp_path: Path
 ) -> None:
