@@ -411,7 +411,7 @@ class ScoringWorker:
         for t, n in Counter(tenants).items():
             metrics.tenant_child(metrics.WINDOWS_SCORED, t).inc(n)
         served = scores.by or model
-        # as the records compare: each risk as a float, at or above the threshold
+        # each risk as a float, as the records compare it with a threshold
         metrics.count_at_points(served.points, tenants, scores.risk.tolist())
         monitor = served.manifest.novelty
         if monitor is not None and scores.novelty is not None:
