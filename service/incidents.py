@@ -78,14 +78,14 @@ def judge(
     alerting = log.alerting
     before = [
         i
-        for i, (_, a, b) in enumerate(alerting)
+        for i, (_, a, b, _) in enumerate(alerting)
         if b < start and b >= start - lookback * _interval(a, b, window)
     ]
     if before:
         i = before[-1]  # the run of the last window in alert before the onset
         while i > 0 and alerting[i - 1][0] == alerting[i][0] - hop:
             i -= 1
-        _, a, b = alerting[i]
+        _, a, b, _ = alerting[i]
         lead = start - b
         return Judged(
             "warned",
@@ -94,7 +94,7 @@ def judge(
             lead_readings=round(lead / _interval(a, b, window)),
             alert_window_end=b,
         )
-    for _, a, b in alerting:
+    for _, a, b, _ in alerting:
         if start <= b <= until:
             delay = b - start
             return Judged(

@@ -350,6 +350,46 @@ class IncidentList(BaseModel):
     incidents: list[Incident]  # newest reported first
 
 
+class PointOnIncidents(BaseModel):
+    """One of the model's operating points, and what it would have done about the
+    tenant's incidents reported."""
+
+    false_alarms_per_1000: float = Field(
+        description="the budget the point's threshold was set to keep on validation"
+    )
+    threshold: float
+    serving: bool = Field(description="the point the tenant is served at")
+    exact: bool = Field(
+        description="its threshold is at or above the one served, so the alert log "
+        "(windows in alert at the threshold served) holds every window it would have "
+        "put in alert; under it, windows under the threshold served are missing and "
+        "its warned count is a lower bound"
+    )
+    incidents: dict[Outcome, int] = Field(
+        description="the incidents judged at this point's threshold, by outcome "
+        "(those on a stream now gone: unknown)"
+    )
+    warned_share: float | None = Field(
+        description="warned / (warned + late + missed); null with none of those"
+    )
+    test: dict[str, Any] | None = Field(
+        description="what the evaluation's test split measured at this point (the "
+        "manifest's operating_points[].test; null where it records none)"
+    )
+
+
+class OperatingPoints(BaseModel):
+    """The model's operating points for the caller's tenant, each with what it would
+    have done about the tenant's incidents reported (POST /incidents)."""
+
+    threshold: float = Field(description="the threshold the tenant is served at")
+    incidents_since: datetime = Field(
+        description="the incidents judged are those reported since (30 days)"
+    )
+    incidents_judged: int = Field(description="how many (at most the limit asked)")
+    points: list[PointOnIncidents]  # by budget, ascending
+
+
 class ReloadStatus(BaseModel):
     """The last hot reload of the model (POST /admin/reload or SIGHUP)."""
 

@@ -208,6 +208,8 @@ def test_api_block_runs_against_a_service(demo_like_service: int) -> None:
     # the incident reported after its window: judged (warned or missed, as the
     # demo model's risk of that window was at its threshold or not)
     assert re.search(r'"outcome":"(warned|missed)"', out.replace(" ", "")), out
+    # the operating points, that incident judged at each
+    assert '"incidents_judged":1' in out.replace(" ", ""), out
     # its last line deleted the stream
     url = f"http://127.0.0.1:{demo_like_service}/risk/pump-7"
     assert httpx.get(url).status_code == 404

@@ -3,25 +3,30 @@ reports, each judged against the stream's alerts (service/incidents.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import math
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from service import handlers
 from service.deps import ModelDep, Refused, ScorerDep, StoreDep, TenantDep, errors
-from service.incidents import Outcome, judge
+from service.incidents import OUTCOMES, SPAN_S, Outcome, judge
 from service.ingest_body import parse_model
+from service.manifest import serving_budget
 from service.schemas import (
     INCIDENT_PATTERN,
     STREAM_PATTERN,
     Incident,
     IncidentList,
     IncidentReport,
+    OperatingPoints,
+    PointOnIncidents,
 )
-from service.store import INCIDENTS_KEPT, IncidentRow
+from service.store import INCIDENTS_KEPT, AlertLog, IncidentRow
 
 router = APIRouter(tags=["incidents"])
 
@@ -113,6 +118,80 @@ async def incidents(
             if len(out) == limit:
                 break
     return IncidentList(incidents=out)
+
+
+@router.get("/operating-points", responses=errors(401, 422, 429, 503))
+async def operating_points(
+    tenant: TenantDep,
+    store: StoreDep,
+    model: ModelDep,
+    scorer: ScorerDep,
+    limit: Annotated[int, Query(ge=1, le=INCIDENTS_KEPT)] = 1000,
+) -> OperatingPoints:
+    """The loaded model's operating points, each with what it would have done about
+    the tenant's incidents reported in the last 30 days (the newest ``limit``):
+    every incident judged again at the point's threshold from its stream's alert
+    log, beside what the evaluation's test split measured there. With the tenant's
+    alarms at each point (scjepa_tenant_windows_at_point_total), what choosing
+    another point for it (a fa_budget line of the key file) buys and costs on its
+    own streams."""
+    m = model.manifest_for(tenant)
+    record = m.eval_metrics.get("threshold") or {}
+    points = [
+        p
+        for p in record.get("operating_points") or []
+        if p.get("threshold") is not None
+    ]
+    since = time.time() - SPAN_S
+    reported = [
+        i
+        for i in map(Incident.model_validate_json, await store.incidents(tenant, limit))
+        if i.reported_at.timestamp() >= since
+    ]
+    logs: dict[str, AlertLog | None] = {}
+    streams = sorted({i.stream for i in reported})
+    for k in range(0, len(streams), 32):  # a few reads in flight, not thousands
+        part = streams[k : k + 32]
+        got = await asyncio.gather(*(store.alert_log(tenant, s) for s in part))
+        logs.update(zip(part, got, strict=True))
+    served = serving_budget(m)
+
+    def judged(point: dict[str, Any]) -> PointOnIncidents:
+        threshold = float(point["threshold"])
+        at = {s: log.at(threshold) for s, log in logs.items() if log is not None}
+        counts = dict.fromkeys(OUTCOMES, 0)
+        for i in reported:
+            log = at.get(i.stream)
+            outcome: Outcome = "unknown"
+            if log is not None:
+                outcome = judge(
+                    log, i.start, i.end, lookback=i.lookback, window=m.window,
+                    hop=scorer.hop,
+                ).outcome  # fmt: skip
+            counts[outcome] += 1
+        n = counts["warned"] + counts["late"] + counts["missed"]
+        budget = float(point["false_alarms_per_1000"])
+        return PointOnIncidents(
+            false_alarms_per_1000=budget,
+            threshold=threshold,
+            serving=served is not None and math.isclose(budget, served),
+            exact=threshold >= m.threshold,
+            incidents=counts,
+            warned_share=counts["warned"] / n if n else None,
+            test=point.get("test"),
+        )
+
+    def all_points() -> list[PointOnIncidents]:
+        return [judged(p) for p in points]
+
+    # judged off the event loop: thousands of incidents at several points
+    out = await asyncio.to_thread(all_points)
+    return OperatingPoints(
+        threshold=m.threshold,
+        incidents_since=datetime.fromtimestamp(since, UTC),
+        incidents_judged=len(reported),
+        points=sorted(out, key=lambda p: p.false_alarms_per_1000),
+    )
 
 
 @router.delete(

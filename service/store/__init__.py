@@ -188,13 +188,21 @@ class AlertLog:
     """When a stream (its current life) was in alert, as its records said: what an
     incident reported on it is judged by (:mod:`service.incidents`)."""
 
-    # (n, window start, window end) of its windows in alert, ascending n: the last
-    # ALERT_LOG_LEN of them
-    alerting: list[tuple[int, float, float]]
+    # (n, window start, window end, risk) of its windows in alert, ascending n: the
+    # last ALERT_LOG_LEN of them (risk None: logged before the log kept risks)
+    alerting: list[tuple[int, float, float, float | None]]
     first_end: float | None  # the end of the first window scored (None: none yet)
     # the span of the newest window in alert dropped past ALERT_LOG_LEN (None: none)
     cut: tuple[float, float] | None
     last_ts: float | None  # the stream's newest reading
+
+    def at(self, threshold: float) -> AlertLog:
+        """The log as an operating point of ``threshold`` would have left it: its
+        windows of risk at or above it (those logged without a risk kept). Exact for
+        a threshold at or above the one the windows were scored at; under it, windows
+        that were not in alert then are missing (not logged)."""
+        kept = [w for w in self.alerting if w[3] is None or w[3] >= threshold]
+        return AlertLog(kept, self.first_end, self.cut, self.last_ts)
 
 
 @dataclass(frozen=True)

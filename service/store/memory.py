@@ -61,20 +61,22 @@ class _Stream:
     pending: dict[float, np.ndarray] = field(default_factory=dict)  # held readings
     max_ts: float | None = None  # newest timestamp seen (held ones included)
     epoch: int = 0  # when the stream (re)started (service.store: epochs)
-    # its alert log (service.store.AlertLog): (n, start, end) of windows in alert,
-    # ascending n; the first scored window's end; the newest one cut off the log
-    alerts: list[tuple[int, float, float]] = field(default_factory=list)
+    # its alert log (service.store.AlertLog): (n, start, end, risk) of windows in
+    # alert, ascending n; the first scored window's end; the newest one cut off the log
+    alerts: list[tuple[int, float, float, float | None]] = field(default_factory=list)
     first_end: float | None = None
     cut: tuple[float, float] | None = None
 
 
-def _log_alert(s: _Stream, n: int, span: tuple[float, float], alert: bool) -> None:
+def _log_alert(
+    s: _Stream, n: int, span: tuple[float, float], alert: bool, risk: float
+) -> None:
     """Note a record written into the stream's alert log (as the Redis script does)."""
     if s.first_end is None or span[1] < s.first_end:
         s.first_end = span[1]
     if not alert:
         return
-    bisect.insort(s.alerts, (n, *span))
+    bisect.insort(s.alerts, (n, *span, risk))
     if len(s.alerts) > ALERT_LOG_LEN:
         cut = s.alerts[-ALERT_LOG_LEN - 1]
         s.cut = (cut[1], cut[2])
@@ -336,7 +338,7 @@ class MemoryStore(Store):
                     have.add(r.n)
                     s.novelty = recent_novelty(s.novelty, r.novelty)
                     if r.span is not None:
-                        _log_alert(s, r.n, r.span, r.alert)
+                        _log_alert(s, r.n, r.span, r.alert, r.risk)
             del s.risks[: -self.history_len]
             newest = max(records, key=lambda r: r[0])
             if s.risks and s.risks[-1][0] == newest[0]:

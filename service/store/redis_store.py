@@ -75,9 +75,9 @@ CLUSTER_POLL_S = 0.01  # pause between idle polls of the partitions (Cluster)
 #   scjepa:{p3}:acme/pump-7:risk   zset of JSON risk records scored by window number n
 #   scjepa:{p3}:acme/pump-7:pend   zset ts -> flag + packed row: readings held until the
 #                                  watermark passes them (SCJEPA_ALLOWED_LATENESS_S > 0)
-#   scjepa:{p3}:acme/pump-7:alerts zset "n start end" by window number n: its windows in
-#                                  alert, the last ALERT_LOG_LEN (the alert log; the
-#                                  state's first_end and cut complete it)
+#   scjepa:{p3}:acme/pump-7:alerts zset "n start end risk" by window number n: its
+#                                  windows in alert, the last ALERT_LOG_LEN (the alert
+#                                  log; the state's first_end and cut complete it)
 #   scjepa:{p3}:work               stream: completed windows waiting for a scorer
 #                                  (fields t, s, n, e, k, w, g, l: tenant, stream,
 #                                  window number, end ts, rows, the packed rows, the
@@ -325,7 +325,8 @@ APPEND = _APPEND.substitute(
 
 # KEYS: risk, state, alerts. ARGV: history length, ttl, the epoch the windows were cut
 # in, then per record n, the JSON record, its novelty ('' for none), its window's first
-# and last timestamps ('' for none: not logged) and '1' when it is in alert (else '0').
+# and last timestamps ('' for none: not logged) and its risk when it is in alert (else
+# '').
 # A record written with a window goes to the alert log: the state's first_end (the
 # earliest window end written), and when in alert the alerts zset, of which the last
 # ALERT_LOG_LEN stay (the newest dropped is the state's cut). A record is added only
@@ -363,8 +364,8 @@ for i = 4, #ARGV, 6 do
     local e = tonumber(ARGV[i + 4])
     if e then
       if not first or e < first then first, first_s = e, ARGV[i + 4] end
-      if ARGV[i + 5] == '1' then
-        redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i] .. ' ' .. ARGV[i + 3] .. ' ' .. ARGV[i + 4])
+      if ARGV[i + 5] ~= '' then
+        redis.call('ZADD', KEYS[3], ARGV[i], ARGV[i] .. ' ' .. ARGV[i + 3] .. ' ' .. ARGV[i + 4] .. ' ' .. ARGV[i + 5])
         logged = true
       end
     end
@@ -1178,7 +1179,8 @@ class RedisStore(Store):
             for r in records:
                 novelty = "" if r.novelty is None else repr(r.novelty)
                 start, end = ("", "") if r.span is None else map(repr, r.span)
-                args += [r.n, r.record, novelty, start, end, b"1" if r.alert else b"0"]
+                logged = repr(r.risk) if r.alert else ""  # the alert log's entry
+                args += [r.n, r.record, novelty, start, end, logged]
             keys = [self._key(tenant, stream, k) for k in ("risk", "state", "alerts")]
             calls.append((self._put, keys, args))
         replies = await self._call("put_risks", self._scripts(calls), scripts=True)
@@ -1238,9 +1240,13 @@ class RedisStore(Store):
         if n is None:
             return None
         windows = [e.split() for e in (cast(bytes, a).decode() for a in alerting)]
-        span = cut.split()[1:] if cut else None
+        span = cut.split()[1:3] if cut else None
         return AlertLog(
-            [(int(n), float(a), float(b)) for n, a, b in windows],
+            # "n start end risk" ("n start end": logged before their risks were)
+            [
+                (int(w[0]), float(w[1]), float(w[2]), float(w[3]) if w[3:] else None)
+                for w in windows
+            ],
             _float(first_end),
             (float(span[0]), float(span[1])) if span else None,
             _float(last_ts),

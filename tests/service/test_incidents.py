@@ -27,11 +27,21 @@ ACME = {"X-API-Key": KEYS["acme"]}
 LOOKBACK = 200
 
 
-def log_of(*alerting: int, first: float | None = T0 + 99, cut=None) -> AlertLog:
+def log_of(
+    *alerting: int,
+    first: float | None = T0 + 99,
+    cut=None,
+    risks: dict[int, float | None] | None = None,
+) -> AlertLog:
     """A stream of 1 s readings, windows of 100 every 100 readings (window n ends at
-    T0 + n - 1), those numbered ``alerting`` in alert; 1,000 readings sent."""
+    T0 + n - 1), those numbered ``alerting`` in alert (risk 0.95, or ``risks[n]``);
+    1,000 readings sent."""
+    risk = risks or {}
     return AlertLog(
-        [(n, T0 + n - 100, T0 + n - 1) for n in alerting], first, cut, T0 + 999
+        [(n, T0 + n - 100, T0 + n - 1, risk.get(n, 0.95)) for n in alerting],
+        first,
+        cut,
+        T0 + 999,
     )
 
 
@@ -61,6 +71,25 @@ def test_warned_late_missed_by_the_evaluation_rules() -> None:
     assert (judged(log, 599).outcome, judged(log, 599).delay_s) == ("late", 0)
     # a run broken by a window below the threshold: the lead is the last run's
     assert judged(log_of(200, 400), 450).lead_s == pytest.approx(450 - 399)
+
+
+def test_judged_again_at_another_operating_point() -> None:
+    """The log at a tighter point keeps the windows of risk at or above its threshold
+    (and those logged without a risk): an incident warned by a run of windows near the
+    threshold is late or missed there, the lead taken from the run left."""
+    log = log_of(200, 300, 600, risks={200: 0.92, 300: 0.92, 600: 0.97})
+    assert [w[0] for w in log.at(0.95).alerting] == [600]
+    assert judged(log, 350).outcome == "warned"
+    assert judged(log.at(0.95), 350).outcome == "late"  # only +599 left, in it
+    assert judged(log.at(0.95), 350, 500).outcome == "missed"
+    run = log_of(200, 300, risks={200: 0.92, 300: 0.99})  # a run of two
+    assert judged(run, 350).lead_s == pytest.approx(151)  # from +199
+    assert judged(run.at(0.95), 350).lead_s == pytest.approx(51)  # from +299 alone
+    assert judged(run.at(0.995), 350).outcome == "missed"
+    assert log.at(0.9) == log  # at or under every risk logged: the log as it is
+    # windows logged before their risks were: kept at every point
+    old = log_of(200, 300, risks={200: None, 300: 0.92})
+    assert [w[0] for w in old.at(0.99).alerting] == [200]
 
 
 def test_unscored_and_unknown() -> None:
@@ -102,15 +131,26 @@ def test_alert_log_on_every_store(store_url: str | None) -> None:
             (first, _) = await store.read_work("c", 10, 0)
             epoch = first.epoch
 
-            def rec(n: int, alert: bool) -> Record:
-                return Record(n, f"{n}", 0.9, None, (T0 + n - 10, T0 + n - 1), alert)
+            def rec(n: int, alert: bool, risk: float = 0.9) -> Record:
+                return Record(n, f"{n}", risk, None, (T0 + n - 10, T0 + n - 1), alert)
 
             assert await store.alert_log("t", "nope") is None
             await store.put_scored([("t", "s", epoch, [rec(30, True), rec(40, False)])])
-            await store.put_scored([("t", "s", epoch, [rec(20, True), rec(30, True)])])
+            await store.put_scored(
+                [("t", "s", epoch, [rec(20, True, 0.125), rec(30, True)])]
+            )
             log = await store.alert_log("t", "s")
             assert log is not None
-            assert log.alerting == [(20, T0 + 10, T0 + 19), (30, T0 + 20, T0 + 29)]
+            assert log.alerting == [(20, T0 + 10, T0 + 19, 0.125),
+                                    (30, T0 + 20, T0 + 29, 0.9)]  # fmt: skip
+            if store_url is not None:  # an entry an older version logged: no risk
+                key = store._key("t", "s", "alerts")  # type: ignore[attr-defined]
+                member = f"25 {T0 + 15!r} {T0 + 24!r}"
+                await store.client.zadd(key, {member: 25})  # type: ignore[attr-defined]
+                log = await store.alert_log("t", "s")
+                assert log is not None
+                assert log.alerting[1] == (25, T0 + 15, T0 + 24, None)
+                await store.client.zrem(key, member)  # type: ignore[attr-defined]
             assert (log.first_end, log.cut, log.last_ts) == (T0 + 19, None, T0 + 19)
             many = [rec(100 + 10 * i, True) for i in range(ALERT_LOG_LEN)]
             await store.put_scored([("t", "s", epoch, many)])
@@ -294,6 +334,76 @@ def test_incidents_reported_judged_listed_and_counted(
     assert client.delete("/incidents/INC-3", headers=ACME).status_code == 204
     assert client.delete("/incidents/INC-3", headers=ACME).status_code == 404
     assert series(client, "scjepa_tenant_incidents")[("missed", "acme")] == 1
+
+
+@pytest.fixture(scope="module")
+def pointed(looked: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``looked`` with three operating points (constant 2s score 0.956, 50s 1.0):
+    0.3 per 1,000 at 0.99, 1 at 0.9 (served), 3 at 0.6, and 10 without a
+    threshold."""
+    d = tmp_path_factory.mktemp("pointed")
+    for f in ("model.onnx", "manifest.json"):
+        (d / f).write_bytes((looked / f).read_bytes())
+    raw = json.loads((d / "manifest.json").read_text())
+    served = raw["eval_metrics"]["threshold"]["operating_points"][0]
+    raw["eval_metrics"]["threshold"]["operating_points"] = [
+        {"false_alarms_per_1000": 10.0, "threshold": None},
+        {"false_alarms_per_1000": 3.0, "threshold": 0.6},
+        served,
+        {"false_alarms_per_1000": 0.3, "threshold": 0.99},
+    ]
+    (d / "manifest.json").write_text(json.dumps(raw))
+    return d
+
+
+def test_each_operating_point_judged_on_the_incidents(
+    make_client: ClientFactory, pointed: Path
+) -> None:
+    """GET /operating-points: every incident reported judged again at each point's
+    threshold from its stream's alert log (a tighter point: the windows at or above
+    it; a looser one: what the log holds, a lower bound), beside the test figures;
+    the tenant's own incidents only; a stream gone leaves them unknown."""
+    client = make_client(artifact=pointed, **KEYED)
+    # windows ending at +199, +299 at 0.956, +599 at 1.0: in alert at 0.9
+    feed(client, [0, 2, 2, 0, 0, 50, 0, 0, 0, 0])
+    for body in ({"start": 350, "id": "A"}, {"start": 650, "end": 700, "id": "B"},
+                 {"start": 850, "end": 900, "id": "C"}):  # fmt: skip
+        body = {**body, "stream": "pump", "start": T0 + body["start"]}
+        if "end" in body:
+            body["end"] += T0
+        assert client.post("/incidents", json=body, headers=ACME).status_code == 200
+
+    def points(headers: dict[str, str] = ACME, query: str = "") -> dict:  # type: ignore[type-arg]
+        r = client.get("/operating-points" + query, headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    got = points()
+    assert (got["threshold"], got["incidents_judged"]) == (0.9, 3)
+    rows = {p["false_alarms_per_1000"]: p for p in got["points"]}
+    assert list(rows) == [0.3, 1.0, 3.0]  # ascending; 10 has no threshold
+    outcomes = {b: {k: v for k, v in p["incidents"].items() if v}
+                for b, p in rows.items()}  # fmt: skip
+    assert outcomes == {
+        0.3: {"warned": 1, "late": 1, "missed": 1},  # A: +599 only, late in it
+        1.0: {"warned": 2, "missed": 1},  # as reported
+        3.0: {"warned": 2, "missed": 1},  # the log's windows: a lower bound
+    }
+    assert [rows[b]["warned_share"] for b in rows] == pytest.approx(
+        [1 / 3, 2 / 3, 2 / 3]
+    )
+    assert [(p["serving"], p["exact"]) for p in rows.values()] == [
+        (False, True), (True, True), (False, False)]  # fmt: skip
+    assert rows[1.0]["test"]["warned_rate"] == 0.4 and rows[0.3]["test"] is None
+    assert points(query="?limit=1")["incidents_judged"] == 1  # the newest: C
+    beta = points({"X-API-Key": KEYS["beta"]})
+    assert beta["incidents_judged"] == 0
+    assert all(p["warned_share"] is None for p in beta["points"])
+    assert client.get("/operating-points").status_code == 401
+    assert client.get("/operating-points?limit=0", headers=ACME).status_code == 422
+    assert client.delete("/streams/pump", headers=ACME).status_code == 204
+    for p in points()["points"]:
+        assert p["incidents"]["unknown"] == 3 and p["warned_share"] is None
 
 
 @pytest.mark.parametrize("store_kind", ["memory"])

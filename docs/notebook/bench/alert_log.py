@@ -85,7 +85,11 @@ def args_of(variant: str, n: int) -> list[object]:
     head: list[object] = [HISTORY, TTL, "1", n, RECORD, "0.5"]
     if variant == "before":
         return head
-    alert = b"1" if variant == "after, every window in alert" else b"0"
+    # the window's risk when in alert (its log entry's), else '' (since 2026-12-03's
+    # forty-second session; '1' or '0' before)
+    alert = (
+        repr(0.9561049938201904) if variant == "after, every window in alert" else ""
+    )
     return [*head, repr(1e9 + n - 100.0), repr(1e9 + n - 1.0), alert]
 
 
@@ -124,7 +128,8 @@ async def main(port: int) -> None:
     log = "bench:{p0}:full:alerts"
     pipe = r.pipeline(transaction=False)
     for n in range(100, 100 + 5 * ALERT_LOG_LEN, 5):
-        pipe.zadd(log, {f"{n} {1e9 + n - 100.0!r} {1e9 + n - 1.0!r}": n})
+        entry = f"{n} {1e9 + n - 100.0!r} {1e9 + n - 1.0!r} {0.9561049938201904!r}"
+        pipe.zadd(log, {entry: n})
     pipe.execute()
     held = r.memory_usage(log, samples=0)
     print(f"a full alert log ({ALERT_LOG_LEN} windows): {held / 1e3:.0f} kB, "
