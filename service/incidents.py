@@ -27,6 +27,7 @@ it again). The gauges count, per tenant, the incidents reported in the last
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -75,14 +76,22 @@ def judge(
         a, b = log.cut
         if b >= start - lookback * _interval(a, b, window):
             return Judged("unknown", until)
-    alerting = log.alerting
-    before = [
-        i
-        for i, (_, a, b, _) in enumerate(alerting)
-        if b < start and b >= start - lookback * _interval(a, b, window)
-    ]
-    if before:
-        i = before[-1]  # the run of the last window in alert before the onset
+    alerting, ends = log.alerting, log.ends
+    # the last window in alert that ended before the onset within the look-back: the
+    # windows before k ended before it; none ending before the widest window's
+    # look-back can be within its own
+    k = bisect.bisect_left(ends, start)
+    earliest = start - lookback * _interval(0.0, log.widest, window)
+    last = None
+    for i in range(k - 1, -1, -1):
+        _, a, b, _ = alerting[i]
+        if b < earliest:
+            break
+        if b >= start - lookback * _interval(a, b, window):
+            last = i
+            break
+    if last is not None:
+        i = last  # the run of the last window in alert before the onset
         while i > 0 and alerting[i - 1][0] == alerting[i][0] - hop:
             i -= 1
         _, a, b, _ = alerting[i]
@@ -94,16 +103,16 @@ def judge(
             lead_readings=round(lead / _interval(a, b, window)),
             alert_window_end=b,
         )
-    for _, a, b, _ in alerting:
-        if start <= b <= until:
-            delay = b - start
-            return Judged(
-                "late",
-                until,
-                delay_s=delay,
-                delay_readings=round(delay / _interval(a, b, window)),
-                alert_window_end=b,
-            )
+    if k < len(alerting) and ends[k] <= until:  # the first to end at or after it
+        _, a, b, _ = alerting[k]
+        delay = b - start
+        return Judged(
+            "late",
+            until,
+            delay_s=delay,
+            delay_readings=round(delay / _interval(a, b, window)),
+            alert_window_end=b,
+        )
     return Judged("missed", until)
 
 

@@ -45,6 +45,7 @@ head, to keep the carry-over. So the script is rendered from this package's row 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -195,6 +196,16 @@ class AlertLog:
     # the span of the newest window in alert dropped past ALERT_LOG_LEN (None: none)
     cut: tuple[float, float] | None
     last_ts: float | None  # the stream's newest reading
+
+    @functools.cached_property
+    def ends(self) -> list[float]:
+        """Its windows' ends, ascending (as their numbers are)."""
+        return [w[2] for w in self.alerting]
+
+    @functools.cached_property
+    def widest(self) -> float:
+        """The longest of its windows (last reading's timestamp minus first's)."""
+        return max((w[2] - w[1] for w in self.alerting), default=0.0)
 
     def at(self, threshold: float) -> AlertLog:
         """The log as an operating point of ``threshold`` would have left it: its

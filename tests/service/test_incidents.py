@@ -73,6 +73,41 @@ def test_warned_late_missed_by_the_evaluation_rules() -> None:
     assert judged(log_of(200, 400), 450).lead_s == pytest.approx(450 - 399)
 
 
+def test_the_judge_agrees_with_the_rules_read_window_by_window() -> None:
+    """judge() finds the windows it needs by bisection; on random logs of irregular
+    readings (windows of uneven length, runs, gaps) it decides as the rules read
+    over every window in alert do."""
+    rng = np.random.default_rng(7)
+
+    def by_every_window(log: AlertLog, start: float, until: float) -> tuple:  # type: ignore[type-arg]
+        def dt(a: float, b: float) -> float:
+            return (b - a) / 99
+
+        near = [
+            w for w in log.alerting if start - LOOKBACK * dt(w[1], w[2]) <= w[2] < start
+        ]
+        if near:
+            i = log.alerting.index(near[-1])
+            while i > 0 and log.alerting[i - 1][0] == log.alerting[i][0] - 100:
+                i -= 1
+            return ("warned", log.alerting[i][2])
+        late = [w for w in log.alerting if start <= w[2] <= until]
+        return ("late", late[0][2]) if late else ("missed", None)
+
+    for _ in range(300):
+        ts = T0 + np.cumsum(rng.choice([0.5, 1.0, 3.0], size=3000))
+        ns = np.sort(rng.choice(np.arange(1, 30), size=rng.integers(0, 12),
+                                replace=False)) * 100  # fmt: skip
+        log = AlertLog([(int(n), ts[n - 100], ts[n - 1], 0.95) for n in ns],
+                       ts[99], None, ts[-1])  # fmt: skip
+        start = float(rng.uniform(ts[150], ts[-1]))
+        until = float(rng.uniform(start, ts[-1]))
+        got = judge(log, start, until, lookback=LOOKBACK, window=100, hop=100)
+        assert (got.outcome, got.alert_window_end if got.outcome == "late" else
+                (None if got.lead_s is None else start - got.lead_s)) == \
+            by_every_window(log, start, until)  # fmt: skip
+
+
 def test_judged_again_at_another_operating_point() -> None:
     """The log at a tighter point keeps the windows of risk at or above its threshold
     (and those logged without a risk): an incident warned by a run of windows near the
