@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from service import metrics
-from service.manifest import ArtifactError, Budget
+from service.manifest import TENANT_BUDGETS, ArtifactError, Budget
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ def parse_file(
             tenant = parts[0]
             budget = _budget(tenant, parts[1][len(BUDGET_PREFIX) :], where)
             if tenant in budgets or tenant in env_budgets:
-                by = "this file" if tenant in budgets else "SCJEPA_TENANT_FA_BUDGET"
+                by = "this file" if tenant in budgets else TENANT_BUDGETS
                 raise KeyConfigError(
                     f"{where}: tenant {tenant}'s budget is given by {by} already"
                 )

@@ -229,6 +229,9 @@ def load_manifest(directory: Path) -> Manifest:
     return manifest
 
 
+TENANT_BUDGETS = "SCJEPA_TENANT_FA_BUDGET"  # the setting of tenants' budgets
+
+
 @dataclass(frozen=True)
 class Budget:
     """A tenant's own operating point: false alarms per 1,000 windows, and the
@@ -236,7 +239,7 @@ class Budget:
     of SCJEPA_API_KEYS_FILE, which a running service re-reads)."""
 
     per_1000: float
-    set_by: str = "SCJEPA_TENANT_FA_BUDGET"
+    set_by: str = TENANT_BUDGETS
 
 
 def at_budget(
@@ -253,7 +256,7 @@ def at_budget(
     :class:`ArtifactError` naming the setting and the budgets the artifact has when
     it has no threshold at this one."""
     if set_by is None:
-        set_by = "SCJEPA_FA_BUDGET" if tenant is None else Budget(0).set_by
+        set_by = "SCJEPA_FA_BUDGET" if tenant is None else TENANT_BUDGETS
     if fa_budget is None:
         return manifest
     record = manifest.eval_metrics.get("threshold") or {}

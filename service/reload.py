@@ -29,9 +29,10 @@ import contextlib
 import ctypes
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -271,26 +272,27 @@ class ModelSlot:
 
     async def _load(self) -> tuple[Model, OnnxModel | None, InferenceProcess | None]:
         loop = asyncio.get_running_loop()
+        new: Model
+        local: OnnxModel | None = None
+        child: InferenceProcess | None = None
+        close: Callable[[], Awaitable[Any]]
         if self.child is not None:
             child = await self._start_child()
-            if child.model.budgets != self.budgets:  # the key file changed them
-                try:
-                    child.model.serve_tenants(self.budgets)
-                except ArtifactError:
-                    await child.close(timeout=1.0)
-                    raise
-            return child.model, None, child
-        local = await loop.run_in_executor(
-            self._loader(),
-            partial(load_checked, self.settings, self.current, self.budgets),
-        )
-        if local.budgets != self.budgets:  # the key file changed them meanwhile
+            new, close = child.model, partial(child.close, timeout=1.0)
+        else:
+            local = await loop.run_in_executor(
+                self._loader(),
+                partial(load_checked, self.settings, self.current, self.budgets),
+            )
+            new = local
+            close = partial(loop.run_in_executor, self._loader(), local.close)
+        if new.budgets != self.budgets:  # the key file changed them while it loaded
             try:
-                local.serve_tenants(self.budgets)
+                new.serve_tenants(self.budgets)
             except ArtifactError:
-                await loop.run_in_executor(self._loader(), local.close)
+                await close()
                 raise
-        return local, local, None
+        return new, local, child
 
     def serve_budgets(self, budgets: Mapping[str, Budget]) -> None:
         """Serve the tenants of ``budgets`` at their operating points from the next
